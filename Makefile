@@ -1,0 +1,32 @@
+# mcsannotations: `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+ROOT := $(abspath .)
+BIN := $(ROOT)/bin
+CACHE := $(ROOT)/.cache
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## Build bin/coredns: stock CoreDNS plus mcsannotations (before kubernetes)
+	cd coredns-build && $(GO) build -o $(BIN)/coredns .
+
+.PHONY: unit
+unit: ## Unit tests of the product module and coredns-build (with -race)
+	$(GO) test -race -count=1 ./...
+	cd coredns-build && $(GO) test -count=1 ./...
+
+.PHONY: test
+test: unit e2e ## All tests: unit and end-to-end
+
+# --- tools, e2e and demo (real etcd + kube-apiserver, no Docker) -------------
+# (owned by the e2e harness work: see test/README.md)
+.PHONY: tools e2e demo
+tools: ## Build etcd and kube-apiserver into .cache/tools; install dig and dnsperf
+	@echo "tools: not yet"
+e2e: build tools ## End-to-end tests against real kube-apiservers and bin/coredns
+	@echo "e2e: not yet"
+demo: build tools ## Two local clusters, sample workloads, our CoreDNS, a cut link
+	@echo "demo: not yet"
