@@ -1,0 +1,64 @@
+// Package snapshot persists opaque per-source records in a bbolt file so that
+// the plugin can answer from its last known table when the Kubernetes API is
+// unreachable, including straight after a restart.
+//
+// The package knows nothing of DNS or Kubernetes: a source is a name (the local
+// cluster, a peer), a record is a key and a []byte the caller encodes.
+//
+// # Layout
+//
+//	meta/                     bucket
+//	  schema_version = "1"
+//	sources/                  bucket
+//	  <source>/               one nested bucket per source
+//	    meta    = JSON {clusterID, lastContact, lastFullSync}
+//	    records/              bucket: <key> = <value>
+//
+// Bucket and key names are declared once in schema.go. A file whose schema
+// version is missing or is not "1" is treated as unusable: the snapshot is a
+// cache, so it is moved aside and rebuilt from the API rather than migrated.
+//
+// # Writes
+//
+// Put, Delete, ReplaceSource, SetMeta and DropSource only record the change in
+// memory, coalescing it with changes to the same key that are still pending,
+// and return at once. A single goroutine commits everything pending in one
+// bbolt Update per batch (every Options.BatchInterval, 100ms by default, the
+// interval etcd uses). ReplaceSource and DropSource land in the same
+// transaction as any change that follows them, so a reader of the file never
+// sees a source half replaced. If a commit fails (disk full, read-only file
+// system, closed database) the error is logged and counted in Stats, and the
+// changes stay pending and are retried with a capped exponential backoff;
+// callers are never blocked and nothing is dropped while the process lives.
+//
+// # Crash safety
+//
+// NoSync is never set: every commit is fsynced before Flush or the batcher
+// reports success. bbolt is copy-on-write, so a crash in the middle of a commit
+// leaves the previous committed state in place; at most the last batch (about
+// BatchInterval of changes) is lost, and the plugin resyncs it from the API.
+//
+// A crash during bbolt's own first initialisation, a truncated copy, disk
+// corruption or a file from an incompatible version can leave a file bbolt
+// rejects or, worse, one whose pages point past its end. Open therefore
+// checks the file before handing it out: bbolt's own validation, the file
+// size against the high-water mark, the schema version, and one full read
+// of every bucket and record with page faults turned into recoverable panics
+// (runtime/debug.SetPanicOnFault), followed by bbolt's consistency check.
+// A file that fails any of these is renamed to <path>.corrupt-<UTC time>
+// (kept for inspection, never deleted by this package) and a fresh empty
+// store is created in its place. A file that is merely locked by another
+// open Store is never moved: Open waits Options.OpenTimeout and returns an
+// error wrapping ErrLocked. A zero-length file (the crash happened before
+// bbolt wrote its first pages) holds nothing to keep: bbolt initialises it
+// in place and LoadResult.Reason says so.
+//
+// # Reload
+//
+// bbolt locks the file with flock, which also excludes a second Open of the
+// same path in the same process. CoreDNS starts the new server instance (and
+// runs its setup and OnStartup) before it runs the old instance's OnShutdown,
+// so the old Store must be closed in an OnRestart hook (and reopened in
+// OnRestartFailed), or the new instance must retry Open, or it will wait
+// OpenTimeout and get ErrLocked.
+package snapshot

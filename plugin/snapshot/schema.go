@@ -1,0 +1,123 @@
+package snapshot
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bucket and key names. Every access to the file goes through these.
+const (
+	// metaBucket holds file-level metadata.
+	metaBucket = "meta"
+	// schemaVersionKey, in metaBucket, holds schemaVersion.
+	schemaVersionKey = "schema_version"
+	// schemaVersion is the only layout this package reads or writes. Any other
+	// value makes the file unusable (it is moved aside and rebuilt).
+	schemaVersion = "1"
+
+	// sourcesBucket holds one nested bucket per source.
+	sourcesBucket = "sources"
+	// sourceMetaKey, in a source bucket, holds the JSON encoded Meta.
+	sourceMetaKey = "meta"
+	// recordsBucket, in a source bucket, holds the source's records.
+	recordsBucket = "records"
+)
+
+// storedMeta is the on-disk form of Meta. Records is not stored: it is
+// counted on Load. Unknown JSON fields are ignored, so fields can be added
+// without a schema version change.
+type storedMeta struct {
+	ClusterID    string    `json:"clusterID,omitempty"`
+	LastContact  time.Time `json:"lastContact"`
+	LastFullSync time.Time `json:"lastFullSync"`
+}
+
+func encodeMeta(m Meta) ([]byte, error) {
+	return json.Marshal(storedMeta{
+		ClusterID:    m.ClusterID,
+		LastContact:  m.LastContact.UTC(),
+		LastFullSync: m.LastFullSync.UTC(),
+	})
+}
+
+func decodeMeta(b []byte) (Meta, error) {
+	var sm storedMeta
+	if err := json.Unmarshal(b, &sm); err != nil {
+		return Meta{}, err
+	}
+	return Meta{ClusterID: sm.ClusterID, LastContact: sm.LastContact, LastFullSync: sm.LastFullSync}, nil
+}
+
+// errUnusable marks a problem with the file's contents (as opposed to an I/O
+// error): the file should be moved aside.
+var errUnusable = errors.New("unusable snapshot")
+
+func unusable(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUnusable}, args...)...)
+}
+
+// inspect checks a freshly opened file inside tx. It reports empty when the
+// file holds no bucket at all (new, or a crash before initSchema committed),
+// and an error wrapping errUnusable when the file is not a usable snapshot.
+// It reads every bucket and record, so a damaged page is hit here, under
+// the caller's fault protection, rather than later in Load or in a write.
+func inspect(tx *bolt.Tx, fileSize int64) (empty bool, err error) {
+	if hw := tx.Size(); hw > fileSize {
+		return false, unusable("file is %d bytes but its pages extend to %d bytes (truncated)", fileSize, hw)
+	}
+	meta := tx.Bucket([]byte(metaBucket))
+	if meta == nil {
+		if k, _ := tx.Cursor().First(); k == nil {
+			return true, nil
+		}
+		return false, unusable("no %q bucket: not a snapshot file", metaBucket)
+	}
+	switch v := meta.Get([]byte(schemaVersionKey)); {
+	case v == nil:
+		return false, unusable("no schema version")
+	case string(v) != schemaVersion:
+		return false, unusable("unknown schema version %q (this build reads %q)", v, schemaVersion)
+	}
+	sources := tx.Bucket([]byte(sourcesBucket))
+	if sources == nil {
+		return false, unusable("no %q bucket", sourcesBucket)
+	}
+	return false, sources.ForEach(func(name, v []byte) error {
+		if v != nil {
+			return unusable("%q in %q is not a bucket", name, sourcesBucket)
+		}
+		sb := sources.Bucket(name)
+		if mv := sb.Get([]byte(sourceMetaKey)); mv != nil {
+			if _, err := decodeMeta(mv); err != nil {
+				return unusable("source %q: meta: %v", name, err)
+			}
+		}
+		if sb.Get([]byte(recordsBucket)) != nil {
+			return unusable("source %q: %q is not a bucket", name, recordsBucket)
+		}
+		if rb := sb.Bucket([]byte(recordsBucket)); rb != nil {
+			// Touch every leaf: a damaged page faults or panics here.
+			c := rb.Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			}
+		}
+		return nil
+	})
+}
+
+// initSchema writes the layout into an empty file.
+func initSchema(tx *bolt.Tx) error {
+	meta, err := tx.CreateBucketIfNotExists([]byte(metaBucket))
+	if err != nil {
+		return err
+	}
+	if err := meta.Put([]byte(schemaVersionKey), []byte(schemaVersion)); err != nil {
+		return err
+	}
+	_, err = tx.CreateBucketIfNotExists([]byte(sourcesBucket))
+	return err
+}
