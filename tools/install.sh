@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# tools/install.sh: the tools the end-to-end tests need, installed only when missing.
+#
+#   - etcd            built from tools/etcd/go.mod  into .cache/tools/etcd-<version>/etcd
+#   - kube-apiserver  built from tools/k8s/go.mod   into .cache/tools/kube-apiserver-<version>/kube-apiserver
+#   - dig, dnsperf    Debian packages bind9-dnsutils and dnsperf (apt-get update only when needed)
+#
+# The versions come from the go.mod files, so bumping a version there makes a new
+# cache folder and a rebuild; an existing binary is never rebuilt. Binaries are
+# written under a temporary name and renamed into place, so an interrupted build
+# never leaves a binary that looks complete. A lock serialises concurrent runs.
+#
+# Usage: tools/install.sh [all|etcd|kube-apiserver|dns]   (default: all)
+#        tools/install.sh env     prints MCS_E2E_ETCD=... and MCS_E2E_APISERVER=...
+# Env:   MCS_TOOLS_CACHE  overrides the cache folder (default <repo>/.cache/tools)
+#        GO               the go command (default go)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${MCS_TOOLS_CACHE:-$ROOT/.cache/tools}
+GO=${GO:-go}
+
+modversion() { # modversion <go.mod> <module path>
+	awk -v m="$2" '$1 == m { print $2; exit } $1 == "require" && $2 == m { print $3; exit }' "$1"
+}
+
+ETCD_VERSION=$(modversion "$ROOT/tools/etcd/go.mod" go.etcd.io/etcd/server/v3)
+K8S_VERSION=$(modversion "$ROOT/tools/k8s/go.mod" k8s.io/kubernetes)
+[[ -n $ETCD_VERSION && -n $K8S_VERSION ]] || {
+	echo "install.sh: cannot read versions from tools/etcd/go.mod and tools/k8s/go.mod" >&2
+	exit 1
+}
+ETCD_BIN=$CACHE/etcd-$ETCD_VERSION/etcd
+APISERVER_BIN=$CACHE/kube-apiserver-$K8S_VERSION/kube-apiserver
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+
+# build <module dir> <package> <output> [go build flags...]
+build() {
+	local dir=$1 pkg=$2 out=$3
+	shift 3
+	local name t0
+	name=$(basename "$out")
+	if [[ -x $out ]]; then
+		echo "tools: $name present: $out"
+		return
+	fi
+	t0=$(now)
+	echo "tools: building $name into $out (a cold build takes minutes)"
+	mkdir -p "$(dirname "$out")"
+	(cd "$dir" && "$GO" build "$@" -o "$out.tmp.$$" "$pkg")
+	mv -f "$out.tmp.$$" "$out"
+	echo "tools: built $name in $(since "$t0")"
+}
+
+build_etcd() {
+	build "$ROOT/tools/etcd" go.etcd.io/etcd/server/v3 "$ETCD_BIN"
+}
+
+build_apiserver() {
+	# Stamp the version, or the server reports v0.0.0-master (RECIPES.md).
+	local major minor v=k8s.io/component-base/version
+	major=${K8S_VERSION#v}
+	major=${major%%.*}
+	minor=${K8S_VERSION#v*.}
+	minor=${minor%%.*}
+	build "$ROOT/tools/k8s" k8s.io/kubernetes/cmd/kube-apiserver "$APISERVER_BIN" \
+		-ldflags "-X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=$major -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+}
+
+install_dns() {
+	local t0 missing=()
+	command -v dig >/dev/null || missing+=(bind9-dnsutils)
+	command -v dnsperf >/dev/null || missing+=(dnsperf)
+	if ((${#missing[@]} == 0)); then
+		echo "tools: dig and dnsperf present"
+		return
+	fi
+	local sudo=()
+	((EUID == 0)) || sudo=(sudo)
+	t0=$(now)
+	echo "tools: apt-get install ${missing[*]}"
+	# Update the package lists only when the package is not known yet.
+	if ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then
+		"${sudo[@]}" apt-get update -qq
+	fi
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+	echo "tools: installed ${missing[*]} in $(since "$t0")"
+}
+
+what=${1:-all}
+if [[ $what == env ]]; then
+	echo "MCS_E2E_ETCD=$ETCD_BIN"
+	echo "MCS_E2E_APISERVER=$APISERVER_BIN"
+	exit 0
+fi
+
+T0=$(now)
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.install.lock"
+if ! flock -w 1800 9; then
+	echo "install.sh: another install holds $CACHE/.install.lock for 30 min; giving up" >&2
+	exit 1
+fi
+case $what in
+all) build_etcd && build_apiserver && install_dns ;;
+etcd) build_etcd ;;
+kube-apiserver) build_apiserver ;;
+dns) install_dns ;;
+*)
+	echo "usage: $0 [all|etcd|kube-apiserver|dns|env]" >&2
+	exit 2
+	;;
+esac
+echo "tools: done in $(since "$T0")"
