@@ -29,6 +29,13 @@ type Query struct {
 // Exchange sends one query to server (host:port) and returns the answer. A
 // truncated UDP answer is returned as it is (TC set), not retried over TCP.
 func Exchange(server string, q Query) (*dns.Msg, error) {
+	m, _, err := ExchangeWire(server, q)
+	return m, err
+}
+
+// ExchangeWire is Exchange that also returns the answer as it came on the
+// wire (its length is the real message size, compression included).
+func ExchangeWire(server string, q Query) (*dns.Msg, []byte, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(q.Name), q.Type)
 	if q.UDPSize > 0 {
@@ -38,6 +45,53 @@ func Exchange(server string, q Query) (*dns.Msg, error) {
 	if timeout == 0 {
 		timeout = 2 * time.Second
 	}
+	c, err := q.client(timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	wire, err := exchange(c, m, server, timeout)
+	if err != nil {
+		proto := "udp"
+		if q.TCP {
+			proto = "tcp"
+		}
+		return nil, nil, fmt.Errorf("%s %s over %s to %s: %w", q.Name, dns.TypeToString[q.Type], proto, server, err)
+	}
+	r := new(dns.Msg)
+	if err := r.Unpack(wire); err != nil {
+		return nil, wire, fmt.Errorf("%s %s: unpack %d-byte answer: %w", q.Name, dns.TypeToString[q.Type], len(wire), err)
+	}
+	return r, wire, nil
+}
+
+// exchange sends m and reads one answer with m's ID, as raw bytes.
+func exchange(c *dns.Client, m *dns.Msg, server string, timeout time.Duration) ([]byte, error) {
+	co, err := c.Dial(server)
+	if err != nil {
+		return nil, err
+	}
+	defer co.Close()
+	// Read whatever comes, whatever size was advertised: an answer larger
+	// than the query allowed must show as such, not be cut at the buffer.
+	co.UDPSize = dns.MaxMsgSize
+	_ = co.SetDeadline(time.Now().Add(timeout))
+	if err := co.WriteMsg(m); err != nil {
+		return nil, err
+	}
+	for {
+		var h dns.Header
+		wire, err := co.ReadMsgHeader(&h)
+		if err != nil {
+			return nil, err
+		}
+		if h.Id == m.Id {
+			return wire, nil
+		}
+		// A late answer to an earlier query on a reused port: skip it.
+	}
+}
+
+func (q Query) client(timeout time.Duration) (*dns.Client, error) {
 	c := &dns.Client{Net: "udp", Timeout: timeout}
 	if q.TCP {
 		c.Net = "tcp"
@@ -55,15 +109,7 @@ func Exchange(server string, q Query) (*dns.Msg, error) {
 		}
 		c.Dialer = d
 	}
-	r, _, err := c.Exchange(m, server)
-	if err != nil {
-		proto := "udp"
-		if q.TCP {
-			proto = "tcp"
-		}
-		return nil, fmt.Errorf("%s %s over %s to %s: %w", q.Name, dns.TypeToString[q.Type], proto, server, err)
-	}
-	return r, nil
+	return c, nil
 }
 
 // Addrs returns the A and AAAA addresses of the answer section, sorted.
