@@ -283,8 +283,10 @@ func (s *Store) commit(failures int) error {
 		s.stats.LastError = err
 		s.stats.LastBatchDuration = end.Sub(start)
 		s.statsMu.Unlock()
-		s.opts.Logf("snapshot: writing %d changes to %s failed (attempt %d), keeping them to retry in %s: %v",
-			n, s.path, failures+1, s.backoff(failures+1), err)
+		if !errors.Is(err, ErrDamaged) { // logged once, by markDamaged
+			s.opts.Logf("snapshot: writing %d changes to %s failed (attempt %d), keeping them to retry in %s: %v",
+				n, s.path, failures+1, s.backoff(failures+1), err)
+		}
 		return err
 	}
 
@@ -304,6 +306,9 @@ func (s *Store) commit(failures int) error {
 // apply writes batch in one bbolt Update and returns the number of record
 // puts and deletes it made. It does not modify batch.
 func (s *Store) apply(batch map[string]*change) (written int, err error) {
+	if err := s.damagedErr(); err != nil {
+		return 0, err
+	}
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.db == nil {
@@ -311,7 +316,7 @@ func (s *Store) apply(batch map[string]*change) (written int, err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			written, err = 0, fmt.Errorf("panic in bbolt: %v", r)
+			written, err = 0, s.markDamaged("writing", r)
 		}
 	}()
 	err = s.db.Update(func(tx *bolt.Tx) error {

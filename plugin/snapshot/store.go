@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -100,6 +101,12 @@ var (
 	ErrClosed = errors.New("snapshot: store is closed")
 	// ErrLocked is wrapped by Open's error when another Store holds the file.
 	ErrLocked = errors.New("snapshot: file is locked by another open store")
+	// ErrDamaged is wrapped by every error of a Store whose file turned out
+	// to be damaged while open (bbolt panicked or faulted reading it). Such a
+	// Store does not touch the file again; Close it and Open again, which
+	// moves the file aside. Changes made meanwhile stay pending but are lost
+	// on Close.
+	ErrDamaged = errors.New("snapshot: file damaged while open")
 )
 
 // Store is a bbolt-backed store of per-source records. Its methods are safe
@@ -112,6 +119,14 @@ type Store struct {
 	// close it. db is nil after Close.
 	dbMu sync.RWMutex
 	db   *bolt.DB
+	// file is bbolt's own handle on the file. A panic inside bbolt can leave
+	// its internal locks held, so a damaged store is closed by unlocking and
+	// closing file instead of calling db.Close, which could block forever.
+	file *os.File
+	// damaged is set, once, to an error wrapping ErrDamaged when bbolt
+	// panics; from then on the store makes no bbolt call.
+	damaged  atomic.Pointer[error]
+	isClosed atomic.Bool
 
 	mu       sync.Mutex // guards pending, closed, rejected
 	pending  map[string]*change
@@ -145,7 +160,7 @@ func Open(path string, o Options) (*Store, LoadResult, error) {
 	fi, statErr := os.Stat(path)
 	wasEmpty := statErr == nil && fi.Mode().IsRegular() && fi.Size() == 0
 
-	db, created, err := openChecked(path, o.OpenTimeout)
+	db, file, created, err := openChecked(path, o.OpenTimeout)
 	if errors.Is(err, errUnusable) {
 		reason := strings.TrimPrefix(err.Error(), errUnusable.Error()+": ")
 		aside, mvErr := moveAside(path)
@@ -154,7 +169,7 @@ func Open(path string, o Options) (*Store, LoadResult, error) {
 		}
 		o.Logf("snapshot: %s is unusable (%s); moved it aside to %s and starting with an empty snapshot", path, reason, aside)
 		res.MovedAside, res.Reason = aside, reason
-		db, created, err = openChecked(path, o.OpenTimeout)
+		db, file, created, err = openChecked(path, o.OpenTimeout)
 	}
 	if err != nil {
 		return nil, res, err
@@ -169,6 +184,7 @@ func Open(path string, o Options) (*Store, LoadResult, error) {
 		path:     path,
 		opts:     o,
 		db:       db,
+		file:     file,
 		pending:  make(map[string]*change),
 		wake:     make(chan struct{}, 1),
 		flushReq: make(chan chan error),
@@ -183,10 +199,9 @@ func Open(path string, o Options) (*Store, LoadResult, error) {
 // file. Problems with the file's contents are returned wrapping errUnusable
 // (the file is closed and unlocked by then); anything else is an error the
 // caller must not treat as corruption.
-func openChecked(path string, timeout time.Duration) (db *bolt.DB, created bool, err error) {
-	// Keep our own handle on the file so that it (and its lock) can be
-	// released if bbolt panics inside Open, before it returns a *DB.
-	var file *os.File
+func openChecked(path string, timeout time.Duration) (db *bolt.DB, file *os.File, created bool, err error) {
+	// Keep bbolt's handle on the file so that it (and its lock) can be
+	// released if bbolt panics, without calling into bbolt again.
 	bo := &bolt.Options{
 		Timeout:      timeout,
 		FreelistType: bolt.FreelistMapType,
@@ -198,12 +213,14 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, created bool,
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			if db != nil {
-				closeQuietly(db)
-			} else if file != nil {
-				_ = file.Close() // the mapping, if any, leaks; the lock does not
+			// bbolt may hold internal locks now: release the file, do not
+			// call into the DB. The mapping leaks (once per damaged file);
+			// the file lock does not.
+			if file != nil {
+				_ = unlockFile(file)
+				_ = file.Close()
 			}
-			db, created, err = nil, false, unusable("reading it failed: %v", r)
+			db, file, created, err = nil, nil, false, unusable("reading it failed: %v", r)
 		}
 	}()
 	// A page that points past the end of the file faults; make that a panic.
@@ -213,17 +230,17 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, created bool,
 	switch {
 	case err == nil:
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, false, fmt.Errorf("snapshot: open %s: %w (waited %s): %w", path, ErrLocked, timeout, err)
+		return nil, nil, false, fmt.Errorf("snapshot: open %s: %w (waited %s): %w", path, ErrLocked, timeout, err)
 	case corruptOpenError(err):
-		return nil, false, unusable("%v", err)
+		return nil, nil, false, unusable("%v", err)
 	default:
-		return nil, false, fmt.Errorf("snapshot: open %s: %w", path, err)
+		return nil, nil, false, fmt.Errorf("snapshot: open %s: %w", path, err)
 	}
 
 	fi, err := os.Stat(path)
 	if err != nil {
 		closeQuietly(db)
-		return nil, false, fmt.Errorf("snapshot: %w", err)
+		return nil, nil, false, fmt.Errorf("snapshot: %w", err)
 	}
 	var empty bool
 	err = db.View(func(tx *bolt.Tx) error {
@@ -248,15 +265,15 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, created bool,
 		if !errors.Is(err, errUnusable) {
 			err = fmt.Errorf("snapshot: read %s: %w", path, err)
 		}
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	if empty {
 		if err := db.Update(initSchema); err != nil {
 			closeQuietly(db)
-			return nil, false, fmt.Errorf("snapshot: initialise %s: %w", path, err)
+			return nil, nil, false, fmt.Errorf("snapshot: initialise %s: %w", path, err)
 		}
 	}
-	return db, empty, nil
+	return db, file, empty, nil
 }
 
 // corruptOpenError reports whether an error from bolt.Open means the file's
@@ -334,6 +351,12 @@ func (s *Store) Load() (map[string]Source, error) {
 // view runs fn in a read transaction, turning a panic or a page fault (a file
 // damaged after Open) into an error.
 func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
+	if s.isClosed.Load() {
+		return ErrClosed
+	}
+	if err := s.damagedErr(); err != nil {
+		return err
+	}
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.db == nil {
@@ -341,7 +364,7 @@ func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("snapshot: reading %s: %v", s.path, r)
+			err = s.markDamaged("reading", r)
 		}
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -371,9 +394,14 @@ func (s *Store) Close() error {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
+		s.isClosed.Store(true)
 		close(s.stop)
 		<-s.done
 
+		if derr := s.damagedErr(); derr != nil {
+			s.closeErr = errors.Join(derr, unlockFile(s.file), s.file.Close())
+			return
+		}
 		s.dbMu.Lock()
 		var cerr error
 		if s.db != nil {
@@ -384,6 +412,23 @@ func (s *Store) Close() error {
 		s.closeErr = errors.Join(s.finalErr, cerr)
 	})
 	return s.closeErr
+}
+
+// markDamaged records that bbolt panicked (r) while doing what, logs it once,
+// and returns the error every later call gets.
+func (s *Store) markDamaged(what string, r any) error {
+	err := fmt.Errorf("%w: %s %s: bbolt panicked: %v", ErrDamaged, what, s.path, r)
+	if s.damaged.CompareAndSwap(nil, &err) {
+		s.opts.Logf("%v; no further reads or writes until the store is reopened", err)
+	}
+	return *s.damaged.Load()
+}
+
+func (s *Store) damagedErr() error {
+	if p := s.damaged.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Stats returns a snapshot of the writer's counters.
