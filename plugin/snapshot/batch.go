@@ -263,6 +263,7 @@ func (s *Store) commit(failures int) error {
 		return nil
 	}
 	s.pending = make(map[string]*change)
+	s.inflight = countPending(batch)
 	s.mu.Unlock()
 
 	start := time.Now()
@@ -275,6 +276,7 @@ func (s *Store) commit(failures int) error {
 			batch[source] = batch[source].then(newer)
 		}
 		s.pending = batch
+		s.inflight = 0
 		n := countPending(batch)
 		s.mu.Unlock()
 
@@ -290,6 +292,9 @@ func (s *Store) commit(failures int) error {
 		return err
 	}
 
+	if failures > 0 {
+		s.opts.Logf("snapshot: writing to %s works again after %d failed attempts", s.path, failures)
+	}
 	s.statsMu.Lock()
 	s.stats.Commits++
 	s.stats.RecordsWritten += uint64(written)
@@ -297,9 +302,10 @@ func (s *Store) commit(failures int) error {
 	s.stats.LastWrite = end
 	s.stats.LastBatchDuration = end.Sub(start)
 	s.statsMu.Unlock()
-	if failures > 0 {
-		s.opts.Logf("snapshot: writing to %s works again after %d failed attempts", s.path, failures)
-	}
+	// Only now, so that whoever sees Pending drop sees the commit counted.
+	s.mu.Lock()
+	s.inflight = 0
+	s.mu.Unlock()
 	return nil
 }
 

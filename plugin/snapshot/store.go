@@ -92,7 +92,7 @@ type Stats struct {
 	LastError         error         // error of the last failed attempt; nil once a commit succeeds
 	LastWrite         time.Time     // end of the last successful commit
 	LastBatchDuration time.Duration // duration of the last commit attempt
-	Pending           int           // changes waiting to be committed
+	Pending           int           // changes not yet committed, including the batch being committed (a key changed again meanwhile counts twice)
 	Rejected          uint64        // calls ignored: invalid source, key or value, or store closed
 }
 
@@ -128,8 +128,9 @@ type Store struct {
 	damaged  atomic.Pointer[error]
 	isClosed atomic.Bool
 
-	mu       sync.Mutex // guards pending, closed, rejected
+	mu       sync.Mutex // guards pending, inflight, closed, rejected
 	pending  map[string]*change
+	inflight int // size of the batch being committed
 	closed   bool
 	rejected uint64
 
@@ -437,7 +438,7 @@ func (s *Store) Stats() Stats {
 	st := s.stats
 	s.statsMu.Unlock()
 	s.mu.Lock()
-	st.Pending = countPending(s.pending)
+	st.Pending = countPending(s.pending) + s.inflight
 	st.Rejected = s.rejected
 	s.mu.Unlock()
 	return st
