@@ -25,8 +25,9 @@ test: unit e2e ## All tests: unit and end-to-end
 # (owned by the e2e harness work: see test/README.md)
 .PHONY: tools e2e demo
 tools: ## Build etcd and kube-apiserver into .cache/tools; install dig and dnsperf
-	@echo "tools: not yet"
+	$(ROOT)/tools/install.sh
 e2e: build tools ## End-to-end tests against real kube-apiservers and bin/coredns
-	@echo "e2e: not yet"
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns \
+		$(GO) test -count=1 -timeout 30m -v $(if $(E2E_RUN),-run '$(E2E_RUN)') ./test/harness/ ./test/e2e/
 demo: build tools ## Two local clusters, sample workloads, our CoreDNS, a cut link
 	@echo "demo: not yet"
