@@ -1,12 +1,166 @@
 package mcsannotations
 
 import (
+	"fmt"
+	"strconv"
+	"sync"
+
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
 const pluginName = "mcsannotations"
 
+var klogOnce sync.Once
+
+var log = clog.NewWithPlugin(pluginName)
+
 func init() { plugin.Register(pluginName, setup) }
 
-func setup(c *caddy.Controller) error { return nil }
+// defaultZone is the clusterset zone when the Corefile names none.
+const defaultZone = "clusterset.local."
+
+// Defaults and bounds of the Corefile words.
+const (
+	defaultTTL = 5
+	maxTTL     = 3600
+)
+
+func setup(c *caddy.Controller) error {
+	// klog's logger is process-global and read by running informers: set it
+	// once, never again on reload (that races with the old instance's
+	// informers). Never klog.InitFlags here: a reload would panic.
+	klogOnce.Do(func() { klog.SetLogger(logr.New(klogSink{})) })
+
+	cfg, err := parse(c)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	m, err := newMCS(cfg)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+
+	c.OnStartup(m.start)
+	c.OnShutdown(m.stop)
+
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		m.Next = next
+		return m
+	})
+	return nil
+}
+
+// config is the parsed Corefile block.
+type config struct {
+	zones       []string // [0] is the clusterset zone; the others are alias zones
+	cluster     string
+	kubeconfig  string // empty: in-cluster
+	kubecontext string
+	ttl         uint32
+	locality    table.Locality
+	fall        fall.F
+}
+
+// parse reads the plugin's one block. Every error names the offending line.
+func parse(c *caddy.Controller) (config, error) {
+	cfg := config{ttl: defaultTTL, locality: table.PreferLocal}
+	i := 0
+	for c.Next() {
+		if i > 0 {
+			return cfg, plugin.ErrOnce
+		}
+		i++
+		args := c.RemainingArgs()
+		if len(args) == 0 {
+			args = []string{defaultZone}
+		}
+		cfg.zones = nil
+		for _, z := range args {
+			n := plugin.Host(z).NormalizeExact()
+			if len(n) != 1 {
+				return cfg, c.Errf("invalid zone %q", z)
+			}
+			cfg.zones = append(cfg.zones, n[0])
+		}
+		seen := map[string]bool{}
+		for _, z := range cfg.zones {
+			if seen[z] {
+				return cfg, c.Errf("zone %q is listed twice", z)
+			}
+			seen[z] = true
+		}
+
+		for c.NextBlock() {
+			switch word := c.Val(); word {
+			case "cluster":
+				v, err := oneArg(c)
+				if err != nil {
+					return cfg, err
+				}
+				if !annotation.ValidClusterID(v) {
+					return cfg, c.Errf("cluster %q: must be an RFC 1123 subdomain of at most %d characters", v, annotation.MaxClusterIDLen)
+				}
+				cfg.cluster = v
+			case "kubeconfig":
+				a := c.RemainingArgs()
+				if len(a) < 1 || len(a) > 2 {
+					return cfg, c.Errf("kubeconfig takes PATH [CONTEXT], got %d arguments", len(a))
+				}
+				cfg.kubeconfig = a[0]
+				if len(a) == 2 {
+					cfg.kubecontext = a[1]
+				}
+			case "ttl":
+				v, err := oneArg(c)
+				if err != nil {
+					return cfg, err
+				}
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 || n > maxTTL {
+					return cfg, c.Errf("ttl %q: must be a whole number of seconds from 0 to %d", v, maxTTL)
+				}
+				cfg.ttl = uint32(n)
+			case "locality":
+				v, err := oneArg(c)
+				if err != nil {
+					return cfg, err
+				}
+				switch v {
+				case "prefer-local":
+					cfg.locality = table.PreferLocal
+				case "any":
+					cfg.locality = table.Any
+				default:
+					return cfg, c.Errf("locality %q: must be prefer-local or any", v)
+				}
+			case "fallthrough":
+				cfg.fall.SetZonesFromArgs(c.RemainingArgs())
+			default:
+				return cfg, c.Errf("unknown property %q", word)
+			}
+		}
+	}
+	if cfg.cluster == "" {
+		return cfg, fmt.Errorf("the cluster word is required (cluster NAME): this cluster's ID cannot be discovered yet")
+	}
+	return cfg, nil
+}
+
+func oneArg(c *caddy.Controller) (string, error) {
+	word := c.Val()
+	a := c.RemainingArgs()
+	if len(a) != 1 {
+		return "", c.Errf("%s takes exactly one argument, got %d", word, len(a))
+	}
+	return a[0], nil
+}

@@ -1,0 +1,107 @@
+// Package annotation parses and validates the Pod metadata that carries
+// multi-cluster service membership: the export-services annotation on backing
+// Pods and the import-services annotation on consumer Pods (SPEC section 2).
+//
+// It has no CoreDNS dependency: the plugin, the sources and the annotator all
+// share it. Parsing never fails as a whole because of one bad entry: every
+// entry is decoded and validated on its own, good entries are returned, and
+// each bad one comes back as a Rejection with a Reason.
+package annotation
+
+import "strconv"
+
+// Names of the Pod metadata this project reads and writes.
+const (
+	ExportAnnotation    = "multicluster.kubernetes.io/export-services"
+	ImportAnnotation    = "multicluster.kubernetes.io/import-services"
+	SignatureAnnotation = "multicluster.kubernetes.io/export-signature"
+
+	// ExporterLabel and ImporterLabel mark Pods that carry the annotations, so
+	// that watches are filtered on the API server.
+	ExporterLabel = "multicluster.kubernetes.io/exporter"
+	ImporterLabel = "multicluster.kubernetes.io/importer"
+	LabelValue    = "true"
+)
+
+// Limits on what one annotation may carry. They bound the work and memory one
+// hostile Pod can cause; Kubernetes itself allows 256 KiB of annotations.
+const (
+	MaxBytes          = 32 << 10 // an annotation value larger than this is rejected whole
+	MaxServices       = 64       // entries in one annotation
+	MaxPortsPerExport = 64
+	MaxClusterIDLen   = 127 // "cluster: subdomain < 128 chars"
+)
+
+// Protocols a port may name.
+const (
+	TCP  = "TCP"
+	UDP  = "UDP"
+	SCTP = "SCTP"
+)
+
+// Port is one port of an exported service.
+type Port struct {
+	Name       string `json:"name,omitempty"`
+	Port       int32  `json:"port"`
+	TargetPort int32  `json:"targetPort"`
+	Protocol   string `json:"protocol"`
+}
+
+// Export is one validated entry of the export-services annotation, with the
+// defaults of SPEC section 2 applied.
+type Export struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Cluster   string `json:"cluster"`
+	Ports     []Port `json:"ports,omitempty"`
+}
+
+// Import is one validated entry of the import-services annotation. An empty
+// Cluster means any cluster; an empty Alias means no alias name.
+type Import struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Cluster   string `json:"cluster,omitempty"`
+	Alias     string `json:"alias,omitempty"`
+}
+
+// Reason says why an entry (or the whole annotation) was rejected. The values
+// are stable: they are metric label values.
+type Reason string
+
+// The rejection reasons.
+const (
+	ReasonSize             Reason = "size"              // annotation larger than MaxBytes
+	ReasonJSON             Reason = "json"              // not the expected JSON shape
+	ReasonTooMany          Reason = "too_many"          // more than MaxServices entries or MaxPortsPerExport ports
+	ReasonName             Reason = "invalid_name"      // service name or alias not an RFC 1123 label
+	ReasonNamespace        Reason = "invalid_namespace" // namespace not an RFC 1123 label
+	ReasonCluster          Reason = "invalid_cluster"   // cluster not an RFC 1123 subdomain < 128 chars
+	ReasonPort             Reason = "invalid_port"      // port or targetPort outside 1-65535, or a bad port name
+	ReasonProtocol         Reason = "invalid_protocol"  // not TCP, UDP or SCTP
+	ReasonDuplicate        Reason = "duplicate"         // same service (or port) listed twice
+	ReasonNamespaceOutside Reason = "namespace_mismatch"
+	ReasonClusterOutside   Reason = "cluster_mismatch"
+)
+
+// Reasons lists every Reason, for pre-registering metric label values.
+var Reasons = []Reason{
+	ReasonSize, ReasonJSON, ReasonTooMany, ReasonName, ReasonNamespace, ReasonCluster,
+	ReasonPort, ReasonProtocol, ReasonDuplicate, ReasonNamespaceOutside, ReasonClusterOutside,
+}
+
+// Rejection describes one entry that was skipped. Index is the entry's
+// position in the "services" list, or -1 when the annotation as a whole was
+// rejected.
+type Rejection struct {
+	Index  int
+	Reason Reason
+	Detail string
+}
+
+func (r Rejection) String() string {
+	if r.Index < 0 {
+		return string(r.Reason) + ": " + r.Detail
+	}
+	return "entry " + strconv.Itoa(r.Index) + ": " + string(r.Reason) + ": " + r.Detail
+}

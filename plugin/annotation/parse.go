@@ -1,0 +1,249 @@
+package annotation
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The JSON shapes as they arrive. Numbers decode into int64 so that values
+// out of the int32 range are seen and rejected rather than wrapped.
+type envelope struct {
+	Services []json.RawMessage `json:"services"`
+}
+
+type rawPort struct {
+	Name       string `json:"name"`
+	Port       int64  `json:"port"`
+	TargetPort int64  `json:"targetPort"`
+	Protocol   string `json:"protocol"`
+}
+
+type rawExport struct {
+	Name      string    `json:"name"`
+	Namespace string    `json:"namespace"`
+	Cluster   string    `json:"cluster"`
+	Ports     []rawPort `json:"ports"`
+}
+
+type rawImport struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Cluster   string `json:"cluster"`
+	Alias     string `json:"alias"`
+}
+
+// ParseExports parses the export-services annotation of a Pod in namespace
+// podNamespace, read from the cluster sourceCluster. Entries default their
+// namespace to podNamespace and their cluster to sourceCluster; an entry that
+// names another namespace or cluster is rejected (a Pod may only back
+// services of its own namespace, in the cluster it runs in).
+func ParseExports(raw, podNamespace, sourceCluster string) ([]Export, []Rejection) {
+	entries, rej := split(raw)
+	if entries == nil {
+		return nil, rej
+	}
+	out := make([]Export, 0, len(entries))
+	seen := make(map[string]struct{}, len(entries))
+	for i, msg := range entries {
+		var e rawExport
+		if err := decodeStrict(msg, &e); err != nil {
+			rej = append(rej, Rejection{i, ReasonJSON, err.Error()})
+			continue
+		}
+		if e.Namespace == "" {
+			e.Namespace = podNamespace
+		}
+		if e.Cluster == "" {
+			e.Cluster = sourceCluster
+		}
+		if r, bad := checkService(e.Name, e.Namespace, e.Cluster); bad {
+			r.Index = i
+			rej = append(rej, r)
+			continue
+		}
+		if e.Namespace != podNamespace {
+			rej = append(rej, Rejection{i, ReasonNamespaceOutside,
+				fmt.Sprintf("service %s/%s: a Pod in namespace %q may only export services of its own namespace", e.Namespace, e.Name, podNamespace)})
+			continue
+		}
+		if e.Cluster != sourceCluster {
+			rej = append(rej, Rejection{i, ReasonClusterOutside,
+				fmt.Sprintf("service %s/%s claims cluster %q but was read from cluster %q", e.Namespace, e.Name, e.Cluster, sourceCluster)})
+			continue
+		}
+		ports, r, bad := checkPorts(e.Ports)
+		if bad {
+			r.Index = i
+			r.Detail = "service " + e.Namespace + "/" + e.Name + ": " + r.Detail
+			rej = append(rej, r)
+			continue
+		}
+		key := e.Namespace + "/" + e.Name
+		if _, dup := seen[key]; dup {
+			rej = append(rej, Rejection{i, ReasonDuplicate, "service " + key + " is listed more than once"})
+			continue
+		}
+		seen[key] = struct{}{}
+		out = append(out, Export{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: ports})
+	}
+	return out, rej
+}
+
+// ParseImports parses the import-services annotation of a Pod in namespace
+// podNamespace. Namespace defaults to podNamespace; an empty cluster means any
+// cluster. A consumer may import services of other namespaces: an import only
+// shapes what that Pod itself resolves.
+func ParseImports(raw, podNamespace string) ([]Import, []Rejection) {
+	entries, rej := split(raw)
+	if entries == nil {
+		return nil, rej
+	}
+	out := make([]Import, 0, len(entries))
+	seen := make(map[string]struct{}, len(entries))
+	aliases := make(map[string]struct{}, len(entries))
+	for i, msg := range entries {
+		var e rawImport
+		if err := decodeStrict(msg, &e); err != nil {
+			rej = append(rej, Rejection{i, ReasonJSON, err.Error()})
+			continue
+		}
+		if e.Namespace == "" {
+			e.Namespace = podNamespace
+		}
+		cluster := e.Cluster
+		if cluster == "" {
+			cluster = "x" // "any cluster" is valid; check the rest
+		}
+		if r, bad := checkService(e.Name, e.Namespace, cluster); bad {
+			r.Index = i
+			rej = append(rej, r)
+			continue
+		}
+		if e.Alias != "" {
+			if errs := validation.IsDNS1123Label(e.Alias); len(errs) > 0 {
+				rej = append(rej, Rejection{i, ReasonName, fmt.Sprintf("alias %q: %s", clip(e.Alias), strings.Join(errs, "; "))})
+				continue
+			}
+			if _, dup := aliases[e.Alias]; dup {
+				rej = append(rej, Rejection{i, ReasonDuplicate, "alias " + e.Alias + " is listed more than once"})
+				continue
+			}
+		}
+		key := e.Namespace + "/" + e.Name + "/" + e.Cluster + "/" + e.Alias
+		if _, dup := seen[key]; dup {
+			rej = append(rej, Rejection{i, ReasonDuplicate, "import " + e.Namespace + "/" + e.Name + " is listed more than once"})
+			continue
+		}
+		seen[key] = struct{}{}
+		if e.Alias != "" {
+			aliases[e.Alias] = struct{}{}
+		}
+		out = append(out, Import{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Alias: e.Alias})
+	}
+	return out, rej
+}
+
+// split checks the size and the envelope and returns the raw entries. A nil
+// slice with a rejection means the annotation is unusable as a whole.
+func split(raw string) ([]json.RawMessage, []Rejection) {
+	if len(raw) > MaxBytes {
+		return nil, []Rejection{{-1, ReasonSize, fmt.Sprintf("%d bytes is more than the limit of %d", len(raw), MaxBytes)}}
+	}
+	var env envelope
+	if err := decodeStrict([]byte(raw), &env); err != nil {
+		return nil, []Rejection{{-1, ReasonJSON, err.Error()}}
+	}
+	if len(env.Services) > MaxServices {
+		return nil, []Rejection{{-1, ReasonTooMany, fmt.Sprintf("%d entries is more than the limit of %d", len(env.Services), MaxServices)}}
+	}
+	if env.Services == nil {
+		env.Services = []json.RawMessage{}
+	}
+	return env.Services, nil
+}
+
+// decodeStrict decodes one JSON value and refuses trailing data. Unknown
+// fields are allowed, so that newer writers can add fields.
+func decodeStrict(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("invalid JSON: %s", clip(err.Error()))
+	}
+	if d.More() {
+		return fmt.Errorf("invalid JSON: data after the value")
+	}
+	return nil
+}
+
+func checkService(name, namespace, cluster string) (Rejection, bool) {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return Rejection{Reason: ReasonName, Detail: fmt.Sprintf("service name %q: %s", clip(name), strings.Join(errs, "; "))}, true
+	}
+	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
+		return Rejection{Reason: ReasonNamespace, Detail: fmt.Sprintf("namespace %q: %s", clip(namespace), strings.Join(errs, "; "))}, true
+	}
+	if !ValidClusterID(cluster) {
+		return Rejection{Reason: ReasonCluster, Detail: fmt.Sprintf("cluster %q: must be an RFC 1123 subdomain of at most %d characters", clip(cluster), MaxClusterIDLen)}, true
+	}
+	return Rejection{}, false
+}
+
+// ValidClusterID reports whether id is usable as a cluster ID: an RFC 1123
+// subdomain of fewer than 128 characters (KEP-2149).
+func ValidClusterID(id string) bool {
+	return len(id) <= MaxClusterIDLen && len(validation.IsDNS1123Subdomain(id)) == 0
+}
+
+// checkPorts validates ports and applies the defaults: protocol TCP,
+// targetPort = port. Port names, when given, are RFC 1123 labels (they become
+// the _<port> label of SRV names) and unique; (port, protocol) pairs are unique.
+func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
+	if len(in) > MaxPortsPerExport {
+		return nil, Rejection{Reason: ReasonTooMany, Detail: fmt.Sprintf("%d ports is more than the limit of %d", len(in), MaxPortsPerExport)}, true
+	}
+	if len(in) == 0 {
+		return nil, Rejection{}, false
+	}
+	out := make([]Port, 0, len(in))
+	for j, p := range in {
+		if p.Protocol == "" {
+			p.Protocol = TCP
+		}
+		if p.TargetPort == 0 {
+			p.TargetPort = p.Port
+		}
+		switch {
+		case p.Port < 1 || p.Port > 65535:
+			return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port %d: must be 1-65535", p.Port)}, true
+		case p.TargetPort < 1 || p.TargetPort > 65535:
+			return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("targetPort %d: must be 1-65535", p.TargetPort)}, true
+		case p.Protocol != TCP && p.Protocol != UDP && p.Protocol != SCTP:
+			return nil, Rejection{Reason: ReasonProtocol, Detail: fmt.Sprintf("protocol %q: must be TCP, UDP or SCTP", clip(p.Protocol))}, true
+		}
+		if p.Name != "" {
+			if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
+				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port name %q: %s", clip(p.Name), strings.Join(errs, "; "))}, true
+			}
+		}
+		for _, q := range out[:j] {
+			if (p.Name != "" && q.Name == p.Name) || (q.Port == int32(p.Port) && q.Protocol == p.Protocol) {
+				return nil, Rejection{Reason: ReasonDuplicate, Detail: fmt.Sprintf("port %d/%s (%q) is listed more than once", p.Port, p.Protocol, p.Name)}, true
+			}
+		}
+		out = append(out, Port{Name: p.Name, Port: int32(p.Port), TargetPort: int32(p.TargetPort), Protocol: p.Protocol})
+	}
+	return out, Rejection{}, false
+}
+
+// clip shortens a hostile value before it reaches a log line.
+func clip(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

@@ -1,0 +1,129 @@
+// Package mcsannotations is a CoreDNS plugin that answers Kubernetes
+// Multi-Cluster Services DNS names (<svc>.<ns>.svc.clusterset.local) from Pod
+// annotations watched in the local cluster.
+package mcsannotations
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/source"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
+)
+
+// MCS is the plugin handler.
+type MCS struct {
+	Next plugin.Handler
+
+	zones   []string // [0] is the clusterset zone
+	fall    fall.F
+	table   *table.Table
+	sources []*source.Source
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+// clientFor builds the API client of a source; tests replace it.
+var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
+			&clientcmd.ConfigOverrides{CurrentContext: kubecontext}).ClientConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	rc.UserAgent = "coredns-" + pluginName
+	return kubernetes.NewForConfig(rc)
+}
+
+// newMCS builds the handler and its sources; nothing starts until start.
+func newMCS(cfg config) (*MCS, error) {
+	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cfg.cluster, Locality: cfg.locality})
+	t.OnChange(func(ix *table.Index) {
+		indexBuilds.Inc()
+		services.Set(float64(ix.Len()))
+	})
+	client, err := clientFor(cfg.kubeconfig, cfg.kubecontext)
+	if err != nil {
+		where := "in-cluster config"
+		if cfg.kubeconfig != "" {
+			where = "kubeconfig " + cfg.kubeconfig
+		}
+		return nil, fmt.Errorf("cluster %s: %s: %w", cfg.cluster, where, err)
+	}
+	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t}
+	m.sources = append(m.sources, source.New(cfg.cluster, client, t, sourceEvents(), source.Options{}))
+	return m, nil
+}
+
+// sourceEvents turns source callbacks into log lines and metrics.
+func sourceEvents() source.Events {
+	return source.Events{
+		Rejected: func(cluster, ns, name string, rej []annotation.Rejection) {
+			for _, r := range rej {
+				rejectedAnnotations.WithLabelValues(cluster, string(r.Reason)).Inc()
+			}
+			log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
+		},
+		StateChanged: func(cluster string, from, to source.State, err error) {
+			if err != nil {
+				log.Warningf("cluster %s: %s -> %s: %v", cluster, from, to, err)
+				return
+			}
+			log.Infof("cluster %s: %s -> %s", cluster, from, to)
+		},
+	}
+}
+
+// start runs on CoreDNS start-up (and after a reload): it starts the index
+// builder and the sources in the background and returns at once.
+func (m *MCS) start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cancel != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go m.table.Run(ctx)
+	for _, s := range m.sources {
+		if err := s.Start(); err != nil {
+			return fmt.Errorf("cluster %s: %w", s.Cluster(), err)
+		}
+	}
+	collector.add(m)
+	return nil
+}
+
+// stop runs on shutdown and before a reload's new instance takes over.
+func (m *MCS) stop() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	collector.remove(m)
+	for _, s := range m.sources {
+		s.Stop()
+	}
+	if m.cancel != nil {
+		m.cancel()
+		m.cancel = nil
+	}
+	return nil
+}
+
+// Name implements plugin.Handler.
+func (m *MCS) Name() string { return pluginName }

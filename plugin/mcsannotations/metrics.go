@@ -1,0 +1,103 @@
+package mcsannotations
+
+import (
+	"sync"
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/mcsannotations/mcsannotations/plugin/source"
+)
+
+const subsystem = pluginName
+
+var (
+	rejectedAnnotations = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "rejected_annotations_total",
+		Help:      "Annotation entries skipped, by source cluster and reason.",
+	}, []string{"cluster", "reason"})
+
+	answers = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "answers_total",
+		Help:      "Answers given, by server and kind (service, endpoint, srv, nxdomain, nodata, version, apex, nameserver).",
+	}, []string{"server", "kind"})
+
+	services = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "services",
+		Help:      "Services with at least one ready endpoint in the answer index.",
+	})
+
+	indexBuilds = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "index_builds_total",
+		Help:      "Answer index rebuilds (bursts of changes coalesce into one).",
+	})
+)
+
+// Per-source gauges are read at scrape time from the running sources, so a
+// source removed by a reload leaves no stale series behind.
+var (
+	recordsDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "records"),
+		"Pod records held per source cluster.", []string{"cluster"}, nil)
+	stateDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "source_state"),
+		"1 for the source's current state (syncing, connected, disconnected), 0 for the others.", []string{"cluster", "state"}, nil)
+	contactDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "source_last_contact_seconds"),
+		"Seconds since the source's API server last answered (-1 if never).", []string{"cluster"}, nil)
+)
+
+type sourceCollector struct {
+	mu   sync.Mutex
+	live map[*MCS]struct{}
+}
+
+var collector = &sourceCollector{live: map[*MCS]struct{}{}}
+
+func init() { prometheus.MustRegister(collector) }
+
+func (c *sourceCollector) add(m *MCS)    { c.mu.Lock(); c.live[m] = struct{}{}; c.mu.Unlock() }
+func (c *sourceCollector) remove(m *MCS) { c.mu.Lock(); delete(c.live, m); c.mu.Unlock() }
+
+func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- recordsDesc
+	ch <- stateDesc
+	ch <- contactDesc
+}
+
+func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := map[string]bool{} // a reload briefly runs two instances: report one
+	for m := range c.live {
+		counts := m.table.Len()
+		for _, s := range m.sources {
+			cl := s.Cluster()
+			if seen[cl] {
+				continue
+			}
+			seen[cl] = true
+			ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.GaugeValue, float64(counts[cl]), cl)
+			for _, st := range source.States {
+				v := 0.0
+				if s.State() == st {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, cl, st.String())
+			}
+			since := -1.0
+			if t := s.LastContact(); !t.IsZero() {
+				since = time.Since(t).Seconds()
+			}
+			ch <- prometheus.MustNewConstMetric(contactDesc, prometheus.GaugeValue, since, cl)
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package mcsannotations
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/coredns/caddy"
+
+	"github.com/mcsannotations/mcsannotations/plugin/table"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		input   string
+		err     string // substring of the error; "" for success
+		zones   []string
+		cluster string
+		kcfg    string
+		kctx    string
+		ttl     uint32
+		loc     table.Locality
+		fallQ   string // a name fallthrough must cover, if set
+	}{
+		{input: "mcsannotations {\n cluster edge-a\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5},
+		{input: "mcsannotations clusterset.local cluster.local {\n cluster edge-a\n kubeconfig /k.yaml ctx-a\n ttl 30\n locality any\n fallthrough clusterset.local\n}",
+			zones: []string{"clusterset.local.", "cluster.local."}, cluster: "edge-a", kcfg: "/k.yaml", kctx: "ctx-a", ttl: 30, loc: table.Any, fallQ: "x.clusterset.local."},
+		{input: "mcsannotations example.org {\n cluster a.b.c\n kubeconfig /k.yaml\n ttl 0\n locality prefer-local\n fallthrough\n}",
+			zones: []string{"example.org."}, cluster: "a.b.c", kcfg: "/k.yaml", ttl: 0, fallQ: "anything.org."},
+		// Errors.
+		{input: "mcsannotations", err: "the cluster word is required"},
+		{input: "mcsannotations {\n}", err: "the cluster word is required"},
+		{input: "mcsannotations {\n cluster\n}", err: "cluster takes exactly one argument, got 0"},
+		{input: "mcsannotations {\n cluster a b\n}", err: "cluster takes exactly one argument, got 2"},
+		{input: "mcsannotations {\n cluster Edge_A\n}", err: `cluster "Edge_A": must be an RFC 1123 subdomain`},
+		{input: "mcsannotations {\n cluster " + strings.Repeat("a", 128) + "\n}", err: "must be an RFC 1123 subdomain of at most 127 characters"},
+		{input: "mcsannotations {\n cluster a\n kubeconfig\n}", err: "kubeconfig takes PATH [CONTEXT], got 0 arguments"},
+		{input: "mcsannotations {\n cluster a\n kubeconfig a b c\n}", err: "kubeconfig takes PATH [CONTEXT], got 3 arguments"},
+		{input: "mcsannotations {\n cluster a\n ttl x\n}", err: `ttl "x": must be a whole number of seconds from 0 to 3600`},
+		{input: "mcsannotations {\n cluster a\n ttl -1\n}", err: `ttl "-1": must be a whole number`},
+		{input: "mcsannotations {\n cluster a\n ttl 3601\n}", err: `ttl "3601": must be a whole number`},
+		{input: "mcsannotations {\n cluster a\n ttl\n}", err: "ttl takes exactly one argument, got 0"},
+		{input: "mcsannotations {\n cluster a\n locality nearest\n}", err: `locality "nearest": must be prefer-local or any`},
+		{input: "mcsannotations {\n cluster a\n bogus 1\n}", err: `unknown property "bogus"`},
+		{input: "mcsannotations a.local a.local {\n cluster a\n}", err: `zone "a.local." is listed twice`},
+		{input: "mcsannotations {\n cluster a\n}\nmcsannotations {\n cluster b\n}", err: "this plugin can only be used once per Server Block"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.input, func(t *testing.T) {
+			c := caddy.NewTestController("dns", tc.input)
+			cfg, err := parse(c)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if strings.Join(cfg.zones, ",") != strings.Join(tc.zones, ",") || cfg.cluster != tc.cluster ||
+				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc {
+				t.Errorf("got %+v", cfg)
+			}
+			if got := cfg.fall.Through(tc.fallQ); got != (tc.fallQ != "") {
+				t.Errorf("fallthrough(%q) = %v", tc.fallQ, got)
+			}
+		})
+	}
+}
+
+// Errors from the parser name the Corefile line.
+func TestParseErrorNamesLine(t *testing.T) {
+	c := caddy.NewTestController("dns", "mcsannotations {\n cluster a\n ttl nope\n}")
+	_, err := parse(c)
+	if err == nil || !strings.Contains(err.Error(), ":3 -") {
+		t.Fatalf("error %v does not name line 3", err)
+	}
+}
+
+func TestSetupKubeconfigMissing(t *testing.T) {
+	c := caddy.NewTestController("dns", "mcsannotations {\n cluster edge-a\n kubeconfig /nonexistent/kubeconfig\n}")
+	err := setup(c)
+	if err == nil || !strings.Contains(err.Error(), "kubeconfig /nonexistent/kubeconfig") {
+		t.Fatalf("error %v, want one naming the kubeconfig", err)
+	}
+}

@@ -1,0 +1,108 @@
+package source
+
+import (
+	"hash/fnv"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
+)
+
+// slimPod is what the informer keeps instead of a v1.Pod: enough metadata for
+// the informer's keys and resource-version checks, the parsed record, and the
+// parse result. A full Pod costs kilobytes; this keeps a few hundred bytes.
+type slimPod struct {
+	metav1.ObjectMeta // only Name, Namespace, UID, ResourceVersion are set
+	rec               *table.Pod
+	annoHash          uint64 // of the raw export annotation, to log each change once
+	rejected          []annotation.Rejection
+}
+
+// GetObjectKind and DeepCopyObject make slimPod a runtime.Object.
+func (p *slimPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (p *slimPod) DeepCopyObject() runtime.Object {
+	c := *p
+	c.ObjectMeta = *p.ObjectMeta.DeepCopy()
+	return &c // rec and rejected are never mutated after the transform
+}
+
+// toSlim is the informer's transform: it runs before anything is stored, so
+// the full Pod is dropped at once. Objects that are already slim, and
+// tombstones, pass through.
+func toSlim(cluster string) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok {
+			return obj, nil
+		}
+		raw := pod.Annotations[annotation.ExportAnnotation]
+		exports, rejected := annotation.ParseExports(raw, pod.Namespace, cluster)
+		rec := &table.Pod{
+			Cluster:   cluster,
+			Namespace: pod.Namespace,
+			Name:      pod.Name,
+			UID:       string(pod.UID),
+			Hostname:  pod.Spec.Hostname,
+			IPs:       podIPs(pod),
+			Ready:     podReady(pod),
+			Exports:   exports,
+		}
+		return &slimPod{
+			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+			rec:        rec,
+			annoHash:   hash(raw),
+			rejected:   rejected,
+		}, nil
+	}
+}
+
+// podReady: the Pod's Ready condition is True and it is not terminating.
+func podReady(pod *v1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podIPs returns status.podIPs (falling back to status.podIP), skipping any
+// that do not parse, without duplicates.
+func podIPs(pod *v1.Pod) []netip.Addr {
+	var out []netip.Addr
+	add := func(s string) {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return
+		}
+		a = a.Unmap()
+		for _, b := range out {
+			if a == b {
+				return
+			}
+		}
+		out = append(out, a)
+	}
+	for _, ip := range pod.Status.PodIPs {
+		add(ip.IP)
+	}
+	if len(out) == 0 && pod.Status.PodIP != "" {
+		add(pod.Status.PodIP)
+	}
+	return out
+}
+
+func hash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}

@@ -1,0 +1,240 @@
+package source
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
+)
+
+const zone = "clusterset.local."
+
+func newPod(name, ip, anno string, ready bool) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "default", UID: types.UID("uid-" + name), ResourceVersion: "1",
+			Labels:      map[string]string{annotation.ExporterLabel: "true"},
+			Annotations: map[string]string{annotation.ExportAnnotation: anno},
+		},
+		Status: v1.PodStatus{Phase: v1.PodRunning, PodIP: ip, PodIPs: []v1.PodIP{{IP: ip}}},
+	}
+	status := v1.ConditionFalse
+	if ready {
+		status = v1.ConditionTrue
+	}
+	p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: status}}
+	return p
+}
+
+const backend = `{"services":[{"name":"backend","ports":[{"name":"http","port":80}]}]}`
+
+type recorder struct {
+	mu       sync.Mutex
+	rejected map[string][]annotation.Reason
+}
+
+func (r *recorder) events() Events {
+	return Events{Rejected: func(cluster, ns, name string, rej []annotation.Rejection) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, x := range rej {
+			r.rejected[name] = append(r.rejected[name], x.Reason)
+		}
+	}}
+}
+
+func (r *recorder) get(name string) []annotation.Reason {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.rejected[name])
+}
+
+// eventually polls cond until it holds, for at most 5 seconds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func answer(tb *table.Table, q string) []string {
+	a := tb.Rebuild().Lookup(q+zone, dns.TypeA)
+	var out []string
+	for _, r := range a.A {
+		out = append(out, r.A.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestSourceLifecycle(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(newPod("a", "10.0.0.1", backend, true))
+	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	// A record of this cluster from an older snapshot: gone from the API.
+	tb.Upsert(&table.Pod{Cluster: "edge-a", Namespace: "default", Name: "stale", Ready: true,
+		IPs: []netip.Addr{netip.MustParseAddr("10.9.9.9")}, Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}})
+	// A record of another cluster must survive this source's first list.
+	tb.Upsert(&table.Pod{Cluster: "edge-b", Namespace: "default", Name: "peer", Ready: true,
+		IPs: []netip.Addr{netip.MustParseAddr("10.1.0.1")}, Exports: []annotation.Export{{Name: "peer", Namespace: "default", Cluster: "edge-b"}}})
+	rec := &recorder{rejected: map[string][]annotation.Reason{}}
+	s := New("edge-a", client, tb, rec.events(), Options{})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if err := s.Start(); err == nil {
+		t.Error("second Start must fail")
+	}
+
+	eventually(t, "first sync", s.HasSynced)
+	if got := answer(tb, "backend.default.svc."); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Fatalf("after sync: %v (the stale snapshot record must be gone)", got)
+	}
+	if got := answer(tb, "peer.default.svc."); !slices.Equal(got, []string{"10.1.0.1"}) {
+		t.Fatalf("other cluster's record lost: %v", got)
+	}
+	if s.State() != Connected || s.LastContact().IsZero() {
+		t.Errorf("state %v, last contact %v", s.State(), s.LastContact())
+	}
+
+	pods := client.CoreV1().Pods("default")
+	// Add a second Pod.
+	if _, err := pods.Create(ctx, newPod("b", "10.0.0.2", backend, true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "add", func() bool { return slices.Equal(answer(tb, "backend.default.svc."), []string{"10.0.0.1", "10.0.0.2"}) })
+
+	// Pod b becomes not ready.
+	b := newPod("b", "10.0.0.2", backend, false)
+	b.ResourceVersion = "2"
+	if _, err := pods.Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "not ready", func() bool { return slices.Equal(answer(tb, "backend.default.svc."), []string{"10.0.0.1"}) })
+
+	// Pod a changes IP.
+	a := newPod("a", "10.0.0.7", backend, true)
+	a.ResourceVersion = "3"
+	if _, err := pods.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ip change", func() bool { return slices.Equal(answer(tb, "backend.default.svc."), []string{"10.0.0.7"}) })
+
+	// Pod a's annotation becomes invalid: it leaves the service, a rejection is reported once.
+	a = newPod("a", "10.0.0.7", `{"services":[{"name":"backend","namespace":"kube-system"}]}`, true)
+	a.ResourceVersion = "4"
+	if _, err := pods.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "invalid annotation", func() bool { return answer(tb, "backend.default.svc.") == nil })
+	// A status-only update with the same bad annotation is not reported again.
+	a = a.DeepCopy()
+	a.ResourceVersion = "5"
+	a.Status.PodIP, a.Status.PodIPs = "10.0.0.8", []v1.PodIP{{IP: "10.0.0.8"}}
+	if _, err := pods.Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := newPod("c", "10.0.0.3", backend, true)
+	if _, err := pods.Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pod c", func() bool { return slices.Equal(answer(tb, "backend.default.svc."), []string{"10.0.0.3"}) })
+	if got := rec.get("a"); !slices.Equal(got, []annotation.Reason{annotation.ReasonNamespaceOutside}) {
+		t.Errorf("rejections of a: %v, want one namespace_mismatch", got)
+	}
+
+	// Delete.
+	if err := pods.Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "delete", func() bool { return answer(tb, "backend.default.svc.") == nil })
+	if n := tb.Len()["edge-a"]; n != 2 { // a (no valid export) and b (not ready)
+		t.Errorf("edge-a records: %d, want 2", n)
+	}
+}
+
+// A delete whose final state was missed arrives as a tombstone.
+func TestOnDeleteTombstone(t *testing.T) {
+	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	s := New("edge-a", fake.NewClientset(), tb, Events{}, Options{})
+	slim, _ := toSlim("edge-a")(newPod("a", "10.0.0.1", backend, true))
+	s.onAdd(slim)
+	if got := answer(tb, "backend.default.svc."); len(got) != 1 {
+		t.Fatalf("add: %v", got)
+	}
+	s.onDelete(cache.DeletedFinalStateUnknown{Key: "default/a", Obj: slim})
+	if got := answer(tb, "backend.default.svc."); got != nil {
+		t.Fatalf("slim tombstone: %v", got)
+	}
+	s.onAdd(slim)
+	s.onDelete(cache.DeletedFinalStateUnknown{Key: "default/a", Obj: newPod("a", "10.0.0.1", backend, true)})
+	if got := answer(tb, "backend.default.svc."); got != nil {
+		t.Fatalf("raw tombstone: %v", got)
+	}
+	s.onDelete("garbage") // ignored, no panic
+}
+
+func TestToSlim(t *testing.T) {
+	p := newPod("a", "10.0.0.1", backend, true)
+	p.Spec.Hostname = "web-0"
+	p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}, {IP: "not-an-ip"}, {IP: "10.0.0.1"}}
+	p.Spec.Containers = []v1.Container{{Name: "big", Image: "x"}}
+	obj, err := toSlim("edge-a")(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := obj.(*slimPod)
+	r := s.rec
+	if r.Hostname != "web-0" || !r.Ready || len(r.IPs) != 2 || r.IPs[1] != netip.MustParseAddr("fd00::1") || len(r.Exports) != 1 || r.Exports[0].Cluster != "edge-a" {
+		t.Errorf("record %+v", r)
+	}
+	if s.Name != "a" || s.ResourceVersion != "1" || len(s.Annotations) != 0 || len(s.Labels) != 0 {
+		t.Errorf("slim metadata keeps more than it needs: %+v", s.ObjectMeta)
+	}
+	if c := s.DeepCopyObject().(*slimPod); c.rec != s.rec || c.Name != "a" {
+		t.Error("deep copy")
+	}
+
+	// Terminating, failed and condition-less Pods are not ready.
+	for _, mut := range []func(*v1.Pod){
+		func(p *v1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now },
+		func(p *v1.Pod) { p.Status.Phase = v1.PodFailed },
+		func(p *v1.Pod) { p.Status.Conditions = nil },
+	} {
+		q := newPod("a", "10.0.0.1", backend, true)
+		mut(q)
+		obj, _ := toSlim("edge-a")(q)
+		if obj.(*slimPod).rec.Ready {
+			t.Errorf("%+v must not be ready", q.Status)
+		}
+	}
+	// Only podIP set (old API servers).
+	q := newPod("a", "10.0.0.1", backend, true)
+	q.Status.PodIPs = nil
+	obj, _ = toSlim("edge-a")(q)
+	if ips := obj.(*slimPod).rec.IPs; len(ips) != 1 {
+		t.Errorf("podIP fallback: %v", ips)
+	}
+	// Non-Pod objects pass through.
+	if o, _ := toSlim("edge-a")("x"); o != "x" {
+		t.Error("passthrough")
+	}
+}

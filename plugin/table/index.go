@@ -1,0 +1,248 @@
+package table
+
+import (
+	"cmp"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// Index is an immutable view of the table with every answer precomputed as
+// record templates. Owner names in templates are lower case; the handler
+// copies templates into the response (it never hands out the templates
+// themselves, so no later plugin can mutate them).
+type Index struct {
+	cfg        Config
+	serial     uint32
+	services   map[string]*Service // "<svc>.<ns>"
+	namespaces map[string]struct{}
+
+	SOA     dns.SOA
+	NS      dns.NS
+	Version dns.TXT
+}
+
+// Service holds the precomputed answers under <svc>.<ns>.svc.<zone>. Only
+// services with at least one ready endpoint are in an index.
+type Service struct {
+	Namespace, Name string
+	// A and AAAA cover the endpoints the locality policy selects.
+	A    []dns.A
+	AAAA []dns.AAAA
+	// SRV maps a name prefix to its records: "" for the bare service name,
+	// "_http._tcp" for a named port, "_tcp" for the empty non-terminal.
+	SRV map[string]*SRVSet
+	// Hosts maps "<hostname>.<clusterid>" to that endpoint's addresses, for
+	// every ready endpoint of every cluster.
+	Hosts map[string]*Host
+	// Endpoints counts the ready endpoints across clusters.
+	Endpoints int
+}
+
+// SRVSet is the SRV answer of one name with its additional addresses.
+type SRVSet struct {
+	SRV       []dns.SRV
+	ExtraA    []dns.A
+	ExtraAAAA []dns.AAAA
+}
+
+// Host is one endpoint's addresses.
+type Host struct {
+	A    []dns.A
+	AAAA []dns.AAAA
+}
+
+// Len returns the number of services with ready endpoints.
+func (ix *Index) Len() int { return len(ix.services) }
+
+// Serial is the SOA serial of this index.
+func (ix *Index) Serial() uint32 { return ix.serial }
+
+// Service returns the service <name>.<namespace>, or nil.
+func (ix *Index) Service(namespace, name string) *Service {
+	return ix.services[name+"."+namespace]
+}
+
+func newIndex(cfg Config, services map[string]*Service, serial uint32) *Index {
+	ix := &Index{cfg: cfg, serial: serial, services: services, namespaces: make(map[string]struct{})}
+	if ix.services == nil {
+		ix.services = map[string]*Service{}
+	}
+	for _, s := range ix.services {
+		ix.namespaces[s.Namespace] = struct{}{}
+	}
+	zone := cfg.Zone
+	ix.SOA = dns.SOA{
+		Hdr:     dns.RR_Header{Name: zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: cfg.TTL},
+		Ns:      "ns.dns." + zone,
+		Mbox:    "hostmaster." + zone,
+		Serial:  serial,
+		Refresh: 7200,
+		Retry:   1800,
+		Expire:  86400,
+		Minttl:  cfg.TTL,
+	}
+	ix.NS = dns.NS{Hdr: dns.RR_Header{Name: zone, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: cfg.TTL}, Ns: "ns.dns." + zone}
+	ix.Version = dns.TXT{Hdr: dns.RR_Header{Name: "dns-version." + zone, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: cfg.TTL}, Txt: []string{"1.0.0"}}
+	return ix
+}
+
+// endpoint is one ready Pod backing one service, with that service's ports.
+type endpoint struct {
+	cluster, hostname string
+	ips               []netip.Addr
+	ports             []portRef
+}
+
+type portRef struct {
+	prefix string // "_http._tcp"
+	target uint16
+}
+
+// buildService renders one service from the Pods that export it; nil when
+// none of them is ready (the name then does not exist).
+func buildService(cfg Config, sk svcKey, pods []*Pod) *Service {
+	var eps []endpoint
+	for _, p := range pods {
+		if !p.Ready || len(p.IPs) == 0 {
+			continue
+		}
+		for _, e := range p.Exports {
+			if e.Namespace != sk.Namespace || e.Name != sk.Name {
+				continue
+			}
+			ep := endpoint{cluster: p.Cluster, hostname: p.EndpointHostname(), ips: p.IPs}
+			for _, pt := range e.Ports {
+				if pt.Name == "" {
+					continue // SRV names need a port name
+				}
+				ep.ports = append(ep.ports, portRef{"_" + pt.Name + "._" + strings.ToLower(pt.Protocol), uint16(pt.TargetPort)})
+			}
+			eps = append(eps, ep)
+		}
+	}
+	if len(eps) == 0 {
+		return nil
+	}
+	slices.SortFunc(eps, func(a, b endpoint) int {
+		return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.hostname, b.hostname), a.ips[0].Compare(b.ips[0]))
+	})
+
+	fqdn := sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone
+	s := &Service{Namespace: sk.Namespace, Name: sk.Name, SRV: map[string]*SRVSet{}, Hosts: map[string]*Host{}, Endpoints: len(eps)}
+
+	selected := eps
+	if cfg.Locality == PreferLocal {
+		var local []endpoint
+		for _, ep := range eps {
+			if ep.cluster == cfg.LocalCluster {
+				local = append(local, ep)
+			}
+		}
+		if len(local) > 0 {
+			selected = local
+		}
+	}
+
+	seen := map[netip.Addr]struct{}{}
+	for _, ep := range selected {
+		for _, ip := range ep.ips {
+			if _, dup := seen[ip]; dup {
+				continue
+			}
+			seen[ip] = struct{}{}
+			s.A, s.AAAA = appendAddr(s.A, s.AAAA, fqdn, cfg.TTL, ip)
+		}
+	}
+
+	for _, ep := range eps {
+		key := ep.hostname + "." + ep.cluster
+		h := s.Hosts[key]
+		if h == nil {
+			h = &Host{}
+			s.Hosts[key] = h
+		}
+		for _, ip := range ep.ips {
+			if !hasAddr(h, ip) {
+				h.A, h.AAAA = appendAddr(h.A, h.AAAA, key+"."+fqdn, cfg.TTL, ip)
+			}
+		}
+	}
+
+	for _, ep := range selected {
+		target := ep.hostname + "." + ep.cluster + "." + fqdn
+		for _, pr := range ep.ports {
+			for _, prefix := range []string{"", pr.prefix} {
+				set := s.SRV[prefix]
+				if set == nil {
+					set = &SRVSet{}
+					s.SRV[prefix] = set
+				}
+				owner := fqdn
+				if prefix != "" {
+					owner = prefix + "." + fqdn
+				}
+				addSRV(set, owner, target, pr.target, cfg.TTL, s.Hosts[ep.hostname+"."+ep.cluster])
+			}
+			// The protocol label alone ("_tcp") is an empty non-terminal.
+			if ent := pr.prefix[strings.IndexByte(pr.prefix, '.')+1:]; s.SRV[ent] == nil {
+				s.SRV[ent] = &SRVSet{}
+			}
+		}
+	}
+	for _, set := range s.SRV {
+		if n := len(set.SRV); n > 0 {
+			w := uint16(max(1, 100/n))
+			for i := range set.SRV {
+				set.SRV[i].Weight = w
+			}
+		}
+	}
+	return s
+}
+
+func addSRV(set *SRVSet, owner, target string, port uint16, ttl uint32, h *Host) {
+	newTarget := true
+	for _, r := range set.SRV {
+		if r.Target == target {
+			if r.Port == port {
+				return // identical (target, port) pairs collapse
+			}
+			newTarget = false
+		}
+	}
+	set.SRV = append(set.SRV, dns.SRV{
+		Hdr:    dns.RR_Header{Name: owner, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl},
+		Target: target, Port: port,
+	})
+	if newTarget && h != nil {
+		set.ExtraA = append(set.ExtraA, h.A...)
+		set.ExtraAAAA = append(set.ExtraAAAA, h.AAAA...)
+	}
+}
+
+func hasAddr(h *Host, ip netip.Addr) bool {
+	for _, r := range h.A {
+		if a, _ := netip.AddrFromSlice(r.A); a.Unmap() == ip.Unmap() {
+			return true
+		}
+	}
+	for _, r := range h.AAAA {
+		if a, _ := netip.AddrFromSlice(r.AAAA); a == ip {
+			return true
+		}
+	}
+	return false
+}
+
+func appendAddr(as []dns.A, aaaas []dns.AAAA, owner string, ttl uint32, ip netip.Addr) ([]dns.A, []dns.AAAA) {
+	if ip.Is4() || ip.Is4In6() {
+		b := ip.Unmap().As4()
+		return append(as, dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(b[:])}), aaaas
+	}
+	b := ip.As16()
+	return as, append(aaaas, dns.AAAA{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(b[:])})
+}

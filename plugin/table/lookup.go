@@ -1,0 +1,138 @@
+package table
+
+import (
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// Kind classifies an answer; the values double as metric labels.
+type Kind uint8
+
+// The answer kinds.
+const (
+	KindNXDomain   Kind = iota // name does not exist
+	KindNoData                 // name exists, not with this type
+	KindService                // <svc>.<ns>.svc A/AAAA
+	KindEndpoint               // <hostname>.<clusterid>.<svc>.<ns>.svc A/AAAA
+	KindSRV                    // SRV of the bare name or of _<port>._<proto>
+	KindVersion                // dns-version TXT
+	KindApex                   // SOA or NS at the zone apex
+	KindNameserver             // ns.dns.<zone> A/AAAA: the handler answers with its own address
+	numKinds
+)
+
+var kindNames = [...]string{"nxdomain", "nodata", "service", "endpoint", "srv", "version", "apex", "nameserver"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Kinds lists every Kind, for pre-registering metric labels.
+func Kinds() []Kind {
+	out := make([]Kind, 0, numKinds)
+	for k := Kind(0); k < numKinds; k++ {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Answer is the result of a lookup: references to templates that the caller
+// copies into its response. Only the fields the Kind needs are set.
+type Answer struct {
+	Kind Kind
+	A    []dns.A
+	AAAA []dns.AAAA
+	SRV  *SRVSet
+}
+
+// Lookup answers qname (lower case, fully qualified, inside the index's zone)
+// for qtype. It does not allocate.
+func (ix *Index) Lookup(qname string, qtype uint16) Answer {
+	zone := ix.cfg.Zone
+	if qname == zone {
+		if qtype == dns.TypeSOA || qtype == dns.TypeNS {
+			return Answer{Kind: KindApex}
+		}
+		return Answer{Kind: KindNoData}
+	}
+	if len(qname) <= len(zone) || !strings.HasSuffix(qname, zone) || qname[len(qname)-len(zone)-1] != '.' {
+		return Answer{Kind: KindNXDomain}
+	}
+	rel := qname[:len(qname)-len(zone)-1] // "backend.default.svc"
+
+	switch rel {
+	case "dns-version":
+		return exists(qtype == dns.TypeTXT, Answer{Kind: KindVersion})
+	case "ns.dns":
+		return exists(qtype == dns.TypeA || qtype == dns.TypeAAAA, Answer{Kind: KindNameserver})
+	case "dns", "svc":
+		return Answer{Kind: KindNoData} // empty non-terminals
+	}
+	rest, ok := strings.CutSuffix(rel, ".svc")
+	if !ok {
+		return Answer{Kind: KindNXDomain}
+	}
+	dot := strings.LastIndexByte(rest, '.')
+	if dot < 0 { // <ns>.svc: an empty non-terminal when the namespace has services
+		if _, ok := ix.namespaces[rest]; ok {
+			return Answer{Kind: KindNoData}
+		}
+		return Answer{Kind: KindNXDomain}
+	}
+	// rest is [prefix.]<svc>.<ns>; the key "<svc>.<ns>" is a substring of it.
+	start := strings.LastIndexByte(rest[:dot], '.') + 1
+	svc := ix.services[rest[start:]]
+	if svc == nil {
+		return Answer{Kind: KindNXDomain}
+	}
+	if start == 0 {
+		switch qtype {
+		case dns.TypeA:
+			return exists(len(svc.A) > 0, Answer{Kind: KindService, A: svc.A})
+		case dns.TypeAAAA:
+			return exists(len(svc.AAAA) > 0, Answer{Kind: KindService, AAAA: svc.AAAA})
+		case dns.TypeSRV:
+			set := svc.SRV[""]
+			return exists(set != nil && len(set.SRV) > 0, Answer{Kind: KindSRV, SRV: set})
+		}
+		return Answer{Kind: KindNoData}
+	}
+	prefix := rest[:start-1]
+	if prefix == "" { // only from a malformed name with an empty label
+		return Answer{Kind: KindNXDomain}
+	}
+	if prefix[0] == '_' {
+		set := svc.SRV[prefix]
+		if set == nil {
+			return Answer{Kind: KindNXDomain}
+		}
+		return exists(qtype == dns.TypeSRV && len(set.SRV) > 0, Answer{Kind: KindSRV, SRV: set})
+	}
+	if strings.IndexByte(prefix, '.') < 0 {
+		// <clusterid>.<svc>.<ns>.svc is reserved by the MCS DNS specification.
+		return Answer{Kind: KindNXDomain}
+	}
+	h := svc.Hosts[prefix]
+	if h == nil {
+		return Answer{Kind: KindNXDomain}
+	}
+	switch qtype {
+	case dns.TypeA:
+		return exists(len(h.A) > 0, Answer{Kind: KindEndpoint, A: h.A})
+	case dns.TypeAAAA:
+		return exists(len(h.AAAA) > 0, Answer{Kind: KindEndpoint, AAAA: h.AAAA})
+	}
+	return Answer{Kind: KindNoData}
+}
+
+// exists returns a when the name has data of the asked type, else NODATA.
+func exists(has bool, a Answer) Answer {
+	if has {
+		return a
+	}
+	return Answer{Kind: KindNoData}
+}

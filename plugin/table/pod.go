@@ -1,0 +1,76 @@
+package table
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+)
+
+// Pod is the slim record of one exporting Pod: only what DNS needs. It is what
+// sources produce, what the table indexes, and what the snapshot persists.
+// A Pod is never modified once handed to the table.
+type Pod struct {
+	Cluster   string              `json:"c"`
+	Namespace string              `json:"ns"`
+	Name      string              `json:"n"`
+	UID       string              `json:"u,omitempty"`
+	Hostname  string              `json:"h,omitempty"` // spec.hostname; empty means the dashed IP
+	IPs       []netip.Addr        `json:"ips,omitempty"`
+	Ready     bool                `json:"r,omitempty"`
+	Exports   []annotation.Export `json:"e,omitempty"`
+}
+
+// Key identifies a Pod across every source.
+type Key struct{ Cluster, Namespace, Name string }
+
+// Key returns the Pod's key.
+func (p *Pod) Key() Key { return Key{p.Cluster, p.Namespace, p.Name} }
+
+// Equal reports whether two records carry the same data.
+func (p *Pod) Equal(o *Pod) bool {
+	if p == nil || o == nil {
+		return p == o
+	}
+	if p.Cluster != o.Cluster || p.Namespace != o.Namespace || p.Name != o.Name || p.UID != o.UID ||
+		p.Hostname != o.Hostname || p.Ready != o.Ready || !slices.Equal(p.IPs, o.IPs) || len(p.Exports) != len(o.Exports) {
+		return false
+	}
+	for i := range p.Exports {
+		a, b := p.Exports[i], o.Exports[i]
+		if a.Name != b.Name || a.Namespace != b.Namespace || a.Cluster != b.Cluster || !slices.Equal(a.Ports, b.Ports) {
+			return false
+		}
+	}
+	return true
+}
+
+// EndpointHostname is the first label of the Pod's per-endpoint DNS name:
+// spec.hostname when set, else its primary IP with dots (or colons) replaced by
+// dashes, as CoreDNS's kubernetes plugin names endpoints.
+func (p *Pod) EndpointHostname() string {
+	if p.Hostname != "" {
+		return p.Hostname
+	}
+	if len(p.IPs) == 0 {
+		return ""
+	}
+	return DashedIP(p.IPs[0])
+}
+
+// DashedIP renders an address as a DNS label: 10.244.0.5 -> 10-244-0-5,
+// fd00::5 -> fd00--5 (a trailing dash gets a 0 so the label stays valid).
+func DashedIP(a netip.Addr) string {
+	if a.Is4() || a.Is4In6() {
+		return strings.ReplaceAll(a.Unmap().String(), ".", "-")
+	}
+	s := strings.ReplaceAll(a.WithZone("").String(), ":", "-")
+	if strings.HasPrefix(s, "-") {
+		s = "0" + s
+	}
+	if strings.HasSuffix(s, "-") {
+		s += "0"
+	}
+	return s
+}

@@ -1,0 +1,262 @@
+// Package table holds the multi-cluster service table: the slim Pod records of
+// every source, grouped into services, and an immutable Index of precomputed
+// DNS answers that readers load with one atomic read.
+//
+// Writers (informer handlers, the snapshot loader) only record what changed and
+// mark the affected services dirty. A single builder goroutine turns the dirty
+// set into a new Index: it rebuilds only the dirty services, copies the
+// service map by pointer, and swaps the Index in. Bursts coalesce into one
+// rebuild, and readers never wait on writers (the hosts plugin's swap pattern).
+package table
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Locality chooses which clusters' endpoints a service name answers with.
+type Locality int
+
+const (
+	// PreferLocal answers with the local cluster's ready endpoints when it has
+	// any, else with every other cluster's.
+	PreferLocal Locality = iota
+	// Any answers with every cluster's ready endpoints.
+	Any
+)
+
+func (l Locality) String() string {
+	if l == Any {
+		return "any"
+	}
+	return "prefer-local"
+}
+
+// Config fixes how answers are rendered. Zone is the clusterset zone, fully
+// qualified and lower case ("clusterset.local.").
+type Config struct {
+	Zone         string
+	TTL          uint32
+	LocalCluster string
+	Locality     Locality
+}
+
+type svcKey struct{ Namespace, Name string }
+
+// Table is safe for concurrent use.
+type Table struct {
+	cfg Config
+
+	mu    sync.Mutex
+	pods  map[Key]*Pod
+	bySvc map[svcKey]map[Key]struct{}
+	dirty map[svcKey]struct{}
+	gen   uint64 // bumped by every write, under mu
+
+	kick     chan struct{}
+	built    atomic.Uint64 // the gen the current index reflects
+	buildMu  sync.Mutex    // one builder at a time
+	cur      atomic.Pointer[Index]
+	onChange func(*Index)
+}
+
+// New returns an empty table serving an empty index.
+func New(cfg Config) *Table {
+	t := &Table{
+		cfg:   cfg,
+		pods:  make(map[Key]*Pod),
+		bySvc: make(map[svcKey]map[Key]struct{}),
+		dirty: make(map[svcKey]struct{}),
+		kick:  make(chan struct{}, 1),
+	}
+	t.cur.Store(newIndex(cfg, nil, 0))
+	return t
+}
+
+// Config returns the table's configuration.
+func (t *Table) Config() Config { return t.cfg }
+
+// Index returns the current answer index. It never blocks.
+func (t *Table) Index() *Index { return t.cur.Load() }
+
+// OnChange registers f to be called (from the builder) after each new index
+// is swapped in. Set it before Run.
+func (t *Table) OnChange(f func(*Index)) { t.onChange = f }
+
+// Upsert adds or replaces a Pod record.
+func (t *Table) Upsert(p *Pod) {
+	t.mu.Lock()
+	t.upsertLocked(p)
+	t.gen++
+	t.mu.Unlock()
+	t.signal()
+}
+
+// Delete removes a Pod record; deleting an unknown key is a no-op.
+func (t *Table) Delete(k Key) {
+	t.mu.Lock()
+	if t.deleteLocked(k) {
+		t.gen++
+	}
+	t.mu.Unlock()
+	t.signal()
+}
+
+// ReplaceCluster makes pods the complete set of records of cluster: records
+// of that cluster not in pods are deleted, the others upserted, all in one
+// step, so no index ever shows the cluster's surviving endpoints missing.
+func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
+	keep := make(map[Key]struct{}, len(pods))
+	for _, p := range pods {
+		keep[p.Key()] = struct{}{}
+	}
+	t.mu.Lock()
+	for k := range t.pods {
+		if k.Cluster != cluster {
+			continue
+		}
+		if _, ok := keep[k]; !ok {
+			t.deleteLocked(k)
+		}
+	}
+	for _, p := range pods {
+		t.upsertLocked(p)
+	}
+	t.gen++
+	t.mu.Unlock()
+	t.signal()
+}
+
+// Pods returns the records of cluster (all clusters when cluster is "").
+func (t *Table) Pods(cluster string) []*Pod {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*Pod
+	for k, p := range t.pods {
+		if cluster == "" || k.Cluster == cluster {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Len returns the number of Pod records per cluster.
+func (t *Table) Len() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]int)
+	for k := range t.pods {
+		out[k.Cluster]++
+	}
+	return out
+}
+
+func (t *Table) upsertLocked(p *Pod) {
+	k := p.Key()
+	if old, ok := t.pods[k]; ok {
+		t.unlinkLocked(k, old)
+	}
+	t.pods[k] = p
+	for _, e := range p.Exports {
+		sk := svcKey{e.Namespace, e.Name}
+		m := t.bySvc[sk]
+		if m == nil {
+			m = make(map[Key]struct{})
+			t.bySvc[sk] = m
+		}
+		m[k] = struct{}{}
+		t.dirty[sk] = struct{}{}
+	}
+}
+
+func (t *Table) deleteLocked(k Key) bool {
+	old, ok := t.pods[k]
+	if !ok {
+		return false
+	}
+	t.unlinkLocked(k, old)
+	delete(t.pods, k)
+	return true
+}
+
+func (t *Table) unlinkLocked(k Key, old *Pod) {
+	for _, e := range old.Exports {
+		sk := svcKey{e.Namespace, e.Name}
+		if m := t.bySvc[sk]; m != nil {
+			delete(m, k)
+			if len(m) == 0 {
+				delete(t.bySvc, sk)
+			}
+		}
+		t.dirty[sk] = struct{}{}
+	}
+}
+
+func (t *Table) signal() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run rebuilds the index whenever records change, until ctx is done.
+func (t *Table) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.kick:
+			t.Rebuild()
+		}
+	}
+}
+
+// Rebuild brings the index up to date with every write made before the call
+// and returns it. Run calls it; tests and start-up call it directly.
+func (t *Table) Rebuild() *Index {
+	t.buildMu.Lock()
+	defer t.buildMu.Unlock()
+
+	t.mu.Lock()
+	gen := t.gen
+	if gen == t.built.Load() && len(t.dirty) == 0 {
+		t.mu.Unlock()
+		return t.cur.Load()
+	}
+	dirty := t.dirty
+	t.dirty = make(map[svcKey]struct{})
+	// Gather the dirty services' Pods under the lock; render outside it.
+	members := make(map[svcKey][]*Pod, len(dirty))
+	for sk := range dirty {
+		ks := t.bySvc[sk]
+		ps := make([]*Pod, 0, len(ks))
+		for k := range ks {
+			ps = append(ps, t.pods[k])
+		}
+		members[sk] = ps
+	}
+	t.mu.Unlock()
+
+	old := t.cur.Load()
+	services := make(map[string]*Service, len(old.services)+len(members))
+	for k, s := range old.services {
+		services[k] = s
+	}
+	for sk, ps := range members {
+		name := sk.Name + "." + sk.Namespace
+		if s := buildService(t.cfg, sk, ps); s != nil {
+			services[name] = s
+		} else {
+			delete(services, name)
+		}
+	}
+	idx := newIndex(t.cfg, services, uint32(time.Now().Unix()))
+	t.cur.Store(idx)
+	t.built.Store(gen)
+	if t.onChange != nil {
+		t.onChange(idx)
+	}
+	return idx
+}

@@ -1,0 +1,334 @@
+package table
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+)
+
+const zone = "clusterset.local."
+
+func cfg() Config { return Config{Zone: zone, TTL: 5, LocalCluster: "edge-a", Locality: PreferLocal} }
+
+func pod(cluster, ns, name, hostname string, ready bool, ips []string, exports ...annotation.Export) *Pod {
+	p := &Pod{Cluster: cluster, Namespace: ns, Name: name, Hostname: hostname, Ready: ready}
+	for _, s := range ips {
+		p.IPs = append(p.IPs, netip.MustParseAddr(s))
+	}
+	for i := range exports {
+		exports[i].Cluster = cluster
+		if exports[i].Namespace == "" {
+			exports[i].Namespace = ns
+		}
+	}
+	p.Exports = exports
+	return p
+}
+
+func export(name string, ports ...annotation.Port) annotation.Export {
+	return annotation.Export{Name: name, Ports: ports}
+}
+
+var httpPort = annotation.Port{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}
+
+func addrs(a Answer) []string {
+	var out []string
+	for _, r := range a.A {
+		out = append(out, r.A.String())
+	}
+	for _, r := range a.AAAA {
+		out = append(out, r.AAAA.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func srvs(a Answer) []string {
+	if a.SRV == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range a.SRV.SRV {
+		out = append(out, fmt.Sprintf("%d %s", r.Port, r.Target))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestLookup(t *testing.T) {
+	tb := New(cfg())
+	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1", "fd00::1"}, export("backend", httpPort)))
+	tb.Upsert(pod("edge-a", "default", "b2", "web-0", true, []string{"10.0.0.2"}, export("backend", httpPort, annotation.Port{Name: "dns", Port: 53, TargetPort: 5353, Protocol: "UDP"}), export("other")))
+	tb.Upsert(pod("edge-a", "default", "b3", "", false, []string{"10.0.0.3"}, export("backend", httpPort)))
+	tb.Upsert(pod("edge-b", "default", "b4", "", true, []string{"10.1.0.4"}, export("backend", httpPort)))
+	tb.Upsert(pod("edge-b", "default", "peer-only", "", true, []string{"10.1.0.5"}, export("remote", httpPort)))
+	tb.Upsert(pod("edge-a", "default", "notready", "", false, []string{"10.0.0.9"}, export("down")))
+	// Two Pods with one spec.hostname in one cluster collapse into one SRV target.
+	tb.Upsert(pod("edge-b", "default", "r1", "same", true, []string{"10.1.0.6"}, export("twins", httpPort)))
+	tb.Upsert(pod("edge-b", "default", "r2", "same", true, []string{"10.1.0.7"}, export("twins", httpPort)))
+	ix := tb.Rebuild()
+
+	tests := []struct {
+		qname string
+		qtype uint16
+		kind  Kind
+		addrs []string
+		srvs  []string
+	}{
+		{"backend.default.svc." + zone, dns.TypeA, KindService, []string{"10.0.0.1", "10.0.0.2"}, nil},
+		{"backend.default.svc." + zone, dns.TypeAAAA, KindService, []string{"fd00::1"}, nil},
+		{"backend.default.svc." + zone, dns.TypeTXT, KindNoData, nil, nil},
+		{"backend.default.svc." + zone, dns.TypeSRV, KindSRV, nil, []string{
+			"5353 web-0.edge-a.backend.default.svc." + zone,
+			"8080 10-0-0-1.edge-a.backend.default.svc." + zone,
+			"8080 web-0.edge-a.backend.default.svc." + zone,
+		}},
+		{"_http._tcp.backend.default.svc." + zone, dns.TypeSRV, KindSRV, nil, []string{
+			"8080 10-0-0-1.edge-a.backend.default.svc." + zone,
+			"8080 web-0.edge-a.backend.default.svc." + zone,
+		}},
+		{"_dns._udp.backend.default.svc." + zone, dns.TypeSRV, KindSRV, nil, []string{"5353 web-0.edge-a.backend.default.svc." + zone}},
+		{"_http._tcp.backend.default.svc." + zone, dns.TypeA, KindNoData, nil, nil},
+		{"_tcp.backend.default.svc." + zone, dns.TypeSRV, KindNoData, nil, nil},
+		{"_http._udp.backend.default.svc." + zone, dns.TypeSRV, KindNXDomain, nil, nil},
+		{"_nope._tcp.backend.default.svc." + zone, dns.TypeSRV, KindNXDomain, nil, nil},
+		// Per-endpoint names cover every cluster, whatever the locality.
+		{"10-0-0-1.edge-a.backend.default.svc." + zone, dns.TypeA, KindEndpoint, []string{"10.0.0.1"}, nil},
+		{"10-0-0-1.edge-a.backend.default.svc." + zone, dns.TypeAAAA, KindEndpoint, []string{"fd00::1"}, nil},
+		{"web-0.edge-a.backend.default.svc." + zone, dns.TypeA, KindEndpoint, []string{"10.0.0.2"}, nil},
+		{"web-0.edge-a.backend.default.svc." + zone, dns.TypeAAAA, KindNoData, nil, nil},
+		{"10-1-0-4.edge-b.backend.default.svc." + zone, dns.TypeA, KindEndpoint, []string{"10.1.0.4"}, nil},
+		{"10-0-0-3.edge-a.backend.default.svc." + zone, dns.TypeA, KindNXDomain, nil, nil}, // not ready
+		{"10-0-0-1.edge-b.backend.default.svc." + zone, dns.TypeA, KindNXDomain, nil, nil}, // wrong cluster
+		{"edge-a.backend.default.svc." + zone, dns.TypeA, KindNXDomain, nil, nil},          // reserved
+		// No local endpoint: the peers' answer.
+		{"remote.default.svc." + zone, dns.TypeA, KindService, []string{"10.1.0.5"}, nil},
+		{"down.default.svc." + zone, dns.TypeA, KindNXDomain, nil, nil},
+		{"other.default.svc." + zone, dns.TypeA, KindService, []string{"10.0.0.2"}, nil},
+		{"other.default.svc." + zone, dns.TypeSRV, KindNoData, nil, nil}, // no named ports
+		{"twins.default.svc." + zone, dns.TypeA, KindService, []string{"10.1.0.6", "10.1.0.7"}, nil},
+		{"twins.default.svc." + zone, dns.TypeSRV, KindSRV, nil, []string{"8080 same.edge-b.twins.default.svc." + zone}},
+		{"same.edge-b.twins.default.svc." + zone, dns.TypeA, KindEndpoint, []string{"10.1.0.6", "10.1.0.7"}, nil},
+		{"missing.default.svc." + zone, dns.TypeA, KindNXDomain, nil, nil},
+		{"default.svc." + zone, dns.TypeA, KindNoData, nil, nil},
+		{"nons.svc." + zone, dns.TypeA, KindNXDomain, nil, nil},
+		{"svc." + zone, dns.TypeA, KindNoData, nil, nil},
+		{"backend.default." + zone, dns.TypeA, KindNXDomain, nil, nil},
+		{"backend.default.pod." + zone, dns.TypeA, KindNXDomain, nil, nil},
+		{zone, dns.TypeSOA, KindApex, nil, nil},
+		{zone, dns.TypeNS, KindApex, nil, nil},
+		{zone, dns.TypeA, KindNoData, nil, nil},
+		{"dns-version." + zone, dns.TypeTXT, KindVersion, nil, nil},
+		{"dns-version." + zone, dns.TypeA, KindNoData, nil, nil},
+		{"ns.dns." + zone, dns.TypeA, KindNameserver, nil, nil},
+		{"dns." + zone, dns.TypeA, KindNoData, nil, nil},
+		{"a.b.c.d.e.backend.default.svc." + zone, dns.TypeA, KindNXDomain, nil, nil},
+		{"xclusterset.local.", dns.TypeA, KindNXDomain, nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s/%s", tc.qname, dns.TypeToString[tc.qtype]), func(t *testing.T) {
+			a := ix.Lookup(tc.qname, tc.qtype)
+			if a.Kind != tc.kind {
+				t.Fatalf("kind %v, want %v", a.Kind, tc.kind)
+			}
+			if got := addrs(a); !slices.Equal(got, tc.addrs) {
+				t.Errorf("addresses %v, want %v", got, tc.addrs)
+			}
+			if got := srvs(a); !slices.Equal(got, tc.srvs) {
+				t.Errorf("SRV %v, want %v", got, tc.srvs)
+			}
+		})
+	}
+
+	// Additional section: one address set per distinct SRV target.
+	a := ix.Lookup("backend.default.svc."+zone, dns.TypeSRV)
+	if len(a.SRV.ExtraA) != 2 || len(a.SRV.ExtraAAAA) != 1 {
+		t.Errorf("extra: %d A, %d AAAA; want 2 and 1", len(a.SRV.ExtraA), len(a.SRV.ExtraAAAA))
+	}
+	for _, r := range a.SRV.SRV {
+		if r.Weight == 0 || r.Hdr.Ttl != 5 {
+			t.Errorf("SRV %v: weight and TTL must be set", r.String())
+		}
+	}
+}
+
+func TestLocalityAny(t *testing.T) {
+	c := cfg()
+	c.Locality = Any
+	tb := New(c)
+	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("backend")))
+	tb.Upsert(pod("edge-b", "default", "b", "", true, []string{"10.1.0.1"}, export("backend")))
+	got := addrs(tb.Rebuild().Lookup("backend.default.svc."+zone, dns.TypeA))
+	if !slices.Equal(got, []string{"10.0.0.1", "10.1.0.1"}) {
+		t.Errorf("got %v", got)
+	}
+}
+
+// A and AAAA cover the same endpoint subset: a local IPv4-only endpoint hides
+// a peer's IPv6 endpoint from AAAA too.
+func TestLocalitySameSubsetForAAndAAAA(t *testing.T) {
+	tb := New(cfg())
+	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("backend")))
+	tb.Upsert(pod("edge-b", "default", "b", "", true, []string{"fd00::2"}, export("backend")))
+	ix := tb.Rebuild()
+	if k := ix.Lookup("backend.default.svc."+zone, dns.TypeAAAA).Kind; k != KindNoData {
+		t.Errorf("AAAA: %v, want nodata", k)
+	}
+}
+
+func TestUpdatesAndDeletes(t *testing.T) {
+	tb := New(cfg())
+	q := "backend.default.svc." + zone
+	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("backend")))
+	if got := addrs(tb.Rebuild().Lookup(q, dns.TypeA)); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Fatalf("add: %v", got)
+	}
+	// IP change.
+	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.7"}, export("backend")))
+	if got := addrs(tb.Rebuild().Lookup(q, dns.TypeA)); !slices.Equal(got, []string{"10.0.0.7"}) {
+		t.Fatalf("ip change: %v", got)
+	}
+	// The annotation moves the Pod to another service: the old name goes.
+	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.7"}, export("frontend")))
+	ix := tb.Rebuild()
+	if k := ix.Lookup(q, dns.TypeA).Kind; k != KindNXDomain {
+		t.Fatalf("moved: old name %v", k)
+	}
+	if got := addrs(ix.Lookup("frontend.default.svc."+zone, dns.TypeA)); !slices.Equal(got, []string{"10.0.0.7"}) {
+		t.Fatalf("moved: new name %v", got)
+	}
+	// Not ready, then deleted.
+	tb.Upsert(pod("edge-a", "default", "a", "", false, []string{"10.0.0.7"}, export("frontend")))
+	if k := tb.Rebuild().Lookup("frontend.default.svc."+zone, dns.TypeA).Kind; k != KindNXDomain {
+		t.Fatalf("not ready: %v", k)
+	}
+	tb.Delete(Key{"edge-a", "default", "a"})
+	tb.Delete(Key{"edge-a", "default", "never-existed"})
+	ix = tb.Rebuild()
+	if ix.Len() != 0 || len(tb.Pods("")) != 0 {
+		t.Fatalf("after delete: %d services, %d pods", ix.Len(), len(tb.Pods("")))
+	}
+	if k := ix.Lookup("default.svc."+zone, dns.TypeA).Kind; k != KindNXDomain {
+		t.Fatalf("empty namespace still exists: %v", k)
+	}
+}
+
+func TestReplaceCluster(t *testing.T) {
+	tb := New(cfg())
+	tb.Upsert(pod("edge-b", "default", "keep", "", true, []string{"10.1.0.1"}, export("backend")))
+	tb.Upsert(pod("edge-b", "default", "gone", "", true, []string{"10.1.0.2"}, export("backend")))
+	tb.Upsert(pod("edge-c", "default", "other", "", true, []string{"10.2.0.1"}, export("backend")))
+	tb.Rebuild()
+	tb.ReplaceCluster("edge-b", []*Pod{
+		pod("edge-b", "default", "keep", "", true, []string{"10.1.0.1"}, export("backend")),
+		pod("edge-b", "default", "new", "", true, []string{"10.1.0.3"}, export("backend")),
+	})
+	got := addrs(tb.Rebuild().Lookup("backend.default.svc."+zone, dns.TypeA))
+	if !slices.Equal(got, []string{"10.1.0.1", "10.1.0.3", "10.2.0.1"}) {
+		t.Errorf("got %v", got)
+	}
+	if n := tb.Len(); n["edge-b"] != 2 || n["edge-c"] != 1 {
+		t.Errorf("len %v", n)
+	}
+}
+
+// While writers churn, every index a reader sees answers with the endpoint
+// that never changes: no reader ever sees the service empty.
+func TestRunNoGapUnderChurn(t *testing.T) {
+	tb := New(cfg())
+	changed := make(chan struct{}, 1)
+	tb.OnChange(func(*Index) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go tb.Run(ctx)
+	stable := pod("edge-b", "default", "stable", "", true, []string{"10.1.0.1"}, export("backend"))
+	tb.Upsert(stable)
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the builder did not publish an index")
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 2000 {
+			p := pod("edge-b", "default", fmt.Sprintf("p%d", i%20), "", i%3 != 0, []string{fmt.Sprintf("10.1.1.%d", i%200)}, export("backend"))
+			tb.Upsert(p)
+			if i%7 == 0 {
+				tb.Delete(p.Key())
+			}
+			if i%500 == 0 {
+				tb.ReplaceCluster("edge-b", []*Pod{stable, p})
+			}
+		}
+	}()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for reads := 0; ; reads++ {
+		a := tb.Index().Lookup("backend.default.svc."+zone, dns.TypeA)
+		if !slices.Contains(addrs(a), "10.1.0.1") {
+			t.Fatalf("read %d: stable endpoint missing: %v", reads, addrs(a))
+		}
+		select {
+		case <-done:
+			tb.Rebuild()
+			if !slices.Contains(addrs(tb.Index().Lookup("backend.default.svc."+zone, dns.TypeA)), "10.1.0.1") {
+				t.Fatal("final index lost the stable endpoint")
+			}
+			return
+		default:
+		}
+	}
+}
+
+func TestDashedIP(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.244.0.5":      "10-244-0-5",
+		"fd00::5":         "fd00--5",
+		"::1":             "0--1",
+		"fd00::":          "fd00--0",
+		"::ffff:10.0.0.1": "10-0-0-1",
+	} {
+		if got := DashedIP(netip.MustParseAddr(in)); got != want {
+			t.Errorf("%s: got %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestLookupDoesNotAllocate(t *testing.T) {
+	tb := New(cfg())
+	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
+	ix := tb.Rebuild()
+	for _, q := range []string{"backend.default.svc." + zone, "_http._tcp.backend.default.svc." + zone, "10-0-0-1.edge-a.backend.default.svc." + zone, "nope.default.svc." + zone} {
+		if n := testing.AllocsPerRun(100, func() { ix.Lookup(q, dns.TypeA) }); n != 0 {
+			t.Errorf("%s: %v allocations", q, n)
+		}
+	}
+}
+
+func FuzzLookup(f *testing.F) {
+	tb := New(cfg())
+	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
+	ix := tb.Rebuild()
+	for _, s := range []string{"backend.default.svc." + zone, ".default.svc." + zone, "..svc." + zone, "_.x.svc." + zone, zone, "." + zone} {
+		f.Add(s, uint16(dns.TypeA))
+	}
+	f.Fuzz(func(t *testing.T, q string, qtype uint16) {
+		ix.Lookup(q, qtype)
+	})
+}
