@@ -153,9 +153,7 @@ func (s *Store) Delete(source, key string) {
 // An invalid record (empty or oversized key, oversized value) is left out,
 // logged and counted in Stats.Rejected; the others are still applied.
 func (s *Store) ReplaceSource(source string, records map[string][]byte, meta Meta) {
-	next := newChange()
-	next.reset = true
-	next.meta = &meta
+	next := &change{reset: true, ops: make(map[string]op, len(records)), meta: &meta}
 	bad, firstBad := 0, ""
 	for k, v := range records {
 		if msg := checkRecord(source, k, v); msg != "" {

@@ -329,8 +329,13 @@ func (s *Store) Load() (map[string]Source, error) {
 				}
 				src.Meta = m
 			}
-			src.Records = make(map[string][]byte)
-			if rb := sb.Bucket([]byte(recordsBucket)); rb != nil {
+			rb := sb.Bucket([]byte(recordsBucket))
+			if rb == nil {
+				src.Records = make(map[string][]byte)
+			} else {
+				// Stats counts keys page by page, without visiting them:
+				// far cheaper than growing the map 100,000 times.
+				src.Records = make(map[string][]byte, rb.Stats().KeyN)
 				c := rb.Cursor()
 				for k, v := c.First(); k != nil; k, v = c.Next() {
 					// Copy out: k and v point into the mmap, valid only
