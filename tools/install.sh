@@ -33,6 +33,9 @@ K8S_VERSION=$(modversion "$ROOT/tools/k8s/go.mod" k8s.io/kubernetes)
 ETCD_BIN=$CACHE/etcd-$ETCD_VERSION/etcd
 APISERVER_BIN=$CACHE/kube-apiserver-$K8S_VERSION/kube-apiserver
 
+PARTIAL= # a binary being built, removed if the script stops half-way
+trap '[[ -z $PARTIAL ]] || rm -f "$PARTIAL"' EXIT
+
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 
@@ -49,8 +52,10 @@ build() {
 	t0=$(now)
 	echo "tools: building $name into $out (a cold build takes minutes)"
 	mkdir -p "$(dirname "$out")"
-	(cd "$dir" && "$GO" build "$@" -o "$out.tmp.$$" "$pkg")
-	mv -f "$out.tmp.$$" "$out"
+	PARTIAL=$out.tmp.$$
+	(cd "$dir" && "$GO" build "$@" -o "$PARTIAL" "$pkg")
+	mv -f "$PARTIAL" "$out"
+	PARTIAL=
 	echo "tools: built $name in $(since "$t0")"
 }
 
@@ -81,11 +86,19 @@ install_dns() {
 	((EUID == 0)) || sudo=(sudo)
 	t0=$(now)
 	echo "tools: apt-get install ${missing[*]}"
-	# Update the package lists only when the package is not known yet.
+	# Update the package lists only when needed: when the packages are not
+	# known yet, or when installing from the lists we have fails (stale lists).
+	local updated=
 	if ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then
 		"${sudo[@]}" apt-get update -qq
+		updated=1
 	fi
-	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+	if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null; then
+		[[ -z $updated ]] || return 1
+		echo "tools: apt-get install failed; updating the package lists and trying again"
+		"${sudo[@]}" apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
 	echo "tools: installed ${missing[*]} in $(since "$t0")"
 }
 

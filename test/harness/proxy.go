@@ -147,11 +147,12 @@ func (p *Proxy) SetMode(m ProxyMode) error {
 	return nil
 }
 
-// listenLocked listens on the proxy's port, retrying briefly (a port just
-// closed can take a moment to be free).
+// listenLocked listens on the proxy's port, retrying for up to 5 s: while
+// cut, the port is unbound, and an outgoing connection may briefly hold it as
+// its ephemeral local port.
 func (p *Proxy) listenLocked() error {
 	var err error
-	for i := 0; i < 50; i++ {
+	for i := 0; i < 250; i++ {
 		var ln net.Listener
 		ln, err = net.Listen("tcp", p.Addr())
 		if err == nil {
