@@ -24,34 +24,43 @@
 // memory, coalescing it with changes to the same key that are still pending,
 // and return at once. A single goroutine commits everything pending in one
 // bbolt Update per batch (every Options.BatchInterval, 100ms by default, the
-// interval etcd uses). ReplaceSource and DropSource land in the same
-// transaction as any change that follows them, so a reader of the file never
-// sees a source half replaced. If a commit fails (disk full, read-only file
-// system, closed database) the error is logged and counted in Stats, and the
-// changes stay pending and are retried with a capped exponential backoff;
-// callers are never blocked and nothing is dropped while the process lives.
+// interval etcd uses). A ReplaceSource's deletions and writes are committed
+// in the same transaction, so the file never holds a source half replaced.
+// If a commit fails (disk full, read-only file system, closed database) the
+// error is logged and counted in Stats, and the changes stay pending and are
+// retried with a capped exponential backoff; callers are never blocked, and
+// nothing is dropped unless the store is closed while writes still fail.
 //
 // # Crash safety
 //
 // NoSync is never set: every commit is fsynced before Flush or the batcher
 // reports success. bbolt is copy-on-write, so a crash in the middle of a commit
-// leaves the previous committed state in place; at most the last batch (about
-// BatchInterval of changes) is lost, and the plugin resyncs it from the API.
+// leaves the previous committed state in place; only what was still pending in
+// memory (normally under BatchInterval of changes) is lost, and the plugin
+// resyncs it from the API.
 //
 // A crash during bbolt's own first initialisation, a truncated copy, disk
 // corruption or a file from an incompatible version can leave a file bbolt
 // rejects or, worse, one whose pages point past its end. Open therefore
 // checks the file before handing it out: bbolt's own validation, the file
-// size against the high-water mark, the schema version, and one full read
-// of every bucket and record with page faults turned into recoverable panics
-// (runtime/debug.SetPanicOnFault), followed by bbolt's consistency check.
-// A file that fails any of these is renamed to <path>.corrupt-<UTC time>
-// (kept for inspection, never deleted by this package) and a fresh empty
-// store is created in its place. A file that is merely locked by another
-// open Store is never moved: Open waits Options.OpenTimeout and returns an
-// error wrapping ErrLocked. A zero-length file (the crash happened before
-// bbolt wrote its first pages) holds nothing to keep: bbolt initialises it
-// in place and LoadResult.Reason says so.
+// size against the high-water mark, one read of every bucket, key and value
+// with page faults turned into recoverable panics
+// (runtime/debug.SetPanicOnFault), the schema version, and bbolt's
+// consistency check (tx.Check). A file that fails any of these is renamed to
+// <path>.corrupt-<UTC time> (kept for inspection; this package never deletes
+// one) and a fresh empty store is created in its place. A file that is merely
+// locked by another open Store is never moved: Open waits
+// Options.OpenTimeout and returns an error wrapping ErrLocked. Nor is one
+// that cannot be opened for another reason (permissions, a read-only file
+// system): that is an error too. A zero-length file (the crash happened
+// before bbolt wrote its first pages) holds nothing to keep: bbolt
+// initialises it in place and LoadResult.Reason says so.
+//
+// If the file is damaged while open (truncated underneath, a bad disk), the
+// first read or write that hits the damage gets an error wrapping ErrDamaged
+// instead of crashing the server; from then on the Store makes no bbolt call
+// (a panic can leave bbolt's internal locks held) and Close releases the file
+// without bbolt's help, so the next Open can move it aside.
 //
 // # Reload
 //

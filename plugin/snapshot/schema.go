@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -63,12 +64,18 @@ func unusable(format string, args ...any) error {
 // inspect checks a freshly opened file inside tx. It reports empty when the
 // file holds no bucket at all (new, or a crash before initSchema committed),
 // and an error wrapping errUnusable when the file is not a usable snapshot.
-// It reads every bucket and record, so a damaged page is hit here, under
-// the caller's fault protection, rather than later in Load or in a write.
+// It reads every bucket, key and value, so a damaged page is hit here, under
+// the caller's fault protection, rather than later in Load, in a write, or
+// in tx.Check's goroutine, which has no such protection.
 func inspect(tx *bolt.Tx, fileSize int64) (empty bool, err error) {
 	if hw := tx.Size(); hw > fileSize {
 		return false, unusable("file is %d bytes but its pages extend to %d bytes (truncated)", fileSize, hw)
 	}
+	_ = tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
+		touchAll(b)
+		return nil
+	})
+
 	meta := tx.Bucket([]byte(metaBucket))
 	if meta == nil {
 		if k, _ := tx.Cursor().First(); k == nil {
@@ -99,14 +106,31 @@ func inspect(tx *bolt.Tx, fileSize int64) (empty bool, err error) {
 		if sb.Get([]byte(recordsBucket)) != nil {
 			return unusable("source %q: %q is not a bucket", name, recordsBucket)
 		}
-		if rb := sb.Bucket([]byte(recordsBucket)); rb != nil {
-			// Touch every leaf: a damaged page faults or panics here.
-			c := rb.Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			}
-		}
 		return nil
 	})
+}
+
+// touchSink keeps touchAll's reads from being optimised away; atomic, as
+// two Opens may run at once.
+var touchSink atomic.Uint32
+
+// touchAll reads every key, and the first and last byte of every value, in
+// b and the buckets nested in it: every page, and every value's extent.
+func touchAll(b *bolt.Bucket) {
+	var x byte
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if v == nil {
+			if nb := b.Bucket(k); nb != nil {
+				touchAll(nb)
+			}
+			continue
+		}
+		if len(v) > 0 {
+			x ^= v[0] ^ v[len(v)-1]
+		}
+	}
+	touchSink.Add(uint32(x))
 }
 
 // initSchema writes the layout into an empty file.

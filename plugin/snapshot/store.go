@@ -231,7 +231,7 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, file *os.File
 	switch {
 	case err == nil:
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, nil, false, fmt.Errorf("snapshot: open %s: %w (waited %s): %w", path, ErrLocked, timeout, err)
+		return nil, nil, false, fmt.Errorf("%w: %s (gave up after %s: %w)", ErrLocked, path, timeout, err)
 	case corruptOpenError(err):
 		return nil, nil, false, unusable("%v", err)
 	default:
