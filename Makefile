@@ -7,15 +7,15 @@ CACHE := $(ROOT)/.cache
 
 .PHONY: help
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## Build bin/coredns: stock CoreDNS plus mcsannotations (before kubernetes)
 	cd coredns-build && $(GO) build -o $(BIN)/coredns .
 
 .PHONY: unit
-unit: ## Unit tests of the product module and coredns-build (with -race)
-	$(GO) test -race -count=1 ./...
+unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/test/')
 	cd coredns-build && $(GO) test -count=1 ./...
 
 .PHONY: test

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/source"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
@@ -28,6 +30,10 @@ type MCS struct {
 	fall    fall.F
 	table   *table.Table
 	sources []*source.Source
+
+	snapshotPath   string
+	store          atomic.Pointer[snapshot.Store]
+	snapshotLoaded atomic.Bool // the snapshot held a complete list of some source
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -66,14 +72,32 @@ func newMCS(cfg config) (*MCS, error) {
 		}
 		return nil, fmt.Errorf("cluster %s: %s: %w", cfg.cluster, where, err)
 	}
-	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t}
-	m.sources = append(m.sources, source.New(cfg.cluster, client, t, sourceEvents(), source.Options{}))
+	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t, snapshotPath: cfg.snapshot}
+	t.OnPodChange(m.journal)
+	m.sources = append(m.sources, source.New(cfg.cluster, client, t, m.sourceEvents(), source.Options{}))
 	return m, nil
 }
 
-// sourceEvents turns source callbacks into log lines and metrics.
-func sourceEvents() source.Events {
+// sourceFor returns the source of cluster, or nil.
+func (m *MCS) sourceFor(cluster string) *source.Source {
+	for _, s := range m.sources {
+		if s.Cluster() == cluster {
+			return s
+		}
+	}
+	return nil
+}
+
+// sourceEvents turns source callbacks into log lines, metrics and snapshot
+// metadata.
+func (m *MCS) sourceEvents() source.Events {
+	save := func(cluster string) {
+		if s := m.sourceFor(cluster); s != nil {
+			m.saveMeta(s)
+		}
+	}
 	return source.Events{
+		Synced: save,
 		Rejected: func(cluster, ns, name string, rej []annotation.Rejection) {
 			for _, r := range rej {
 				rejectedAnnotations.WithLabelValues(cluster, string(r.Reason)).Inc()
@@ -81,6 +105,7 @@ func sourceEvents() source.Events {
 			log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
 		},
 		StateChanged: func(cluster string, from, to source.State, err error) {
+			save(cluster)
 			if err != nil {
 				log.Warningf("cluster %s: %s -> %s: %v", cluster, from, to, err)
 				return
@@ -90,8 +115,9 @@ func sourceEvents() source.Events {
 	}
 }
 
-// start runs on CoreDNS start-up (and after a reload): it starts the index
-// builder and the sources in the background and returns at once.
+// start runs on CoreDNS start-up (and after a reload): it loads the snapshot
+// into the table, then starts the index builder and the sources in the
+// background and returns.
 func (m *MCS) start() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -100,6 +126,7 @@ func (m *MCS) start() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
+	m.openSnapshot(true)
 	go m.table.Run(ctx)
 	for _, s := range m.sources {
 		if err := s.Start(); err != nil {
@@ -122,7 +149,7 @@ func (m *MCS) stop() error {
 		m.cancel()
 		m.cancel = nil
 	}
-	return nil
+	return m.closeSnapshot()
 }
 
 // Name implements plugin.Handler.

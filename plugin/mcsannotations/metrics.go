@@ -36,6 +36,20 @@ var (
 		Help:      "Services with at least one ready endpoint in the answer index.",
 	})
 
+	snapshotErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "snapshot_errors_total",
+		Help:      "Snapshot problems by kind: open (could not open: serving without), moved_aside (unusable file renamed), load, bad_record, encode.",
+	}, []string{"kind"})
+
+	snapshotLoadSeconds = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "snapshot_load_seconds",
+		Help:      "Time taken to open the snapshot and load it into the answer index at start-up.",
+	})
+
 	indexBuilds = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
@@ -51,6 +65,12 @@ var (
 		"Pod records held per source cluster.", []string{"cluster"}, nil)
 	stateDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "source_state"),
 		"1 for the source's current state (syncing, connected, disconnected), 0 for the others.", []string{"cluster", "state"}, nil)
+	writesDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "snapshot_writes_total"),
+		"Snapshot batch commits since the file was opened.", nil, nil)
+	writeErrorsDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "snapshot_write_errors_total"),
+		"Failed snapshot commits since the file was opened (their changes are kept and retried).", nil, nil)
+	lastWriteDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "snapshot_last_write_timestamp_seconds"),
+		"Unix time of the last successful snapshot commit.", nil, nil)
 	contactDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "source_last_contact_seconds"),
 		"Seconds since the source's API server last answered (-1 if never).", []string{"cluster"}, nil)
 )
@@ -71,13 +91,26 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- recordsDesc
 	ch <- stateDesc
 	ch <- contactDesc
+	ch <- writesDesc
+	ch <- writeErrorsDesc
+	ch <- lastWriteDesc
 }
 
 func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	seen := map[string]bool{} // a reload briefly runs two instances: report one
+	snapshotSeen := false
 	for m := range c.live {
+		if st := m.store.Load(); st != nil && !snapshotSeen {
+			snapshotSeen = true
+			stats := st.Stats()
+			ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(stats.Commits))
+			ch <- prometheus.MustNewConstMetric(writeErrorsDesc, prometheus.CounterValue, float64(stats.WriteErrors))
+			if !stats.LastWrite.IsZero() {
+				ch <- prometheus.MustNewConstMetric(lastWriteDesc, prometheus.GaugeValue, float64(stats.LastWrite.UnixNano())/1e9)
+			}
+		}
 		counts := m.table.Len()
 		for _, s := range m.sources {
 			cl := s.Cluster()

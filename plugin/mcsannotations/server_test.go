@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	coretest "github.com/coredns/coredns/test"
 
@@ -48,6 +49,13 @@ func exporter(name, ip, anno string) *v1.Pod {
 	}
 }
 
+// stopServer stops a test server the way CoreDNS stops: listeners, then the
+// shutdown callbacks (which stop the sources and close the snapshot).
+func stopServer(i *caddy.Instance) {
+	i.Stop()
+	i.ShutdownCallbacks()
+}
+
 func withClient(t *testing.T, f func(string, string) (kubernetes.Interface, error)) {
 	old := clientFor
 	clientFor = f
@@ -84,7 +92,7 @@ func TestServerFromCorefile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer i.Stop()
+	defer stopServer(i)
 
 	deadline := time.Now().Add(5 * time.Second)
 	var r *dns.Msg
@@ -139,7 +147,7 @@ func TestServerStartsWithoutAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer i.Stop()
+			defer stopServer(i)
 			r := exchange(t, "udp", udp, "dns-version.clusterset.local.", dns.TypeTXT, 0)
 			if len(r.Answer) != 1 {
 				t.Fatalf("dns-version: %v", r)

@@ -52,6 +52,11 @@ func setup(c *caddy.Controller) error {
 
 	c.OnStartup(m.start)
 	c.OnShutdown(m.stop)
+	// A reload starts the new instance before the old one shuts down, and a
+	// second open of the snapshot file would wait for the old one's lock:
+	// the old instance closes it first, and reopens it if the reload fails.
+	c.OnRestart(m.closeSnapshot)
+	c.OnRestartFailed(m.reopenSnapshot)
 
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		m.Next = next
@@ -69,6 +74,7 @@ type config struct {
 	ttl         uint32
 	locality    table.Locality
 	fall        fall.F
+	snapshot    string // bbolt file; empty: no snapshot
 }
 
 // parse reads the plugin's one block. Every error names the offending line.
@@ -143,6 +149,12 @@ func parse(c *caddy.Controller) (config, error) {
 				default:
 					return cfg, c.Errf("locality %q: must be prefer-local or any", v)
 				}
+			case "snapshot":
+				v, err := oneArg(c)
+				if err != nil {
+					return cfg, err
+				}
+				cfg.snapshot = v
 			case "fallthrough":
 				cfg.fall.SetZonesFromArgs(c.RemainingArgs())
 			default:

@@ -11,19 +11,21 @@ import (
 
 func TestParse(t *testing.T) {
 	tests := []struct {
-		input   string
-		err     string // substring of the error; "" for success
-		zones   []string
-		cluster string
-		kcfg    string
-		kctx    string
-		ttl     uint32
-		loc     table.Locality
-		fallQ   string // a name fallthrough must cover, if set
+		input    string
+		err      string // substring of the error; "" for success
+		zones    []string
+		cluster  string
+		kcfg     string
+		kctx     string
+		ttl      uint32
+		loc      table.Locality
+		fallQ    string // a name fallthrough must cover, if set
+		snapshot string
 	}{
 		{input: "mcsannotations {\n cluster edge-a\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5},
 		{input: "mcsannotations clusterset.local cluster.local {\n cluster edge-a\n kubeconfig /k.yaml ctx-a\n ttl 30\n locality any\n fallthrough clusterset.local\n}",
 			zones: []string{"clusterset.local.", "cluster.local."}, cluster: "edge-a", kcfg: "/k.yaml", kctx: "ctx-a", ttl: 30, loc: table.Any, fallQ: "x.clusterset.local."},
+		{input: "mcsannotations {\n cluster edge-a\n snapshot /var/lib/mcs/table.db\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, snapshot: "/var/lib/mcs/table.db"},
 		{input: "mcsannotations example.org {\n cluster a.b.c\n kubeconfig /k.yaml\n ttl 0\n locality prefer-local\n fallthrough\n}",
 			zones: []string{"example.org."}, cluster: "a.b.c", kcfg: "/k.yaml", ttl: 0, fallQ: "anything.org."},
 		// Errors.
@@ -41,6 +43,8 @@ func TestParse(t *testing.T) {
 		{input: "mcsannotations {\n cluster a\n ttl\n}", err: "ttl takes exactly one argument, got 0"},
 		{input: "mcsannotations {\n cluster a\n locality nearest\n}", err: `locality "nearest": must be prefer-local or any`},
 		{input: "mcsannotations {\n cluster a\n bogus 1\n}", err: `unknown property "bogus"`},
+		{input: "mcsannotations {\n cluster a\n snapshot\n}", err: "snapshot takes exactly one argument, got 0"},
+		{input: "mcsannotations {\n cluster a\n snapshot /a /b\n}", err: "snapshot takes exactly one argument, got 2"},
 		{input: "mcsannotations a.local a.local {\n cluster a\n}", err: `zone "a.local." is listed twice`},
 		{input: "mcsannotations {\n cluster a\n}\nmcsannotations {\n cluster b\n}", err: "this plugin can only be used once per Server Block"},
 	}
@@ -58,7 +62,7 @@ func TestParse(t *testing.T) {
 				t.Fatalf("unexpected error: %v", err)
 			}
 			if strings.Join(cfg.zones, ",") != strings.Join(tc.zones, ",") || cfg.cluster != tc.cluster ||
-				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc {
+				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc || cfg.snapshot != tc.snapshot {
 				t.Errorf("got %+v", cfg)
 			}
 			if got := cfg.fall.Through(tc.fallQ); got != (tc.fallQ != "") {

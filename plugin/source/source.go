@@ -47,6 +47,8 @@ type Events struct {
 	Rejected func(cluster, namespace, name string, rej []annotation.Rejection)
 	// StateChanged reports a transition, with the error that caused it if any.
 	StateChanged func(cluster string, from, to State, err error)
+	// Synced reports that a complete list has replaced the cluster's records.
+	Synced func(cluster string)
 }
 
 // Options tune a source; zero values take the defaults.
@@ -66,6 +68,7 @@ type Source struct {
 
 	state       atomic.Int32
 	lastContact atomic.Int64 // unix nanoseconds
+	lastSync    atomic.Int64 // unix nanoseconds of the last complete list
 	synced      atomic.Bool
 
 	mu      sync.Mutex // guards cancel and factory
@@ -97,6 +100,16 @@ func (s *Source) HasSynced() bool { return s.synced.Load() }
 // LastContact returns when the API server last answered (zero if never).
 func (s *Source) LastContact() time.Time {
 	n := s.lastContact.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// LastFullSync returns when a complete list last replaced the cluster's
+// records (zero if never).
+func (s *Source) LastFullSync() time.Time {
+	n := s.lastSync.Load()
 	if n == 0 {
 		return time.Time{}
 	}
@@ -151,8 +164,12 @@ func (s *Source) Start() error {
 			}
 		}
 		s.table.ReplaceCluster(s.cluster, recs)
+		s.lastSync.Store(time.Now().UnixNano())
 		s.synced.Store(true)
 		s.touch()
+		if s.ev.Synced != nil {
+			s.ev.Synced(s.cluster)
+		}
 	}()
 	go func() {
 		defer s.wg.Done()

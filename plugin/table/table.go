@@ -60,6 +60,7 @@ type Table struct {
 	buildMu  sync.Mutex    // one builder at a time
 	cur      atomic.Pointer[Index]
 	onChange func(*Index)
+	onPod    func(Key, *Pod)
 }
 
 // New returns an empty table serving an empty index.
@@ -84,6 +85,12 @@ func (t *Table) Index() *Index { return t.cur.Load() }
 // OnChange registers f to be called (from the builder) after each new index
 // is swapped in. Set it before Run.
 func (t *Table) OnChange(f func(*Index)) { t.onChange = f }
+
+// OnPodChange registers f to be called for every record that changes, with
+// the new record (nil when deleted): the snapshot's journal. It is called with
+// the table's write lock held, so it must be quick and must not call back
+// into the table. Set it before any write.
+func (t *Table) OnPodChange(f func(Key, *Pod)) { t.onPod = f }
 
 // Upsert adds or replaces a Pod record.
 func (t *Table) Upsert(p *Pod) {
@@ -156,9 +163,15 @@ func (t *Table) Len() map[string]int {
 func (t *Table) upsertLocked(p *Pod) {
 	k := p.Key()
 	if old, ok := t.pods[k]; ok {
+		if old.Equal(p) {
+			return // nothing to rebuild or persist
+		}
 		t.unlinkLocked(k, old)
 	}
 	t.pods[k] = p
+	if t.onPod != nil {
+		t.onPod(k, p)
+	}
 	for _, e := range p.Exports {
 		sk := svcKey{e.Namespace, e.Name}
 		m := t.bySvc[sk]
@@ -178,6 +191,9 @@ func (t *Table) deleteLocked(k Key) bool {
 	}
 	t.unlinkLocked(k, old)
 	delete(t.pods, k)
+	if t.onPod != nil {
+		t.onPod(k, nil)
+	}
 	return true
 }
 

@@ -332,3 +332,34 @@ func FuzzLookup(f *testing.F) {
 		ix.Lookup(q, qtype)
 	})
 }
+
+func TestOnPodChangeAndCodec(t *testing.T) {
+	tb := New(cfg())
+	got := map[Key]*Pod{}
+	tb.OnPodChange(func(k Key, p *Pod) { got[k] = p })
+	a := pod("edge-a", "default", "a", "web-0", true, []string{"10.0.0.1", "fd00::1"}, export("backend", httpPort))
+	tb.Upsert(a)
+	calls := len(got)
+	tb.Upsert(pod("edge-a", "default", "a", "web-0", true, []string{"10.0.0.1", "fd00::1"}, export("backend", httpPort)))
+	if len(got) != calls || got[a.Key()] != a {
+		t.Fatal("an unchanged record must not be journaled again")
+	}
+	tb.Delete(a.Key())
+	if p, ok := got[a.Key()]; !ok || p != nil {
+		t.Fatal("delete not journaled")
+	}
+
+	b, err := EncodePod(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodePod(b)
+	if err != nil || !back.Equal(a) {
+		t.Fatalf("round trip: %+v, %v", back, err)
+	}
+	for _, bad := range [][]byte{nil, []byte("x{}"), []byte("j{"), []byte(`j{"c":"edge-a"}`), []byte("j[]")} {
+		if _, err := DecodePod(bad); err == nil {
+			t.Errorf("DecodePod(%q) accepted", bad)
+		}
+	}
+}

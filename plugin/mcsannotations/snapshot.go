@@ -1,0 +1,166 @@
+package mcsannotations
+
+import (
+	"time"
+
+	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
+	"github.com/mcsannotations/mcsannotations/plugin/source"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
+)
+
+// The snapshot is a cache of the table on disk: loaded into the table before
+// any source starts, so names resolve from the first query even when no API
+// server answers, and kept current by journaling every record change.
+
+// openSnapshot opens the snapshot file and, when load is true, loads it into
+// the table. Any failure leaves the plugin serving without a snapshot: it
+// never stops start-up.
+func (m *MCS) openSnapshot(load bool) {
+	if m.snapshotPath == "" || m.store.Load() != nil {
+		return
+	}
+	start := time.Now()
+	st, res, err := snapshot.Open(m.snapshotPath, snapshot.Options{Logf: log.Warningf})
+	if err != nil {
+		snapshotErrors.WithLabelValues("open").Inc()
+		log.Errorf("snapshot %s: %v: serving without a snapshot until restart", m.snapshotPath, err)
+		return
+	}
+	if res.MovedAside != "" {
+		snapshotErrors.WithLabelValues("moved_aside").Inc()
+		log.Warningf("snapshot %s was unusable (%s): moved aside to %s; starting empty, resyncing from the API", m.snapshotPath, res.Reason, res.MovedAside)
+	}
+	if load {
+		m.loadSnapshot(st)
+		snapshotLoadSeconds.Set(time.Since(start).Seconds())
+	}
+	m.store.Store(st)
+}
+
+// loadSnapshot fills the table from the store. Records of clusters this
+// instance does not watch are dropped from the file; records that do not
+// decode, or that claim another cluster or namespace than the one they were
+// stored under, are skipped and counted.
+func (m *MCS) loadSnapshot(st *snapshot.Store) {
+	data, err := st.Load()
+	if err != nil {
+		snapshotErrors.WithLabelValues("load").Inc()
+		log.Errorf("snapshot %s: load: %v: starting empty", m.snapshotPath, err)
+		return
+	}
+	total := 0
+	for cluster, src := range data {
+		if m.sourceFor(cluster) == nil {
+			st.DropSource(cluster)
+			log.Infof("snapshot: dropping records of cluster %s, which is no longer configured", cluster)
+			continue
+		}
+		pods := make([]*table.Pod, 0, len(src.Records))
+		for key, b := range src.Records {
+			p, err := table.DecodePod(b)
+			if err == nil && (p.Cluster != cluster || key != p.Namespace+"/"+p.Name || !exportsOwn(p)) {
+				err = errMismatch
+			}
+			if err != nil {
+				snapshotErrors.WithLabelValues("bad_record").Inc()
+				st.Delete(cluster, key)
+				continue
+			}
+			pods = append(pods, p)
+		}
+		m.table.ReplaceCluster(cluster, pods)
+		total += len(pods)
+		if !src.Meta.LastFullSync.IsZero() {
+			m.snapshotLoaded.Store(true)
+		}
+		log.Infof("snapshot: cluster %s: %d records, last full sync %s, last contact %s",
+			cluster, len(pods), stamp(src.Meta.LastFullSync), stamp(src.Meta.LastContact))
+	}
+	ix := m.table.Rebuild()
+	log.Infof("snapshot %s: loaded %d records, %d services, serving them now", m.snapshotPath, total, ix.Len())
+}
+
+type mismatchError struct{}
+
+func (mismatchError) Error() string { return "record does not belong where it was stored" }
+
+var errMismatch = mismatchError{}
+
+// exportsOwn re-checks the sameness rules on a stored record.
+func exportsOwn(p *table.Pod) bool {
+	for _, e := range p.Exports {
+		if e.Cluster != p.Cluster || e.Namespace != p.Namespace {
+			return false
+		}
+	}
+	return true
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// closeSnapshot flushes and closes the file: before a reload (the new
+// instance opens the same file) and at shutdown.
+func (m *MCS) closeSnapshot() error {
+	if st := m.store.Swap(nil); st != nil {
+		if err := st.Close(); err != nil {
+			log.Errorf("snapshot %s: close: %v", m.snapshotPath, err)
+		}
+	}
+	return nil
+}
+
+// reopenSnapshot runs when a reload failed and this instance goes on: the
+// file is reopened and rewritten from the table, which stayed current.
+func (m *MCS) reopenSnapshot() error {
+	m.openSnapshot(false)
+	st := m.store.Load()
+	if st == nil {
+		return nil
+	}
+	for _, s := range m.sources {
+		recs := map[string][]byte{}
+		for _, p := range m.table.Pods(s.Cluster()) {
+			if b, err := table.EncodePod(p); err == nil {
+				recs[p.Namespace+"/"+p.Name] = b
+			}
+		}
+		st.ReplaceSource(s.Cluster(), recs, m.meta(s))
+	}
+	return nil
+}
+
+// journal is the table's change hook: it queues the change for the next
+// batch write. It never blocks on the disk.
+func (m *MCS) journal(k table.Key, p *table.Pod) {
+	st := m.store.Load()
+	if st == nil {
+		return
+	}
+	key := k.Namespace + "/" + k.Name
+	if p == nil {
+		st.Delete(k.Cluster, key)
+		return
+	}
+	b, err := table.EncodePod(p)
+	if err != nil {
+		snapshotErrors.WithLabelValues("encode").Inc()
+		return
+	}
+	st.Put(k.Cluster, key, b)
+}
+
+// saveMeta records a source's contact and sync times.
+func (m *MCS) saveMeta(s *source.Source) {
+	if st := m.store.Load(); st != nil {
+		st.SetMeta(s.Cluster(), m.meta(s))
+	}
+}
+
+func (m *MCS) meta(s *source.Source) snapshot.Meta {
+	return snapshot.Meta{ClusterID: s.Cluster(), LastContact: s.LastContact(), LastFullSync: s.LastFullSync()}
+}

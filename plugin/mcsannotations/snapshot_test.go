@@ -1,0 +1,199 @@
+package mcsannotations
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	coretest "github.com/coredns/coredns/test"
+
+	"github.com/miekg/dns"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+)
+
+func snapshotCorefile(path string) string {
+	return `clusterset.local:0 {
+    bind 127.0.0.1
+    mcsannotations {
+        cluster edge-a
+        kubeconfig /unused-in-this-test
+        snapshot ` + path + `
+    }
+}`
+}
+
+func deadAPI(string, string) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second})
+}
+
+func fakeAPI(objs ...runtime.Object) func(string, string) (kubernetes.Interface, error) {
+	c := fake.NewClientset(objs...)
+	return func(string, string) (kubernetes.Interface, error) { return c, nil }
+}
+
+func addrsOf(r *dns.Msg) []string {
+	var out []string
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitAnswer polls until qname answers with want, for at most 5 s.
+func waitAnswer(t *testing.T, udp, qname string, want []string) {
+	t.Helper()
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got = addrsOf(exchange(t, "udp", udp, qname, dns.TypeA, 0)); slices.Equal(got, want) {
+			return
+		}
+	}
+	t.Fatalf("%s: %v, want %v", qname, got, want)
+}
+
+const backendAnno = `{"services":[{"name":"backend","ports":[{"name":"http","port":80}]}]}`
+
+// Sync with a live API, stop, start again with the API dead: the very first
+// query is answered from the snapshot, and the plugin is ready.
+func TestSnapshotServesAfterRestartWhileOffline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "table.db")
+	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("b", "10.0.0.2", backendAnno)))
+	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.2"})
+	waitSynced(t)
+	stopServer(i)
+
+	withClient(t, deadAPI)
+	i, udp, tcp, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopServer(i)
+	r := exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)
+	if got := addrsOf(r); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Fatalf("first answer after an offline restart: %v", r)
+	}
+	r = exchange(t, "tcp", tcp, "_http._tcp.backend.default.svc.clusterset.local.", dns.TypeSRV, 0)
+	if len(r.Answer) != 2 {
+		t.Fatalf("SRV after an offline restart: %v", r)
+	}
+	if !liveInstance(t).Ready() {
+		t.Error("not ready although the snapshot was loaded")
+	}
+}
+
+// waitSynced waits until the live instance's sources have synced once.
+func waitSynced(t *testing.T) {
+	t.Helper()
+	m := liveInstance(t)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m.sources[0].HasSynced() {
+			return
+		}
+	}
+	t.Fatal("source did not sync")
+}
+
+// liveInstance returns the one running plugin instance.
+func liveInstance(t *testing.T) *MCS {
+	t.Helper()
+	collector.mu.Lock()
+	defer collector.mu.Unlock()
+	if len(collector.live) != 1 {
+		t.Fatalf("%d live instances", len(collector.live))
+	}
+	for m := range collector.live {
+		return m
+	}
+	return nil
+}
+
+// Records in the snapshot that the API no longer has go away at the first
+// complete list; the others never stop answering.
+func TestSnapshotStaleRecordsDroppedOnSync(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.db")
+	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("gone", "10.0.0.9", backendAnno)))
+	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.9"})
+	waitSynced(t)
+	stopServer(i)
+
+	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("new", "10.0.0.3", backendAnno)))
+	i, udp, _, err = coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopServer(i)
+	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.3"})
+}
+
+// Garbage where the snapshot should be: moved aside, the server starts empty
+// and fills from the API.
+func TestSnapshotGarbageMovedAside(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "table.db")
+	if err := os.WriteFile(path, []byte("this is not a bbolt file, not even close"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno)))
+	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopServer(i)
+	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1"})
+	aside, _ := filepath.Glob(filepath.Join(dir, "table.db.corrupt-*"))
+	if len(aside) != 1 {
+		t.Fatalf("moved-aside files: %v", aside)
+	}
+}
+
+// A reload opens the same file in the same process while the old instance
+// still runs: it must neither hang on bbolt's lock nor lose the data.
+func TestSnapshotReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.db")
+	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno)))
+	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1"})
+
+	withClient(t, deadAPI) // the reloaded instance cannot reach the API: only the snapshot has the data
+	done := make(chan error, 1)
+	var ni *caddy.Instance
+	go func() {
+		var err error
+		ni, err = i.Restart(coretest.NewInput(snapshotCorefile(path)))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("reload hung")
+	}
+	defer stopServer(ni)
+	udp, _ = coretest.CoreDNSServerPorts(ni, 0)
+	r := exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)
+	if got := addrsOf(r); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Fatalf("after reload: %v", r)
+	}
+}
