@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -51,14 +50,14 @@ type Cluster struct {
 	Config     *rest.Config
 	Client     *kubernetes.Clientset
 
-	t         testing.TB
+	t         T
 	tools     Tools
 	etcd      *Process
 	apiserver *Process
 }
 
 // StartCluster starts one cluster and waits until its API server is ready.
-func StartCluster(t testing.TB, name string) *Cluster {
+func StartCluster(t T, name string) *Cluster {
 	t.Helper()
 	return StartClusters(t, name)[0]
 }
@@ -66,7 +65,7 @@ func StartCluster(t testing.TB, name string) *Cluster {
 // StartClusters starts independent clusters side by side (their start-ups
 // overlap) and waits until every API server is ready. Names are used in file
 // names and kubeconfigs.
-func StartClusters(t testing.TB, names ...string) []*Cluster {
+func StartClusters(t T, names ...string) []*Cluster {
 	t.Helper()
 	tools := RequireTools(t, ToolEtcd, ToolAPIServer)
 	base := TempDir(t)
@@ -102,7 +101,7 @@ func StartClusters(t testing.TB, names ...string) []*Cluster {
 
 // prepare makes the folder, ports, keys, token file, process descriptions and
 // client of a cluster.
-func (c *Cluster) prepare(t testing.TB) error {
+func (c *Cluster) prepare(t T) error {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "certs"), 0o755); err != nil {
 		return err
 	}
@@ -253,7 +252,7 @@ func (c *Cluster) waitReady(deadline time.Time) error {
 
 // KillAPIServer sends sig (SIGTERM for a clean loss, SIGKILL for a crash) to
 // the kube-apiserver by PID and waits until it has exited.
-func (c *Cluster) KillAPIServer(t testing.TB, sig syscall.Signal) {
+func (c *Cluster) KillAPIServer(t T, sig syscall.Signal) {
 	t.Helper()
 	start := time.Now()
 	if err := c.apiserver.Kill(sig, apiserverStopTimeout); err != nil {
@@ -264,7 +263,7 @@ func (c *Cluster) KillAPIServer(t testing.TB, sig syscall.Signal) {
 
 // PauseAPIServer sends SIGSTOP: the API server keeps its connections and port
 // but answers nothing (a hang, not a loss).
-func (c *Cluster) PauseAPIServer(t testing.TB) {
+func (c *Cluster) PauseAPIServer(t T) {
 	t.Helper()
 	if err := c.apiserver.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("harness: cluster %s: %v", c.Name, err)
@@ -272,7 +271,7 @@ func (c *Cluster) PauseAPIServer(t testing.TB) {
 }
 
 // ResumeAPIServer sends SIGCONT after PauseAPIServer.
-func (c *Cluster) ResumeAPIServer(t testing.TB) {
+func (c *Cluster) ResumeAPIServer(t T) {
 	t.Helper()
 	if err := c.apiserver.Signal(syscall.SIGCONT); err != nil {
 		t.Fatalf("harness: cluster %s: %v", c.Name, err)
@@ -281,7 +280,7 @@ func (c *Cluster) ResumeAPIServer(t testing.TB) {
 
 // RestartAPIServer stops the API server when it runs (SIGTERM, then SIGKILL),
 // starts it again with the same flags, port and etcd, and waits until ready.
-func (c *Cluster) RestartAPIServer(t testing.TB) {
+func (c *Cluster) RestartAPIServer(t T) {
 	t.Helper()
 	start := time.Now()
 	if err := c.apiserver.Stop(termGrace); err != nil {
@@ -294,7 +293,7 @@ func (c *Cluster) RestartAPIServer(t testing.TB) {
 // StartAPIServer starts the API server again after KillAPIServer, on the same
 // port with the same etcd, and waits until ready. The cleanup registered when
 // the cluster started stops it.
-func (c *Cluster) StartAPIServer(t testing.TB) {
+func (c *Cluster) StartAPIServer(t T) {
 	t.Helper()
 	start := time.Now()
 	if err := c.apiserver.start(); err != nil {
@@ -308,7 +307,7 @@ func (c *Cluster) StartAPIServer(t testing.TB) {
 
 // KubeconfigVia writes a kubeconfig that reaches this cluster's API server
 // through p (TLS passes through the proxy untouched) and returns its path.
-func (c *Cluster) KubeconfigVia(t testing.TB, p *Proxy) string {
+func (c *Cluster) KubeconfigVia(t T, p *Proxy) string {
 	t.Helper()
 	path := filepath.Join(c.Dir, "kubeconfig-via-"+strconv.Itoa(p.Port()))
 	if err := WriteKubeconfig(path, c.Name, "https://"+p.Addr(), c.Token); err != nil {
@@ -358,7 +357,7 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 
 // NewClient returns a clientset for a kubeconfig with the given per-request
 // timeout (the clientset's own when zero).
-func NewClient(t testing.TB, kubeconfig string, timeout time.Duration) *kubernetes.Clientset {
+func NewClient(t T, kubeconfig string, timeout time.Duration) *kubernetes.Clientset {
 	t.Helper()
 	cfg, err := RESTConfig(kubeconfig)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/miekg/dns"
@@ -42,7 +41,7 @@ var (
 // folder of this CoreDNS) and {KEY} for each key of vars, for example
 // {KUBECONFIG}. A placeholder left unreplaced fails the test. CoreDNS's own
 // {$ENV} syntax is left alone. The Corefile must say `bind 127.0.0.1`.
-func StartCoreDNS(t testing.TB, tmpl string, vars map[string]string) *CoreDNS {
+func StartCoreDNS(t T, tmpl string, vars map[string]string) *CoreDNS {
 	t.Helper()
 	tools := RequireTools(t, ToolCoreDNS)
 	d := &CoreDNS{Port: FreePort(t), Dir: TempDir(t)}
@@ -93,7 +92,7 @@ func (d *CoreDNS) Log() string {
 }
 
 // Stop stops CoreDNS by PID: SIGTERM, then SIGKILL.
-func (d *CoreDNS) Stop(t testing.TB) {
+func (d *CoreDNS) Stop(t T) {
 	t.Helper()
 	if err := d.proc.Stop(termGrace); err != nil {
 		t.Fatalf("harness: %v", err)
@@ -101,7 +100,7 @@ func (d *CoreDNS) Stop(t testing.TB) {
 }
 
 // Kill sends sig (SIGKILL for a crash) and waits until CoreDNS has exited.
-func (d *CoreDNS) Kill(t testing.TB, sig syscall.Signal) {
+func (d *CoreDNS) Kill(t T, sig syscall.Signal) {
 	t.Helper()
 	if err := d.proc.Kill(sig, termGrace); err != nil {
 		t.Fatalf("harness: %v", err)
@@ -110,7 +109,7 @@ func (d *CoreDNS) Kill(t testing.TB, sig syscall.Signal) {
 
 // Start starts CoreDNS again after Stop or Kill, with the same Corefile on the
 // same port, and waits until it answers.
-func (d *CoreDNS) Start(t testing.TB) {
+func (d *CoreDNS) Start(t T) {
 	t.Helper()
 	if err := PortFree(d.Port); err != nil {
 		t.Fatalf("harness: refusing to start CoreDNS: %v", err)
@@ -123,7 +122,7 @@ func (d *CoreDNS) Start(t testing.TB) {
 
 // Restart stops CoreDNS (SIGTERM, then SIGKILL) and starts it again with the
 // same Corefile on the same port.
-func (d *CoreDNS) Restart(t testing.TB) {
+func (d *CoreDNS) Restart(t T) {
 	t.Helper()
 	d.Stop(t)
 	d.Start(t)
@@ -132,7 +131,7 @@ func (d *CoreDNS) Restart(t testing.TB) {
 // waitAnswer waits until CoreDNS answers a query over UDP and over TCP. Any
 // answer counts, REFUSED included: this checks the server listens, not what
 // the plugin knows.
-func (d *CoreDNS) waitAnswer(t testing.TB) {
+func (d *CoreDNS) waitAnswer(t T) {
 	t.Helper()
 	deadline := time.Now().Add(coreDNSReadyTimeout)
 	var last error
@@ -161,7 +160,7 @@ func (d *CoreDNS) Exchange(q Query) (*dns.Msg, error) {
 
 // Query sends one query over UDP (TCP when tcp is true) and fails the test
 // when no answer comes back.
-func (d *CoreDNS) Query(t testing.TB, name string, qtype uint16, tcp bool) *dns.Msg {
+func (d *CoreDNS) Query(t T, name string, qtype uint16, tcp bool) *dns.Msg {
 	t.Helper()
 	m, err := d.Exchange(Query{Name: name, Type: qtype, TCP: tcp})
 	if err != nil {

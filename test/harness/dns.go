@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/miekg/dns"
@@ -183,7 +182,7 @@ func Rcode(m *dns.Msg) string { return dns.RcodeToString[m.Rcode] }
 // Eventually calls f every 100 ms until it returns nil, and fails the test
 // with f's last error when that does not happen within timeout. It returns
 // how long it took.
-func Eventually(t testing.TB, timeout time.Duration, f func() error) time.Duration {
+func Eventually(t T, timeout time.Duration, f func() error) time.Duration {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(timeout)

@@ -8,6 +8,9 @@
 // t.Cleanup (SIGTERM, then SIGKILL), and the tail of its log is printed when
 // the test fails. Every wait is bounded.
 //
+// Functions take a T (the subset of testing.TB the harness uses), so that a
+// program such as cmd/mcs-demo can drive the harness as well as a test.
+//
 // Binaries come from the environment (see Tools): MCS_E2E_ETCD,
 // MCS_E2E_APISERVER and MCS_E2E_COREDNS, defaulting to what `make tools` and
 // `make build` produce. A test whose binaries are missing is skipped, unless

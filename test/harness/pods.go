@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,7 +92,7 @@ var nsUnsafe = regexp.MustCompile(`[^a-z0-9-]+`)
 // name, and returns the name. (Nothing deletes namespaces here: with no
 // controllers a deleted namespace stays Terminating, so every test takes a
 // new one.)
-func (c *Cluster) NewNamespace(t testing.TB) string {
+func (c *Cluster) NewNamespace(t T) string {
 	t.Helper()
 	base := nsUnsafe.ReplaceAllString(strings.ToLower(t.Name()), "-")
 	base = strings.Trim(base, "-")
@@ -108,7 +107,7 @@ func (c *Cluster) NewNamespace(t testing.TB) string {
 }
 
 // CreateNamespace creates a namespace.
-func (c *Cluster) CreateNamespace(t testing.TB, name string) {
+func (c *Cluster) CreateNamespace(t T, name string) {
 	t.Helper()
 	cx, cancel := ctx()
 	defer cancel()
@@ -140,7 +139,7 @@ func (p Pod) object(ns string) *corev1.Pod {
 }
 
 // CreatePod creates a Pod bound to its node (Pending, no IP until SetPodStatus).
-func (c *Cluster) CreatePod(t testing.TB, ns string, p Pod) *corev1.Pod {
+func (c *Cluster) CreatePod(t T, ns string, p Pod) *corev1.Pod {
 	t.Helper()
 	out, err := c.createPod(ns, p)
 	if err != nil {
@@ -167,7 +166,7 @@ type ReadyPod struct {
 
 // CreateReadyPods creates Pods and makes each Running and Ready with its IPs,
 // eight at a time.
-func (c *Cluster) CreateReadyPods(t testing.TB, ns string, pods ...ReadyPod) {
+func (c *Cluster) CreateReadyPods(t T, ns string, pods ...ReadyPod) {
 	t.Helper()
 	const workers = 8
 	var (
@@ -205,7 +204,7 @@ func (c *Cluster) CreateReadyPods(t testing.TB, ns string, pods ...ReadyPod) {
 
 // SetPodStatus acts as the kubelet: a merge patch of the status subresource
 // with the phase, podIP/podIPs and the Ready and ContainersReady conditions.
-func (c *Cluster) SetPodStatus(t testing.TB, ns, name string, st PodStatus) {
+func (c *Cluster) SetPodStatus(t T, ns, name string, st PodStatus) {
 	t.Helper()
 	if err := c.setPodStatus(ns, name, st); err != nil {
 		t.Fatalf("harness: cluster %s: %v", c.Name, err)
@@ -214,7 +213,7 @@ func (c *Cluster) SetPodStatus(t testing.TB, ns, name string, st PodStatus) {
 
 // SetPodReady makes a Pod Running and Ready (ready=true) or Running and not
 // Ready, with these IPs (unchanged when none are given).
-func (c *Cluster) SetPodReady(t testing.TB, ns, name string, ready bool, ips ...string) {
+func (c *Cluster) SetPodReady(t T, ns, name string, ready bool, ips ...string) {
 	t.Helper()
 	c.SetPodStatus(t, ns, name, PodStatus{IPs: ips, Ready: ready})
 }
@@ -264,7 +263,7 @@ func (c *Cluster) setPodStatus(ns, name string, st PodStatus) error {
 }
 
 // GetPod reads a Pod.
-func (c *Cluster) GetPod(t testing.TB, ns, name string) *corev1.Pod {
+func (c *Cluster) GetPod(t T, ns, name string) *corev1.Pod {
 	t.Helper()
 	cx, cancel := ctx()
 	defer cancel()
@@ -278,7 +277,7 @@ func (c *Cluster) GetPod(t testing.TB, ns, name string) *corev1.Pod {
 // DeletePod deletes a Pod at once (gracePeriodSeconds=0: with no kubelet, a
 // graceful delete of a bound Pod would only set deletionTimestamp) and waits
 // until it is gone.
-func (c *Cluster) DeletePod(t testing.TB, ns, name string) {
+func (c *Cluster) DeletePod(t T, ns, name string) {
 	t.Helper()
 	cx, cancel := ctx()
 	defer cancel()
@@ -300,7 +299,7 @@ func (c *Cluster) DeletePod(t testing.TB, ns, name string) {
 
 // PatchPodMetadata merge-patches a Pod's annotations and labels: a nil value
 // removes the key, absent keys are left alone.
-func (c *Cluster) PatchPodMetadata(t testing.TB, ns, name string, annotations, labels map[string]*string) {
+func (c *Cluster) PatchPodMetadata(t T, ns, name string, annotations, labels map[string]*string) {
 	t.Helper()
 	meta := map[string]any{}
 	if annotations != nil {
@@ -311,7 +310,7 @@ func (c *Cluster) PatchPodMetadata(t testing.TB, ns, name string, annotations, l
 	}
 	b, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("harness: %v", err)
 	}
 	cx, cancel := ctx()
 	defer cancel()
@@ -321,13 +320,13 @@ func (c *Cluster) PatchPodMetadata(t testing.TB, ns, name string, annotations, l
 }
 
 // SetPodAnnotation sets one annotation of a Pod.
-func (c *Cluster) SetPodAnnotation(t testing.TB, ns, name, key, value string) {
+func (c *Cluster) SetPodAnnotation(t T, ns, name, key, value string) {
 	t.Helper()
 	c.PatchPodMetadata(t, ns, name, map[string]*string{key: &value}, nil)
 }
 
 // RemovePodAnnotation removes one annotation of a Pod.
-func (c *Cluster) RemovePodAnnotation(t testing.TB, ns, name, key string) {
+func (c *Cluster) RemovePodAnnotation(t T, ns, name, key string) {
 	t.Helper()
 	c.PatchPodMetadata(t, ns, name, map[string]*string{key: nil}, nil)
 }

@@ -5,7 +5,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"testing"
 )
 
 // Loopback is the only address anything in the harness listens on.
@@ -19,7 +18,7 @@ var (
 // FreePort returns a port of 127.0.0.1 that is free for both TCP and UDP now
 // and was not returned before by this test binary. (Another program may still
 // take it before it is used; the servers then fail to start, loudly.)
-func FreePort(t testing.TB) int {
+func FreePort(t T) int {
 	t.Helper()
 	for i := 0; i < 50; i++ {
 		l, err := net.Listen("tcp", net.JoinHostPort(Loopback, "0"))

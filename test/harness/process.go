@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
 
@@ -197,7 +196,7 @@ func spawn(cmd *exec.Cmd) error {
 
 // startProcess starts a process and registers its cleanup: stop it by PID and,
 // when the test failed, log the last tailLines lines of its output.
-func startProcess(t testing.TB, p *Process, tailLines int) {
+func startProcess(t T, p *Process, tailLines int) {
 	t.Helper()
 	if err := p.start(); err != nil {
 		t.Fatalf("harness: %v", err)

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 )
 
@@ -57,7 +56,7 @@ type Proxy struct {
 
 // StartProxy starts a proxy to target (host:port) on a free port, and stops it
 // in t.Cleanup.
-func StartProxy(t testing.TB, target string) *Proxy {
+func StartProxy(t T, target string) *Proxy {
 	t.Helper()
 	p := &Proxy{target: target, port: FreePort(t), changed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	p.mu.Lock()
@@ -94,7 +93,7 @@ func (p *Proxy) Mode() ProxyMode {
 }
 
 // Cut closes all connections and refuses new ones.
-func (p *Proxy) Cut(t testing.TB) {
+func (p *Proxy) Cut(t T) {
 	t.Helper()
 	if err := p.SetMode(Cut); err != nil {
 		t.Fatalf("harness: proxy: %v", err)
@@ -102,7 +101,7 @@ func (p *Proxy) Cut(t testing.TB) {
 }
 
 // Blackhole stalls all traffic, open connections and new ones alike.
-func (p *Proxy) Blackhole(t testing.TB) {
+func (p *Proxy) Blackhole(t T) {
 	t.Helper()
 	if err := p.SetMode(Blackhole); err != nil {
 		t.Fatalf("harness: proxy: %v", err)
@@ -110,7 +109,7 @@ func (p *Proxy) Blackhole(t testing.TB) {
 }
 
 // Restore forwards traffic again.
-func (p *Proxy) Restore(t testing.TB) {
+func (p *Proxy) Restore(t T) {
 	t.Helper()
 	if err := p.SetMode(Pass); err != nil {
 		t.Fatalf("harness: proxy: %v", err)

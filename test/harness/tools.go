@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"testing"
 )
 
 // Environment variables that name the binaries.
@@ -22,7 +21,7 @@ const (
 )
 
 // TempDir is t.TempDir, or a folder that outlives the test when MCS_E2E_KEEP is set.
-func TempDir(t testing.TB) string {
+func TempDir(t T) string {
 	t.Helper()
 	if os.Getenv(EnvKeep) == "" {
 		return t.TempDir()
@@ -138,7 +137,7 @@ const (
 // none is named) are executable files. When one is missing the test is
 // skipped with the reason, or fails when the environment has CI=true: CI must
 // never pass by skipping.
-func RequireTools(t testing.TB, names ...string) Tools {
+func RequireTools(t T, names ...string) Tools {
 	t.Helper()
 	tools := FindTools()
 	if len(names) == 0 {
