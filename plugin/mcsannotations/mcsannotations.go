@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
@@ -30,6 +31,8 @@ type MCS struct {
 	fall    fall.F
 	table   *table.Table
 	sources []*source.Source
+
+	expire time.Duration // 0: a source's records are kept however long it is gone
 
 	snapshotPath   string
 	store          atomic.Pointer[snapshot.Store]
@@ -57,24 +60,28 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 	return kubernetes.NewForConfig(rc)
 }
 
-// newMCS builds the handler and its sources; nothing starts until start.
+// newMCS builds the handler and its sources (the local cluster first, then
+// each peer); nothing starts until start.
 func newMCS(cfg config) (*MCS, error) {
 	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cfg.cluster, Locality: cfg.locality})
 	t.OnChange(func(ix *table.Index) {
 		indexBuilds.Inc()
 		services.Set(float64(ix.Len()))
 	})
-	client, err := clientFor(cfg.kubeconfig, cfg.kubecontext)
-	if err != nil {
-		where := "in-cluster config"
-		if cfg.kubeconfig != "" {
-			where = "kubeconfig " + cfg.kubeconfig
-		}
-		return nil, fmt.Errorf("cluster %s: %s: %w", cfg.cluster, where, err)
-	}
-	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t, snapshotPath: cfg.snapshot}
+	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t, snapshotPath: cfg.snapshot, expire: cfg.expire}
 	t.OnPodChange(m.journal)
-	m.sources = append(m.sources, source.New(cfg.cluster, client, t, m.sourceEvents(), source.Options{}))
+	clusters := append([]peerConfig{{cfg.cluster, cfg.kubeconfig, cfg.kubecontext}}, cfg.peers...)
+	for _, c := range clusters {
+		client, err := clientFor(c.kubeconfig, c.kubecontext)
+		if err != nil {
+			where := "in-cluster config"
+			if c.kubeconfig != "" {
+				where = "kubeconfig " + c.kubeconfig
+			}
+			return nil, fmt.Errorf("cluster %s: %s: %w", c.name, where, err)
+		}
+		m.sources = append(m.sources, source.New(c.name, client, t, m.sourceEvents(), source.Options{}))
+	}
 	return m, nil
 }
 
@@ -128,6 +135,9 @@ func (m *MCS) start() error {
 	m.cancel = cancel
 	m.openSnapshot(true)
 	go m.table.Run(ctx)
+	if m.expire > 0 {
+		go m.expireLoop(ctx)
+	}
 	for _, s := range m.sources {
 		if err := s.Start(); err != nil {
 			return fmt.Errorf("cluster %s: %w", s.Cluster(), err)
@@ -150,6 +160,38 @@ func (m *MCS) stop() error {
 		m.cancel = nil
 	}
 	return m.closeSnapshot()
+}
+
+// expireLoop drops the records of a source that has been out of contact for
+// longer than the expire setting. A source is given the setting's length (at
+// most 10 s) after each start to make contact before it can expire, so that a
+// restart with an old snapshot does not drop records a live API server is
+// about to confirm.
+func (m *MCS) expireLoop(ctx context.Context) {
+	every := min(max(m.expire/4, 100*time.Millisecond), 5*time.Second)
+	grace := min(m.expire, 10*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, s := range m.sources {
+			last := s.LastContact()
+			if s.Expired() || s.State() == source.Connected || last.IsZero() ||
+				time.Since(last) < m.expire || time.Since(s.Started()) < grace {
+				continue
+			}
+			sourceExpirations.WithLabelValues(s.Cluster()).Inc()
+			log.Warningf("cluster %s: no contact since %s (longer than expire %s): dropping its records until it answers again",
+				s.Cluster(), stamp(last), m.expire)
+			if err := s.Expire(); err != nil {
+				log.Errorf("cluster %s: restart after expiry: %v", s.Cluster(), err)
+			}
+		}
+	}
 }
 
 // Name implements plugin.Handler.

@@ -50,6 +50,13 @@ var (
 		Help:      "Time taken to open the snapshot and load it into the answer index at start-up.",
 	})
 
+	sourceExpirations = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "source_expirations_total",
+		Help:      "Times a source's records were dropped after it was out of contact for longer than expire.",
+	}, []string{"cluster"})
+
 	indexBuilds = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -74,7 +75,14 @@ type config struct {
 	ttl         uint32
 	locality    table.Locality
 	fall        fall.F
-	snapshot    string // bbolt file; empty: no snapshot
+	snapshot    string        // bbolt file; empty: no snapshot
+	peers       []peerConfig  // in Corefile order
+	expire      time.Duration // 0: never
+}
+
+// peerConfig is one peer word: a cluster watched through its own kubeconfig.
+type peerConfig struct {
+	name, kubeconfig, kubecontext string
 }
 
 // parse reads the plugin's one block. Every error names the offending line.
@@ -155,6 +163,34 @@ func parse(c *caddy.Controller) (config, error) {
 					return cfg, err
 				}
 				cfg.snapshot = v
+			case "peer":
+				a := c.RemainingArgs()
+				if len(a) < 2 || len(a) > 3 {
+					return cfg, c.Errf("peer takes NAME KUBECONFIG [CONTEXT], got %d arguments", len(a))
+				}
+				if !annotation.ValidClusterID(a[0]) {
+					return cfg, c.Errf("peer %q: the name must be an RFC 1123 subdomain of at most %d characters", a[0], annotation.MaxClusterIDLen)
+				}
+				for _, p := range cfg.peers {
+					if p.name == a[0] {
+						return cfg, c.Errf("peer %q is listed twice", a[0])
+					}
+				}
+				p := peerConfig{name: a[0], kubeconfig: a[1]}
+				if len(a) == 3 {
+					p.kubecontext = a[2]
+				}
+				cfg.peers = append(cfg.peers, p)
+			case "expire":
+				v, err := oneArg(c)
+				if err != nil {
+					return cfg, err
+				}
+				d, err := time.ParseDuration(v)
+				if err != nil || d <= 0 {
+					return cfg, c.Errf("expire %q: must be a positive duration such as 30m or 24h", v)
+				}
+				cfg.expire = d
 			case "fallthrough":
 				cfg.fall.SetZonesFromArgs(c.RemainingArgs())
 			default:
@@ -164,6 +200,11 @@ func parse(c *caddy.Controller) (config, error) {
 	}
 	if cfg.cluster == "" {
 		return cfg, fmt.Errorf("the cluster word is required (cluster NAME): this cluster's ID cannot be discovered yet")
+	}
+	for _, p := range cfg.peers {
+		if p.name == cfg.cluster {
+			return cfg, fmt.Errorf("peer %q has the name of the local cluster", p.name)
+		}
 	}
 	return cfg, nil
 }

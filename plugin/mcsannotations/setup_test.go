@@ -1,8 +1,10 @@
 package mcsannotations
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
 
@@ -21,11 +23,15 @@ func TestParse(t *testing.T) {
 		loc      table.Locality
 		fallQ    string // a name fallthrough must cover, if set
 		snapshot string
+		peers    []peerConfig
+		expire   time.Duration
 	}{
 		{input: "mcsannotations {\n cluster edge-a\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5},
 		{input: "mcsannotations clusterset.local cluster.local {\n cluster edge-a\n kubeconfig /k.yaml ctx-a\n ttl 30\n locality any\n fallthrough clusterset.local\n}",
 			zones: []string{"clusterset.local.", "cluster.local."}, cluster: "edge-a", kcfg: "/k.yaml", kctx: "ctx-a", ttl: 30, loc: table.Any, fallQ: "x.clusterset.local."},
 		{input: "mcsannotations {\n cluster edge-a\n snapshot /var/lib/mcs/table.db\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, snapshot: "/var/lib/mcs/table.db"},
+		{input: "mcsannotations {\n cluster edge-a\n peer edge-b /b.yaml\n peer edge-c /c.yaml ctx-c\n expire 24h\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5,
+			peers: []peerConfig{{"edge-b", "/b.yaml", ""}, {"edge-c", "/c.yaml", "ctx-c"}}, expire: 24 * time.Hour},
 		{input: "mcsannotations example.org {\n cluster a.b.c\n kubeconfig /k.yaml\n ttl 0\n locality prefer-local\n fallthrough\n}",
 			zones: []string{"example.org."}, cluster: "a.b.c", kcfg: "/k.yaml", ttl: 0, fallQ: "anything.org."},
 		// Errors.
@@ -44,6 +50,14 @@ func TestParse(t *testing.T) {
 		{input: "mcsannotations {\n cluster a\n locality nearest\n}", err: `locality "nearest": must be prefer-local or any`},
 		{input: "mcsannotations {\n cluster a\n bogus 1\n}", err: `unknown property "bogus"`},
 		{input: "mcsannotations {\n cluster a\n snapshot\n}", err: "snapshot takes exactly one argument, got 0"},
+		{input: "mcsannotations {\n cluster a\n peer b\n}", err: "peer takes NAME KUBECONFIG [CONTEXT], got 1 arguments"},
+		{input: "mcsannotations {\n cluster a\n peer b /k c d\n}", err: "peer takes NAME KUBECONFIG [CONTEXT], got 4 arguments"},
+		{input: "mcsannotations {\n cluster a\n peer B_ /k\n}", err: `peer "B_": the name must be an RFC 1123 subdomain`},
+		{input: "mcsannotations {\n cluster a\n peer b /k\n peer b /k2\n}", err: `peer "b" is listed twice`},
+		{input: "mcsannotations {\n peer a /k\n cluster a\n}", err: `peer "a" has the name of the local cluster`},
+		{input: "mcsannotations {\n cluster a\n expire\n}", err: "expire takes exactly one argument, got 0"},
+		{input: "mcsannotations {\n cluster a\n expire 10\n}", err: `expire "10": must be a positive duration such as 30m or 24h`},
+		{input: "mcsannotations {\n cluster a\n expire -1h\n}", err: `expire "-1h": must be a positive duration`},
 		{input: "mcsannotations {\n cluster a\n snapshot /a /b\n}", err: "snapshot takes exactly one argument, got 2"},
 		{input: "mcsannotations a.local a.local {\n cluster a\n}", err: `zone "a.local." is listed twice`},
 		{input: "mcsannotations {\n cluster a\n}\nmcsannotations {\n cluster b\n}", err: "this plugin can only be used once per Server Block"},
@@ -62,7 +76,8 @@ func TestParse(t *testing.T) {
 				t.Fatalf("unexpected error: %v", err)
 			}
 			if strings.Join(cfg.zones, ",") != strings.Join(tc.zones, ",") || cfg.cluster != tc.cluster ||
-				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc || cfg.snapshot != tc.snapshot {
+				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc || cfg.snapshot != tc.snapshot ||
+				!slices.Equal(cfg.peers, tc.peers) || cfg.expire != tc.expire {
 				t.Errorf("got %+v", cfg)
 			}
 			if got := cfg.fall.Through(tc.fallQ); got != (tc.fallQ != "") {

@@ -50,7 +50,8 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	}
 	total := 0
 	for cluster, src := range data {
-		if m.sourceFor(cluster) == nil {
+		s := m.sourceFor(cluster)
+		if s == nil {
 			st.DropSource(cluster)
 			log.Infof("snapshot: dropping records of cluster %s, which is no longer configured", cluster)
 			continue
@@ -69,6 +70,7 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 			pods = append(pods, p)
 		}
 		m.table.ReplaceCluster(cluster, pods)
+		s.SeedLastContact(src.Meta.LastContact)
 		total += len(pods)
 		if !src.Meta.LastFullSync.IsZero() {
 			m.snapshotLoaded.Store(true)

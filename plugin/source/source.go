@@ -69,9 +69,11 @@ type Source struct {
 	state       atomic.Int32
 	lastContact atomic.Int64 // unix nanoseconds
 	lastSync    atomic.Int64 // unix nanoseconds of the last complete list
-	synced      atomic.Bool
+	synced      atomic.Bool  // a complete list was applied once; never reset
+	expired     atomic.Bool  // records dropped by Expire; cleared by the next complete list
+	started     atomic.Int64 // unix nanoseconds of the last Start
 
-	mu      sync.Mutex // guards cancel and factory
+	mu      sync.Mutex // serialises Start, Stop and Expire; guards cancel and factory
 	cancel  context.CancelFunc
 	factory informers.SharedInformerFactory
 	wg      sync.WaitGroup
@@ -116,16 +118,49 @@ func (s *Source) LastFullSync() time.Time {
 	return time.Unix(0, n)
 }
 
+// SeedLastContact sets the last contact when none is known yet: a snapshot
+// remembers it across restarts, so that expiry counts from the real loss.
+func (s *Source) SeedLastContact(t time.Time) {
+	if !t.IsZero() {
+		s.lastContact.CompareAndSwap(0, t.UnixNano())
+	}
+}
+
+// Expired reports whether Expire dropped the records and no complete list
+// has restored them yet.
+func (s *Source) Expired() bool { return s.expired.Load() }
+
+// Started returns when the source was last started.
+func (s *Source) Started() time.Time { return time.Unix(0, s.started.Load()) }
+
+// Expire drops every record of the cluster from the table and restarts the
+// informer from scratch, so that the next complete list, whenever the API
+// server answers again, restores them (a running informer's relist would
+// look unchanged and restore nothing).
+func (s *Source) Expire() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked()
+	s.table.ReplaceCluster(s.cluster, nil)
+	s.expired.Store(true)
+	return s.startLocked()
+}
+
 // Start starts the informer and the contact probe in the background and
 // returns at once.
 func (s *Source) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.startLocked()
+}
+
+func (s *Source) startLocked() error {
 	if s.cancel != nil {
 		return errors.New("source already started")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	s.started.Store(time.Now().UnixNano())
 
 	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
 	s.factory = informers.NewSharedInformerFactoryWithOptions(s.client, 0,
@@ -166,6 +201,7 @@ func (s *Source) Start() error {
 		s.table.ReplaceCluster(s.cluster, recs)
 		s.lastSync.Store(time.Now().UnixNano())
 		s.synced.Store(true)
+		s.expired.Store(false)
 		s.touch()
 		if s.ev.Synced != nil {
 			s.ev.Synced(s.cluster)
@@ -181,14 +217,18 @@ func (s *Source) Start() error {
 // Stop stops the informer and the probe and waits for them.
 func (s *Source) Stop() {
 	s.mu.Lock()
-	cancel, factory := s.cancel, s.factory
-	s.mu.Unlock()
-	if cancel == nil {
+	defer s.mu.Unlock()
+	s.stopLocked()
+}
+
+func (s *Source) stopLocked() {
+	if s.cancel == nil {
 		return
 	}
-	cancel()
-	factory.Shutdown()
+	s.cancel()
+	s.factory.Shutdown()
 	s.wg.Wait()
+	s.cancel, s.factory = nil, nil
 }
 
 func (s *Source) onAdd(obj any) {

@@ -238,3 +238,26 @@ func TestToSlim(t *testing.T) {
 		t.Error("passthrough")
 	}
 }
+
+// Expire drops the records, and the restarted informer's first list brings
+// them back as soon as the API server answers.
+func TestExpireRestoresOnNextList(t *testing.T) {
+	client := fake.NewClientset(newPod("a", "10.0.0.1", backend, true))
+	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	s := New("edge-a", client, tb, Events{}, Options{})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	eventually(t, "first sync", s.HasSynced)
+	if err := s.Expire(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "restored", func() bool {
+		return !s.Expired() && slices.Equal(answer(tb, "backend.default.svc."), []string{"10.0.0.1"})
+	})
+	s.SeedLastContact(time.Unix(1, 0))
+	if s.LastContact().Unix() == 1 {
+		t.Error("a seed must not replace a known contact time")
+	}
+}
