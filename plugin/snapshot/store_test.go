@@ -213,7 +213,7 @@ func TestRandomOpsMatchModel(t *testing.T) {
 func TestBatchingCoalescesBurst(t *testing.T) {
 	var logs logBuf
 	o := testOptions(&logs)
-	o.BatchInterval = 50 * time.Millisecond
+	o.BatchInterval = 100 * time.Millisecond
 	path := dbPath(t)
 	s, _ := mustOpen(t, path, o)
 	const n = 5000
@@ -221,22 +221,25 @@ func TestBatchingCoalescesBurst(t *testing.T) {
 	for i := 0; i < n; i++ {
 		s.Put("local", fmt.Sprintf("key-%05d", i), []byte("value"))
 	}
-	if burst := time.Since(start); burst > 40*time.Millisecond {
-		t.Logf("burst took %s, more than one batch interval; allowing for it", burst)
-	}
+	burst := time.Since(start)
 	waitFor(t, 5*time.Second, "pending writes to commit", func() bool {
 		st := s.Stats()
 		return st.Pending == 0 && st.RecordsWritten == n
 	})
 	st := s.Stats()
-	if st.Commits < 1 || st.Commits > 3 {
-		t.Errorf("%d Puts in a burst took %d commits, want 1 to 3", n, st.Commits)
+	// One commit per BatchInterval the burst lasted, plus one for the
+	// tail; on a quiet machine the burst takes a few ms and this is 1.
+	if limit := 2 + int(burst/o.BatchInterval); st.Commits < 1 || int(st.Commits) > limit {
+		t.Errorf("%d Puts in a burst of %s took %d commits, want 1 to %d", n, burst, st.Commits, limit)
 	}
+	t.Logf("%d Puts in %s: %d commits", n, burst, st.Commits)
 	if st.WriteErrors != 0 || st.LastError != nil || st.LastWrite.IsZero() {
 		t.Errorf("Stats = %+v", st)
 	}
-	// Rewriting identical values, and overwriting one key many times, are
-	// coalesced too: only the final value of each key is written.
+
+	// Rewriting identical values writes nothing, and a key overwritten
+	// many times is written once per commit at most, with its last value.
+	before := st
 	for i := 0; i < 1000; i++ {
 		s.Put("local", "hot", []byte(fmt.Sprint(i)))
 		s.Put("local", fmt.Sprintf("key-%05d", i), []byte("value"))
@@ -244,8 +247,10 @@ func TestBatchingCoalescesBurst(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Stats().RecordsWritten; got != n+1 {
-		t.Errorf("RecordsWritten = %d, want %d (one new key; unchanged values skipped)", got, n+1)
+	after := s.Stats()
+	written, commits := after.RecordsWritten-before.RecordsWritten, after.Commits-before.Commits
+	if written < 1 || written > commits {
+		t.Errorf("2000 Puts (1000 of one key, 1000 unchanged) wrote %d records in %d commits, want 1 to %d", written, commits, commits)
 	}
 	got := reopenLoad(t, s, path, o)
 	if len(got["local"].Records) != n+1 || string(got["local"].Records["hot"]) != "999" {
@@ -383,6 +388,11 @@ func TestCloseIsIdempotentAndLaterCallsAreSafe(t *testing.T) {
 			t.Fatalf("Close #%d: %v", i+1, err)
 		}
 	}
+	select {
+	case <-s.done:
+	default:
+		t.Error("the batcher goroutine is still running after Close")
+	}
 	s.Put("local", "b", []byte("2"))
 	s.Delete("local", "a")
 	s.ReplaceSource("local", nil, Meta{})
@@ -469,4 +479,65 @@ func TestOpenErrorsAreNotCorruption(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("directory gone: %v", err)
 	}
+}
+
+// TestReplaceSourceIsAtomic: a reader never sees a source between its old
+// and its new content, in particular never empty.
+func TestReplaceSourceIsAtomic(t *testing.T) {
+	var logs logBuf
+	path := dbPath(t)
+	o := testOptions(&logs)
+	o.BatchInterval = time.Millisecond
+	s, _ := mustOpen(t, path, o)
+	defer mustClose(t, s)
+	set := func(prefix string) map[string][]byte {
+		m := make(map[string][]byte)
+		for i := 0; i < 1000; i++ {
+			m[fmt.Sprintf("%s%04d", prefix, i)] = []byte(prefix)
+		}
+		return m
+	}
+	a, b := set("a"), set("b")
+	s.ReplaceSource("local", a, Meta{ClusterID: "a"})
+	s.Put("peer", "x", []byte("1"))
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				s.ReplaceSource("local", b, Meta{ClusterID: "b"})
+			} else {
+				s.ReplaceSource("local", a, Meta{ClusterID: "a"})
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	loads := 0
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); loads++ {
+		got := mustLoad(t, s)
+		local := got["local"]
+		prefix := local.Meta.ClusterID
+		if len(local.Records) != 1000 || len(got["peer"].Records) != 1 {
+			t.Fatalf("load %d: local has %d records, peer %d", loads, len(local.Records), len(got["peer"].Records))
+		}
+		for k, v := range local.Records {
+			if !strings.HasPrefix(k, prefix) || string(v) != prefix {
+				t.Fatalf("load %d: meta says %q but record %q=%q", loads, prefix, k, v)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if st := s.Stats(); st.Commits < 3 {
+		t.Errorf("only %d commits during the test: replacements did not interleave with loads", st.Commits)
+	}
+	t.Logf("%d loads, %d commits", loads, s.Stats().Commits)
 }
