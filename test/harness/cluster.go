@@ -321,7 +321,20 @@ func (c *Cluster) KubeconfigVia(t T, p *Proxy) string {
 // server's certificate is self-signed). Every string is quoted: a cluster
 // named n, y, no or 1 would otherwise be read as a boolean or a number.
 func WriteKubeconfig(path, name, server, token string) error {
+	return writeKubeconfig(path, name, server, token, "", nil)
+}
+
+// writeKubeconfig is WriteKubeconfig, impersonating asUser (with asGroups)
+// when asUser is not empty.
+func writeKubeconfig(path, name, server, token, asUser string, asGroups []string) error {
 	q := strconv.Quote
+	as := ""
+	if asUser != "" {
+		as = "\n    as: " + q(asUser)
+		if len(asGroups) > 0 {
+			as += "\n    as-groups: " + quoteList(asGroups)
+		}
+	}
 	s := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -332,14 +345,14 @@ clusters:
 users:
 - name: %[3]s
   user:
-    token: %[4]s
+    token: %[4]s%[5]s
 contexts:
 - name: %[1]s
   context:
     cluster: %[1]s
     user: %[3]s
 current-context: %[1]s
-`, q(name), q(server), q(name+"-admin"), q(token))
+`, q(name), q(server), q(name+"-admin"), q(token), as)
 	return os.WriteFile(path, []byte(s), 0o600)
 }
 
