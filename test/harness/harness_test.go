@@ -153,6 +153,13 @@ func TestAPIServerSignals(t *testing.T) {
 	if got := c.GetPod(t, ns, "a"); !podReady(got) {
 		t.Errorf("pod not Ready after restart")
 	}
+
+	// A clean loss: kube-apiserver may linger after SIGTERM; KillAPIServer
+	// returns within its bounds either way, with the server gone.
+	c.KillAPIServer(t, syscall.SIGTERM)
+	if c.APIServer().Running() || c.Ready() == nil {
+		t.Fatalf("API server still up after KillAPIServer(SIGTERM)")
+	}
 }
 
 // TestTwoClusters starts two clusters side by side; they share nothing.
