@@ -30,4 +30,4 @@ e2e: build tools ## End-to-end tests against real kube-apiservers and bin/coredn
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns \
 		$(GO) test -count=1 -timeout 30m -v $(if $(E2E_RUN),-run '$(E2E_RUN)') ./test/harness/ ./test/e2e/
 demo: build tools ## Two local clusters, sample workloads, our CoreDNS, a cut link
-	@echo "demo: not yet"
+	@env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-demo $(DEMO_FLAGS)

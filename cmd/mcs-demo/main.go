@@ -1,0 +1,494 @@
+// Command mcs-demo is `make demo`: two local Kubernetes clusters, sample
+// workloads, our CoreDNS answering multi-cluster names, and what happens when
+// the link to the API server is cut and CoreDNS restarts while it is.
+//
+// It runs real etcd and kube-apiserver processes on 127.0.0.1 through the
+// end-to-end test harness (test/harness), creates the Pods of
+// manifests/examples/<cluster>.yaml with client-go, acts as their kubelet,
+// runs bin/coredns, and prints dig's answers at each step. It checks every
+// answer and exits non-zero with a message when one is wrong; it stops every
+// process it started (by PID) and removes its temporary folders, also on
+// failure and on Ctrl-C.
+//
+// Run it with `make demo` (which first builds bin/coredns and the tools), or
+// after `make build tools`:
+//
+//	env $(tools/install.sh env) go run ./cmd/mcs-demo
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+const (
+	zone     = "clusterset.local."
+	local    = "edge-a" // the cluster whose CoreDNS the demo runs
+	peerName = "edge-b"
+	ns       = "demo"
+
+	syncTimeout    = 20 * time.Second // first answers after CoreDNS starts
+	offlineWatch   = 6 * time.Second  // how long answers are watched after the cut
+	restartTimeout = 5 * time.Second  // answers after the restart
+)
+
+// TODO(peers): edge-a's CoreDNS watches edge-a only. When the plugin's
+// `peer NAME KUBECONFIG` Corefile word (SPEC section 7; the peers work in
+// plugin/mcsannotations) is settled, make this default true: the Corefile
+// then says `peer edge-b <edge-b's kubeconfig>`, and the checks expect
+// db.demo (whose only Pod is in edge-b) to resolve, also offline. Until
+// then, `make demo DEMO_FLAGS=-peers` runs it that way.
+var peers = flag.Bool("peers", false, "edge-a's CoreDNS also watches edge-b (Corefile word `peer edge-b KUBECONFIG`)")
+
+// corefile is edge-a's CoreDNS configuration; {PEERS} is one
+// `peer NAME KUBECONFIG` line per peer, or nothing.
+const corefile = `clusterset.local:{PORT} {
+    bind 127.0.0.1
+    errors
+    mcsannotations clusterset.local {
+        cluster ` + local + `
+        kubeconfig {KUBECONFIG}
+{PEERS}        snapshot {DIR}/table.db
+        ttl 5
+    }
+}
+`
+
+func main() {
+	flag.Parse()
+	r := &runner{}
+	start := time.Now()
+
+	done := make(chan bool, 1) // true when the demo ran to its end
+	go func() {
+		ok := false
+		defer func() { done <- ok }()
+		if !guard(func() { demo(r) }) {
+			ok = true
+		}
+	}()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	code := 0
+	select {
+	case ok := <-done:
+		if !ok || r.Failed() {
+			code = 1
+		}
+	case s := <-sig:
+		fmt.Fprintf(os.Stderr, "mcs-demo: %v: stopping everything\n", s)
+		r.setStep("")
+		code = 130
+	}
+
+	if code == 0 {
+		fmt.Println("== step 7: clean up: stop every process by PID, remove the temporary folders")
+	} else {
+		fmt.Println("== cleaning up after the failure: stop every process by PID, remove the temporary folders")
+	}
+	r.setStep(" (clean-up)")
+	r.runCleanups()
+	pids, dirs := r.leftovers()
+	if len(pids) > 0 || len(dirs) > 0 {
+		fmt.Fprintf(os.Stderr, "mcs-demo: FAILED (clean-up): still running: PIDs %v; still present: %v\n", pids, dirs)
+		os.Exit(1)
+	}
+	r.mu.Lock()
+	fmt.Printf("   stopped %d processes (PIDs %v), removed %d folders\n", len(r.pids), r.pids, len(r.dirs))
+	r.mu.Unlock()
+	if code != 0 || r.Failed() {
+		fmt.Fprintln(os.Stderr, "== demo FAILED: see the messages above")
+		if code == 0 {
+			code = 1
+		}
+		os.Exit(code)
+	}
+	fmt.Printf("== demo passed in %s\n", time.Since(start).Round(100*time.Millisecond))
+}
+
+// demo runs steps 1 to 6; any failure ends it through r.Fatalf.
+func demo(r *runner) {
+	harness.RequireTools(r) // every tool, or a clear failure
+	dig, err := exec.LookPath("dig")
+	if err != nil {
+		r.Fatalf("dig not found: `make tools` installs it (Debian package bind9-dnsutils)")
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		r.Fatalf("%v (run the demo from the repository)", err)
+	}
+
+	step(r, 1, "start two local clusters, %s and %s (etcd + kube-apiserver each, on 127.0.0.1)", local, peerName)
+	cs := harness.StartClusters(r, local, peerName)
+	a, b := cs[0], cs[1]
+	for _, c := range cs {
+		r.started(c.Etcd().PID(), c.APIServer().PID())
+	}
+
+	step(r, 2, "create the sample workloads from manifests/examples/ and act as their kubelet")
+	world := model{}
+	for _, c := range cs {
+		createWorkloads(r, c, filepath.Join(root, "manifests", "examples", c.Name+".yaml"), world)
+	}
+
+	watched := []string{local}
+	vars := map[string]string{"KUBECONFIG": a.Kubeconfig, "PEERS": ""}
+	if *peers {
+		vars["PEERS"] = fmt.Sprintf("        peer %s %s\n", peerName, b.Kubeconfig)
+		watched = append(watched, peerName)
+	}
+	step(r, 3, "start our CoreDNS for %s (watches %s; snapshot on disk)", local, strings.Join(watched, " and "))
+	d := harness.StartCoreDNS(r, corefile, vars)
+	r.started(d.Process().PID())
+	fmt.Println(indent(d.Corefile, "   | "))
+	checks := world.checks(watched)
+
+	step(r, 4, "ask CoreDNS (dig @127.0.0.1 -p %d) while everything is up", d.Port)
+	took := waitAll(r, d, checks, syncTimeout)
+	fmt.Printf("   CoreDNS answered correctly %s after it first answered\n", took.Round(time.Millisecond))
+	showAll(r, dig, d, checks)
+
+	step(r, 5, "cut the link to %s's API server: kill its kube-apiserver (SIGKILL, PID %d)", local, a.APIServer().PID())
+	a.KillAPIServer(r, syscall.SIGKILL)
+	if err := a.Ready(); err == nil {
+		r.Fatalf("%s's API server still answers after it was stopped", local)
+	}
+	fmt.Printf("   %s's API server is down; watching the answers for %s\n", local, offlineWatch)
+	steady(r, d, checks, offlineWatch)
+	showAll(r, dig, d, checks)
+
+	step(r, 6, "restart CoreDNS while %s's API server is still down: it answers from its snapshot", local)
+	d.Restart(r)
+	r.started(d.Process().PID())
+	took = waitAll(r, d, checks, restartTimeout)
+	if err := a.Ready(); err == nil {
+		r.Fatalf("%s's API server answers again: the step proves nothing", local)
+	}
+	fmt.Printf("   CoreDNS PID %d answered correctly %s after it first answered (%s's API server still down)\n",
+		d.Process().PID(), took.Round(time.Millisecond), local)
+	for _, l := range snapshotLines(d.Log()) {
+		fmt.Println("   log: " + l)
+	}
+	showAll(r, dig, d, checks)
+}
+
+// step prints one line per step and names it in failure messages.
+func step(r *runner, n int, format string, args ...any) {
+	fmt.Printf("== step %d: %s\n", n, fmt.Sprintf(format, args...))
+	r.setStep(" at step " + strconv.Itoa(n))
+}
+
+// createWorkloads creates the Namespaces and Pods of one cluster's manifest
+// file, then makes each Pod Running and Ready with the IPs of its `status`
+// (as a kubelet would), and records the Pods in the model.
+func createWorkloads(r *runner, c *harness.Cluster, path string, world model) {
+	objs, err := harness.ReadManifests(path)
+	if err != nil {
+		r.Fatalf("%v", err)
+	}
+	var pods []string
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "Namespace":
+			c.CreateNamespace(r, u.GetName())
+		case "Pod":
+			var p corev1.Pod
+			if err := harness.ToTyped(u, &p); err != nil {
+				r.Fatalf("%s: %v", path, err)
+			}
+			var ips []string
+			for _, ip := range p.Status.PodIPs {
+				ips = append(ips, ip.IP)
+			}
+			if len(ips) == 0 {
+				r.Fatalf("%s: Pod %s/%s: give it status.podIPs (the IPs the demo's kubelet reports)", path, p.Namespace, p.Name)
+			}
+			c.CreatePodObject(r, &p)
+			c.SetPodReady(r, p.Namespace, p.Name, true, ips...)
+			if err := world.add(c.Name, &p, ips); err != nil {
+				r.Fatalf("%s: %v", path, err)
+			}
+			pods = append(pods, fmt.Sprintf("%s/%s %s", p.Namespace, p.Name, strings.Join(ips, ",")))
+		default:
+			r.Fatalf("%s: %s: the demo creates Namespaces and Pods only", path, harness.ObjectName(u))
+		}
+	}
+	fmt.Printf("   %s: %s Ready: %s\n", c.Name, plural(len(pods), "Pod"), strings.Join(pods, ", "))
+}
+
+func plural(n int, s string) string {
+	if n == 1 {
+		return "1 " + s
+	}
+	return strconv.Itoa(n) + " " + s + "s"
+}
+
+// endpoint is one exported endpoint of a service, as the plugin should see it.
+type endpoint struct {
+	cluster, hostname, ip string
+	ports                 []harness.ExportPort
+}
+
+// model holds the endpoints of each service ("name.namespace") in every cluster.
+type model map[string][]endpoint
+
+// add records the services a Pod's export annotation names (SPEC section 2
+// defaults: the Pod's namespace, targetPort = port, protocol TCP).
+func (m model) add(cluster string, p *corev1.Pod, ips []string) error {
+	raw, ok := p.Annotations[harness.ExportAnnotation]
+	if !ok || p.Labels[harness.ExporterLabel] != "true" {
+		return fmt.Errorf("Pod %s/%s: no exporter label or export annotation", p.Namespace, p.Name)
+	}
+	var a struct {
+		Services []harness.ExportService `json:"services"`
+	}
+	if err := json.Unmarshal([]byte(raw), &a); err != nil {
+		return fmt.Errorf("Pod %s/%s: export annotation: %w", p.Namespace, p.Name, err)
+	}
+	for _, ip := range ips {
+		if strings.Contains(ip, ":") {
+			return fmt.Errorf("Pod %s/%s: the demo checks IPv4 answers only", p.Namespace, p.Name)
+		}
+	}
+	host := p.Spec.Hostname
+	if host == "" {
+		host = strings.ReplaceAll(ips[0], ".", "-")
+	}
+	for _, s := range a.Services {
+		n := s.Namespace
+		if n == "" {
+			n = p.Namespace
+		}
+		ports := make([]harness.ExportPort, len(s.Ports))
+		for i, pt := range s.Ports {
+			if pt.TargetPort == 0 {
+				pt.TargetPort = pt.Port
+			}
+			if pt.Protocol == "" {
+				pt.Protocol = "TCP"
+			}
+			ports[i] = pt
+		}
+		m[s.Name+"."+n] = append(m[s.Name+"."+n], endpoint{cluster: cluster, hostname: host, ip: ips[0], ports: ports})
+	}
+	return nil
+}
+
+// selected is what a service name answers with when CoreDNS watches these
+// clusters, locality prefer-local (the default): the local cluster's
+// endpoints when it has any, else every watched cluster's.
+func (m model) selected(svc string, watched []string) []endpoint {
+	var mine, all []endpoint
+	for _, e := range m[svc] {
+		for _, w := range watched {
+			if e.cluster == w {
+				all = append(all, e)
+				if w == local {
+					mine = append(mine, e)
+				}
+			}
+		}
+	}
+	if len(mine) > 0 {
+		return mine
+	}
+	return all
+}
+
+// check is one query and the answer it must get.
+type check struct {
+	name  string
+	qtype uint16
+	rcode int
+	want  []string // sorted: addresses (A), "port target" (SRV) or strings (TXT)
+	note  string   // why, printed under dig's answer
+}
+
+// checks are the demo's queries and their expected answers.
+func (m model) checks(watched []string) []check {
+	svcName := func(svc string) string { return svc + ".svc." + zone } // svc is "name.namespace"
+	addrs := func(svc string) check {
+		c := check{name: svcName(svc), qtype: dns.TypeA, rcode: dns.RcodeSuccess}
+		var from []string
+		for _, e := range m.selected(svc, watched) {
+			c.want = append(c.want, e.ip)
+			from = append(from, e.cluster)
+		}
+		sort.Strings(c.want)
+		if len(c.want) == 0 {
+			c.rcode = dns.RcodeNameError
+			c.note = "not in any watched cluster (" + strings.Join(watched, ", ") + ")"
+		} else {
+			c.note = "the ready Pods in " + strings.Join(uniq(from), " and ")
+			if others := m.selected(svc, watched[1:]); len(others) > 0 && len(from) > 0 && from[0] == local {
+				c.note += " (locality prefer-local: the other clusters' Pods answer only when " + local + " has none)"
+			}
+		}
+		return c
+	}
+	srv := func(svc, port string) check {
+		c := check{name: "_" + port + "._tcp." + svcName(svc), qtype: dns.TypeSRV, rcode: dns.RcodeSuccess}
+		for _, e := range m.selected(svc, watched) {
+			for _, p := range e.ports {
+				if p.Name == port && p.Protocol == "TCP" {
+					c.want = append(c.want, fmt.Sprintf("%d %s.%s.%s", p.TargetPort, e.hostname, e.cluster, svcName(svc)))
+				}
+			}
+		}
+		sort.Strings(c.want)
+		if len(c.want) == 0 {
+			c.rcode = dns.RcodeNameError
+		}
+		c.note = "one record per ready endpoint, port = targetPort"
+		return c
+	}
+	version := check{name: "dns-version." + zone, qtype: dns.TypeTXT, rcode: dns.RcodeSuccess, want: []string{"1.0.0"},
+		note: "the MCS DNS specification version"}
+	db := addrs("db." + ns)
+	if len(db.want) == 0 {
+		db.note = "its only Pod is in " + peerName + ", which edge-a does not watch yet (TODO peers)"
+	}
+	return []check{addrs("backend." + ns), srv("backend."+ns, "http"), version, db}
+}
+
+func uniq(ss []string) []string {
+	sort.Strings(ss)
+	out := ss[:0]
+	for i, s := range ss {
+		if i == 0 || s != ss[i-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// verify asks CoreDNS once and compares the answer with the check.
+func verify(d *harness.CoreDNS, c check) error {
+	m, err := d.Exchange(harness.Query{Name: c.name, Type: c.qtype})
+	if err != nil {
+		return err
+	}
+	var got []string
+	switch c.qtype {
+	case dns.TypeA:
+		got = harness.Addrs(m)
+	case dns.TypeSRV:
+		got = harness.SRVs(m)
+	case dns.TypeTXT:
+		got = harness.TXTs(m)
+		sort.Strings(got)
+	}
+	if m.Rcode != c.rcode || strings.Join(got, " ") != strings.Join(c.want, " ") {
+		return fmt.Errorf("%s %s: got %s %q, want %s %q", c.name, dns.TypeToString[c.qtype],
+			dns.RcodeToString[m.Rcode], got, dns.RcodeToString[c.rcode], c.want)
+	}
+	return nil
+}
+
+func verifyAll(d *harness.CoreDNS, checks []check) error {
+	for _, c := range checks {
+		if err := verify(d, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitAll polls until every check passes and returns how long that took.
+func waitAll(r *runner, d *harness.CoreDNS, checks []check, timeout time.Duration) time.Duration {
+	start := time.Now()
+	for {
+		err := verifyAll(d, checks)
+		if err == nil {
+			return time.Since(start)
+		}
+		if !d.Running() {
+			r.Fatalf("CoreDNS exited; its log:\n%s", d.LogTail(30))
+		}
+		if time.Since(start) > timeout {
+			r.Fatalf("wrong answer after %s: %v", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// steady checks every answer every 250 ms for a while: each must stay right.
+func steady(r *runner, d *harness.CoreDNS, checks []check, period time.Duration) {
+	n := 0
+	for end := time.Now().Add(period); time.Now().Before(end); n++ {
+		if err := verifyAll(d, checks); err != nil {
+			r.Fatalf("wrong answer %s after the cut: %v", time.Since(end.Add(-period)).Round(time.Millisecond), err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	fmt.Printf("   all %d answers were right %d times in a row\n", len(checks), n)
+}
+
+// showAll prints dig's view of every check, and fails when dig's status
+// disagrees with the expected one.
+func showAll(r *runner, dig string, d *harness.CoreDNS, checks []check) {
+	for _, c := range checks {
+		args := []string{"@127.0.0.1", "-p", strconv.Itoa(d.Port), "+time=2", "+tries=1",
+			"+noall", "+comments", "+answer", "+additional", strings.TrimSuffix(c.name, "."), dns.TypeToString[c.qtype]}
+		out, err := exec.Command(dig, args...).CombinedOutput()
+		if err != nil {
+			r.Fatalf("dig %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		status, records := digAnswer(string(out))
+		fmt.Printf("   $ dig %s\n", strings.Join(args[:3], " ")+" "+strings.Join(args[len(args)-2:], " "))
+		fmt.Printf("     status %s: %s\n", status, c.note)
+		for _, rec := range records {
+			fmt.Println("     " + rec)
+		}
+		if status != dns.RcodeToString[c.rcode] {
+			r.Fatalf("dig %s %s: status %s, want %s", c.name, dns.TypeToString[c.qtype], status, dns.RcodeToString[c.rcode])
+		}
+	}
+}
+
+// digAnswer reads dig's status and its answer and additional records (with
+// tabs turned into single spaces) from `+noall +comments +answer +additional`.
+func digAnswer(out string) (status string, records []string) {
+	status = "?"
+	for _, l := range strings.Split(out, "\n") {
+		if i := strings.Index(l, "status: "); i >= 0 && strings.Contains(l, "->>HEADER<<-") {
+			status = strings.TrimSuffix(strings.Fields(l[i+len("status: "):])[0], ",")
+			continue
+		}
+		if l = strings.TrimSpace(l); l == "" || strings.HasPrefix(l, ";") {
+			continue
+		}
+		records = append(records, strings.Join(strings.Fields(l), " "))
+	}
+	return status, records
+}
+
+// snapshotLines are the plugin's log lines about the snapshot since the last
+// start of CoreDNS.
+func snapshotLines(log string) []string {
+	if i := strings.LastIndex(log, " start coredns: "); i >= 0 {
+		log = log[i:]
+	}
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "mcsannotations") && strings.Contains(l, "snapshot") {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return out
+}
