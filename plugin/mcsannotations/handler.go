@@ -3,6 +3,7 @@ package mcsannotations
 import (
 	"context"
 	"net"
+	"net/netip"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
@@ -14,22 +15,93 @@ import (
 )
 
 // ServeDNS implements plugin.Handler. Answers come from the current index
-// alone: nothing on this path waits on an API server or a lock.
+// and the client index alone: nothing on this path waits on an API server.
 func (m *MCS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	qname := state.Name()
-	if plugin.Zones(m.zones).Matches(qname) != m.zones[0] {
-		// Not the clusterset zone (alias zones are not answered yet): the
-		// next plugin gets the query untouched.
+	zone := plugin.Zones(m.zones).Matches(qname)
+	if zone == "" {
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
-
 	ix := m.table.Index()
+
+	// An alias answers only for the Pod that declared it, in either zone.
+	if m.clients.HasImporters() {
+		if ans, ok := m.alias(ix, state, qname, zone); ok {
+			return m.respond(ctx, w, r, state, ix, zone, ans)
+		}
+	}
+	if zone != m.zones[0] {
+		// An alias zone (cluster.local): everything else goes to the next
+		// plugin untouched.
+		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
+	}
+	if m.enforce {
+		if reason := m.refusal(state, qname); reason != "" {
+			refused.WithLabelValues(metrics.WithServer(ctx), reason).Inc()
+			return m.respond(ctx, w, r, state, ix, zone, table.Answer{Kind: table.KindNXDomain})
+		}
+	}
 	ans := ix.Lookup(qname, state.QType())
 	if ans.Kind == table.KindNXDomain && m.fall.Through(qname) {
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
+	return m.respond(ctx, w, r, state, ix, zone, ans)
+}
 
+// clientIP is the query's source address.
+func (m *MCS) clientIP(state request.Request) netip.Addr {
+	ip, _ := netip.ParseAddr(state.IP())
+	return ip.Unmap()
+}
+
+// alias answers <alias>.<podns>.svc.<zone> (and names under it) for a client
+// Pod that imports a service under that alias. A target with no ready
+// endpoint is no answer: the name then resolves as if there were no alias.
+func (m *MCS) alias(ix *table.Index, state request.Request, qname, zone string) (table.Answer, bool) {
+	prefix, name, ns, ok := table.SplitServiceName(qname, zone)
+	if !ok {
+		return table.Answer{}, false
+	}
+	c := m.clients.Lookup(m.clientIP(state))
+	if c == nil || c.Namespace != ns {
+		return table.Answer{}, false
+	}
+	imp, ok := c.Alias(name)
+	if !ok {
+		return table.Answer{}, false
+	}
+	ans := ix.LookupService(imp.Namespace, imp.Name, imp.Cluster, prefix, state.QType())
+	return ans, ans.Kind != table.KindNXDomain
+}
+
+// refusal applies imports enforce to a clusterset name: a client may resolve
+// services of its own namespace and the ones it imports; clients that are not
+// known local Pods only from an allowed CIDR. It returns the reason for a
+// refusal, or "". Names that are not service names are never refused.
+func (m *MCS) refusal(state request.Request, qname string) string {
+	_, name, ns, ok := table.SplitServiceName(qname, m.zones[0])
+	if !ok {
+		return ""
+	}
+	ip := m.clientIP(state)
+	for _, p := range m.allow {
+		if p.Contains(ip) {
+			return ""
+		}
+	}
+	c := m.clients.Lookup(ip)
+	switch {
+	case c == nil:
+		return "unknown_client"
+	case c.Namespace == ns || c.Imported(ns, name):
+		return ""
+	}
+	return "not_imported"
+}
+
+// respond writes ans as the reply to r.
+func (m *MCS) respond(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, state request.Request, ix *table.Index, zone string, ans table.Answer) (int, error) {
 	msg := new(dns.Msg)
 	msg.SetReply(r)
 	msg.Authoritative = true
@@ -70,6 +142,9 @@ func (m *MCS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 		fallthrough
 	case table.KindNoData:
 		soa := ix.SOA
+		if zone != m.zones[0] { // an alias name in an alias zone
+			soa.Hdr.Name, soa.Ns, soa.Mbox = zone, "ns.dns."+zone, "hostmaster."+zone
+		}
 		msg.Ns = []dns.RR{&soa}
 	}
 	answers.WithLabelValues(metrics.WithServer(ctx), ans.Kind.String()).Inc()

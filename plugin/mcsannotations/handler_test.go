@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/clients"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
@@ -41,7 +42,7 @@ func testMCS(next bool) *MCS {
 	addPod(tb, "edge-b", "b4", "", true, []string{"10.1.0.4"}, annotation.Export{Name: "backend", Ports: []annotation.Port{http}})
 	addPod(tb, "edge-b", "d1", "", true, []string{"10.1.0.9"}, annotation.Export{Name: "db", Ports: []annotation.Port{{Name: "pg", Port: 5432, TargetPort: 5432, Protocol: "TCP"}}})
 	tb.Rebuild()
-	m := &MCS{zones: []string{"clusterset.local.", "cluster.local."}, table: tb}
+	m := &MCS{zones: []string{"clusterset.local.", "cluster.local."}, table: tb, clients: clients.NewIndex()}
 	if next {
 		m.Next = test.NextHandler(dns.RcodeRefused, nil) // marks "passed on"
 	}

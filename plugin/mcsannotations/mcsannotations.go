@@ -6,6 +6,7 @@ package mcsannotations
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/clients"
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/source"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
@@ -34,13 +36,24 @@ type MCS struct {
 
 	expire time.Duration // 0: a source's records are kept however long it is gone
 
+	// Who is asking: local Pods by IP, for alias names and imports enforce.
+	clients *clients.Index
+	watcher *clients.Watcher
+	enforce bool
+	allow   []netip.Prefix
+
 	snapshotPath   string
+	snapshotCheck  time.Duration // how often a damaged store is looked for
+	snapMu         sync.Mutex    // serialises opening and closing the store
 	store          atomic.Pointer[snapshot.Store]
 	snapshotLoaded atomic.Bool // the snapshot held a complete list of some source
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
 }
+
+// snapshotCheckEvery is how often a damaged snapshot store is looked for.
+var snapshotCheckEvery = 5 * time.Second
 
 // clientFor builds the API client of a source; tests replace it.
 var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
@@ -68,7 +81,8 @@ func newMCS(cfg config) (*MCS, error) {
 		indexBuilds.Inc()
 		services.Set(float64(ix.Len()))
 	})
-	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t, snapshotPath: cfg.snapshot, expire: cfg.expire}
+	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t, snapshotPath: cfg.snapshot, expire: cfg.expire,
+		clients: clients.NewIndex(), enforce: cfg.enforce, allow: cfg.allow, snapshotCheck: snapshotCheckEvery}
 	t.OnPodChange(m.journal)
 	clusters := append([]peerConfig{{cfg.cluster, cfg.kubeconfig, cfg.kubecontext}}, cfg.peers...)
 	for _, c := range clusters {
@@ -81,6 +95,12 @@ func newMCS(cfg config) (*MCS, error) {
 			return nil, fmt.Errorf("cluster %s: %s: %w", c.name, where, err)
 		}
 		m.sources = append(m.sources, source.New(c.name, client, t, m.sourceEvents(), source.Options{}))
+		if c.name == cfg.cluster {
+			// Importers are local Pods; enforcing needs every local Pod.
+			m.watcher = clients.NewWatcher(client, m.clients, cfg.enforce, func(ns, name string, rej []annotation.Rejection) {
+				logRejected(cfg.cluster, ns, name, rej)
+			})
+		}
 	}
 	return m, nil
 }
@@ -104,13 +124,8 @@ func (m *MCS) sourceEvents() source.Events {
 		}
 	}
 	return source.Events{
-		Synced: save,
-		Rejected: func(cluster, ns, name string, rej []annotation.Rejection) {
-			for _, r := range rej {
-				rejectedAnnotations.WithLabelValues(cluster, string(r.Reason)).Inc()
-			}
-			log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
-		},
+		Synced:   save,
+		Rejected: logRejected,
 		StateChanged: func(cluster string, from, to source.State, err error) {
 			save(cluster)
 			if err != nil {
@@ -120,6 +135,14 @@ func (m *MCS) sourceEvents() source.Events {
 			log.Infof("cluster %s: %s -> %s", cluster, from, to)
 		},
 	}
+}
+
+// logRejected logs skipped annotation entries once per change, and counts them.
+func logRejected(cluster, ns, name string, rej []annotation.Rejection) {
+	for _, r := range rej {
+		rejectedAnnotations.WithLabelValues(cluster, string(r.Reason)).Inc()
+	}
+	log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
 }
 
 // start runs on CoreDNS start-up (and after a reload): it loads the snapshot
@@ -138,10 +161,16 @@ func (m *MCS) start() error {
 	if m.expire > 0 {
 		go m.expireLoop(ctx)
 	}
+	if m.snapshotPath != "" {
+		go m.watchSnapshot(ctx)
+	}
 	for _, s := range m.sources {
 		if err := s.Start(); err != nil {
 			return fmt.Errorf("cluster %s: %w", s.Cluster(), err)
 		}
+	}
+	if err := m.watcher.Start(); err != nil {
+		return fmt.Errorf("local Pods: %w", err)
 	}
 	collector.add(m)
 	return nil
@@ -152,6 +181,7 @@ func (m *MCS) stop() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	collector.remove(m)
+	m.watcher.Stop()
 	for _, s := range m.sources {
 		s.Stop()
 	}

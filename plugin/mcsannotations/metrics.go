@@ -29,6 +29,13 @@ var (
 		Help:      "Answers given, by server and kind (service, endpoint, srv, nxdomain, nodata, version, apex, nameserver).",
 	}, []string{"server", "kind"})
 
+	refused = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "refused_total",
+		Help:      "Queries refused (NXDOMAIN) by imports enforce, by reason: unknown_client (not a known local Pod, not in an allowed CIDR) or not_imported.",
+	}, []string{"server", "reason"})
+
 	services = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
@@ -40,7 +47,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "snapshot_errors_total",
-		Help:      "Snapshot problems by kind: open (could not open: serving without), moved_aside (unusable file renamed), load, bad_record, encode.",
+		Help:      "Snapshot problems by kind: open (could not open: serving without), moved_aside (unusable file renamed), damaged (found damaged while open: reopened), load, bad_record, encode.",
 	}, []string{"kind"})
 
 	snapshotLoadSeconds = promauto.NewGauge(prometheus.GaugeOpts{
@@ -76,6 +83,8 @@ var (
 		"Snapshot batch commits since the file was opened.", nil, nil)
 	writeErrorsDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "snapshot_write_errors_total"),
 		"Failed snapshot commits since the file was opened (their changes are kept and retried).", nil, nil)
+	pendingDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "snapshot_pending_changes"),
+		"Record changes waiting for the next snapshot commit (grows while writes fail).", nil, nil)
 	lastWriteDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "snapshot_last_write_timestamp_seconds"),
 		"Unix time of the last successful snapshot commit.", nil, nil)
 	contactDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "source_last_contact_seconds"),
@@ -101,6 +110,7 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- writesDesc
 	ch <- writeErrorsDesc
 	ch <- lastWriteDesc
+	ch <- pendingDesc
 }
 
 func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -114,6 +124,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			stats := st.Stats()
 			ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(stats.Commits))
 			ch <- prometheus.MustNewConstMetric(writeErrorsDesc, prometheus.CounterValue, float64(stats.WriteErrors))
+			ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(stats.Pending))
 			if !stats.LastWrite.IsZero() {
 				ch <- prometheus.MustNewConstMetric(lastWriteDesc, prometheus.GaugeValue, float64(stats.LastWrite.UnixNano())/1e9)
 			}

@@ -2,7 +2,9 @@ package mcsannotations
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +80,8 @@ type config struct {
 	snapshot    string        // bbolt file; empty: no snapshot
 	peers       []peerConfig  // in Corefile order
 	expire      time.Duration // 0: never
+	enforce     bool          // imports enforce
+	allow       []netip.Prefix
 }
 
 // peerConfig is one peer word: a cluster watched through its own kubeconfig.
@@ -191,6 +195,25 @@ func parse(c *caddy.Controller) (config, error) {
 					return cfg, c.Errf("expire %q: must be a positive duration such as 30m or 24h", v)
 				}
 				cfg.expire = d
+			case "imports":
+				a := c.RemainingArgs()
+				if len(a) == 0 || a[0] != "enforce" {
+					return cfg, c.Errf("imports takes enforce [allow CIDR...]")
+				}
+				cfg.enforce = true
+				if len(a) == 1 {
+					break
+				}
+				if a[1] != "allow" || len(a) == 2 {
+					return cfg, c.Errf("imports enforce takes allow CIDR... after it, got %q", strings.Join(a[1:], " "))
+				}
+				for _, v := range a[2:] {
+					p, err := netip.ParsePrefix(v)
+					if err != nil {
+						return cfg, c.Errf("imports enforce allow %q: not a CIDR such as 10.0.0.0/8 or fd00::/8", v)
+					}
+					cfg.allow = append(cfg.allow, p.Masked())
+				}
 			case "fallthrough":
 				cfg.fall.SetZonesFromArgs(c.RemainingArgs())
 			default:

@@ -1,6 +1,7 @@
 package mcsannotations
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -25,6 +26,8 @@ func TestParse(t *testing.T) {
 		snapshot string
 		peers    []peerConfig
 		expire   time.Duration
+		enforce  bool
+		allow    []netip.Prefix
 	}{
 		{input: "mcsannotations {\n cluster edge-a\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5},
 		{input: "mcsannotations clusterset.local cluster.local {\n cluster edge-a\n kubeconfig /k.yaml ctx-a\n ttl 30\n locality any\n fallthrough clusterset.local\n}",
@@ -32,6 +35,9 @@ func TestParse(t *testing.T) {
 		{input: "mcsannotations {\n cluster edge-a\n snapshot /var/lib/mcs/table.db\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, snapshot: "/var/lib/mcs/table.db"},
 		{input: "mcsannotations {\n cluster edge-a\n peer edge-b /b.yaml\n peer edge-c /c.yaml ctx-c\n expire 24h\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5,
 			peers: []peerConfig{{"edge-b", "/b.yaml", ""}, {"edge-c", "/c.yaml", "ctx-c"}}, expire: 24 * time.Hour},
+		{input: "mcsannotations {\n cluster edge-a\n imports enforce\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, enforce: true},
+		{input: "mcsannotations {\n cluster edge-a\n imports enforce allow 10.1.2.3/8 fd00::/8\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, enforce: true,
+			allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}},
 		{input: "mcsannotations example.org {\n cluster a.b.c\n kubeconfig /k.yaml\n ttl 0\n locality prefer-local\n fallthrough\n}",
 			zones: []string{"example.org."}, cluster: "a.b.c", kcfg: "/k.yaml", ttl: 0, fallQ: "anything.org."},
 		// Errors.
@@ -56,6 +62,11 @@ func TestParse(t *testing.T) {
 		{input: "mcsannotations {\n cluster a\n peer b /k\n peer b /k2\n}", err: `peer "b" is listed twice`},
 		{input: "mcsannotations {\n peer a /k\n cluster a\n}", err: `peer "a" has the name of the local cluster`},
 		{input: "mcsannotations {\n cluster a\n expire\n}", err: "expire takes exactly one argument, got 0"},
+		{input: "mcsannotations {\n cluster a\n imports\n}", err: "imports takes enforce [allow CIDR...]"},
+		{input: "mcsannotations {\n cluster a\n imports allow 10.0.0.0/8\n}", err: "imports takes enforce [allow CIDR...]"},
+		{input: "mcsannotations {\n cluster a\n imports enforce allow\n}", err: `imports enforce takes allow CIDR... after it, got "allow"`},
+		{input: "mcsannotations {\n cluster a\n imports enforce 10.0.0.0/8\n}", err: `imports enforce takes allow CIDR... after it, got "10.0.0.0/8"`},
+		{input: "mcsannotations {\n cluster a\n imports enforce allow 10.0.0.1\n}", err: `imports enforce allow "10.0.0.1": not a CIDR`},
 		{input: "mcsannotations {\n cluster a\n expire 10\n}", err: `expire "10": must be a positive duration such as 30m or 24h`},
 		{input: "mcsannotations {\n cluster a\n expire -1h\n}", err: `expire "-1h": must be a positive duration`},
 		{input: "mcsannotations {\n cluster a\n snapshot /a /b\n}", err: "snapshot takes exactly one argument, got 2"},
@@ -77,7 +88,8 @@ func TestParse(t *testing.T) {
 			}
 			if strings.Join(cfg.zones, ",") != strings.Join(tc.zones, ",") || cfg.cluster != tc.cluster ||
 				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc || cfg.snapshot != tc.snapshot ||
-				!slices.Equal(cfg.peers, tc.peers) || cfg.expire != tc.expire {
+				!slices.Equal(cfg.peers, tc.peers) || cfg.expire != tc.expire ||
+				cfg.enforce != tc.enforce || !slices.Equal(cfg.allow, tc.allow) {
 				t.Errorf("got %+v", cfg)
 			}
 			if got := cfg.fall.Through(tc.fallQ); got != (tc.fallQ != "") {

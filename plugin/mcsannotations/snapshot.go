@@ -1,6 +1,8 @@
 package mcsannotations
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
@@ -16,6 +18,8 @@ import (
 // the table. Any failure leaves the plugin serving without a snapshot: it
 // never stops start-up.
 func (m *MCS) openSnapshot(load bool) {
+	m.snapMu.Lock()
+	defer m.snapMu.Unlock()
 	if m.snapshotPath == "" || m.store.Load() != nil {
 		return
 	}
@@ -108,6 +112,8 @@ func stamp(t time.Time) string {
 // closeSnapshot flushes and closes the file: before a reload (the new
 // instance opens the same file) and at shutdown.
 func (m *MCS) closeSnapshot() error {
+	m.snapMu.Lock()
+	defer m.snapMu.Unlock()
 	if st := m.store.Swap(nil); st != nil {
 		if err := st.Close(); err != nil {
 			log.Errorf("snapshot %s: close: %v", m.snapshotPath, err)
@@ -134,6 +140,29 @@ func (m *MCS) reopenSnapshot() error {
 		st.ReplaceSource(s.Cluster(), recs, m.meta(s))
 	}
 	return nil
+}
+
+// watchSnapshot replaces a store whose file turned out damaged while open
+// (the store then stops touching it): closing and reopening moves the file
+// aside, and the table, which stayed current, is written out again.
+func (m *MCS) watchSnapshot(ctx context.Context) {
+	t := time.NewTicker(m.snapshotCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := m.store.Load()
+		if st == nil || !errors.Is(st.Stats().LastError, snapshot.ErrDamaged) {
+			continue
+		}
+		snapshotErrors.WithLabelValues("damaged").Inc()
+		log.Errorf("snapshot %s was damaged while open: reopening (it is moved aside) and rewriting it from memory", m.snapshotPath)
+		m.closeSnapshot()
+		m.reopenSnapshot()
+	}
 }
 
 // journal is the table's change hook: it queues the change for the next

@@ -1,6 +1,8 @@
 package mcsannotations
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	coretest "github.com/coredns/coredns/test"
 
 	"github.com/miekg/dns"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -195,5 +198,71 @@ func TestSnapshotReload(t *testing.T) {
 	r := exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)
 	if got := addrsOf(r); !slices.Equal(got, []string{"10.0.0.1"}) {
 		t.Fatalf("after reload: %v", r)
+	}
+}
+
+// The file is damaged under the running server (truncated): the store stops
+// touching it, the plugin notices, reopens (the damaged file is moved aside)
+// and writes the table out again, so a later offline restart still answers,
+// including with what changed after the damage.
+func TestSnapshotDamagedWhileRunning(t *testing.T) {
+	old := snapshotCheckEvery
+	snapshotCheckEvery = 50 * time.Millisecond
+	t.Cleanup(func() { snapshotCheckEvery = old })
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "table.db")
+	var objs []runtime.Object
+	for i := range 2000 {
+		objs = append(objs, exporter(fmt.Sprintf("p%d", i), fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), `{"services":[{"name":"bulk"}]}`))
+	}
+	client := fake.NewClientset(objs...)
+	withClient(t, func(string, string) (kubernetes.Interface, error) { return client, nil })
+	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSynced(t)
+	m := liveInstance(t)
+	if err := m.store.Load().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 3*int64(os.Getpagesize())); err != nil {
+		t.Fatal(err)
+	}
+	// Changes after the damage: they must survive too.
+	for j := range 200 {
+		if _, err := client.CoreV1().Pods("default").Create(context.Background(),
+			exporter(fmt.Sprintf("late%d", j), fmt.Sprintf("10.9.%d.%d", j/250, j%250+1), backendAnno), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAnswer(t, udp, "10-9-0-200.edge-a.backend.default.svc.clusterset.local.", []string{"10.9.0.200"})
+	var aside []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && len(aside) == 0; time.Sleep(50 * time.Millisecond) {
+		aside, _ = filepath.Glob(filepath.Join(dir, "table.db.corrupt-*"))
+	}
+	if len(aside) != 1 {
+		t.Fatalf("the damaged file was not moved aside: %v", aside)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if st := m.store.Load(); st != nil && st.Stats().Pending == 0 && st.Stats().LastError == nil {
+			break
+		}
+	}
+	stopServer(i)
+
+	withClient(t, deadAPI)
+	i, udp, tcp, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopServer(i)
+	r := exchange(t, "tcp", tcp, "bulk.default.svc.clusterset.local.", dns.TypeA, 0)
+	if len(r.Answer) != 2000 {
+		t.Fatalf("after an offline restart: %d bulk answers, want 2000", len(r.Answer))
+	}
+	if got := addrsOf(exchange(t, "udp", udp, "10-9-0-200.edge-a.backend.default.svc.clusterset.local.", dns.TypeA, 0)); !slices.Equal(got, []string{"10.9.0.200"}) {
+		t.Fatalf("a change made after the damage was lost: %v", got)
 	}
 }

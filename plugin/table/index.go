@@ -40,6 +40,26 @@ type Service struct {
 	Hosts map[string]*Host
 	// Endpoints counts the ready endpoints across clusters.
 	Endpoints int
+	// perCluster holds the answers limited to one cluster, for imports that
+	// name a cluster; nil when every endpoint is in one cluster (then the
+	// service itself is that cluster's answer).
+	perCluster  map[string]*Service
+	onlyCluster string // the one cluster, when perCluster is nil
+}
+
+// InCluster returns the service's answers limited to cluster's endpoints
+// ("" for the locality-selected answer), or nil when cluster has no ready
+// endpoint.
+func (s *Service) InCluster(cluster string) *Service {
+	switch {
+	case cluster == "":
+		return s
+	case s.perCluster != nil:
+		return s.perCluster[cluster]
+	case cluster == s.onlyCluster:
+		return s
+	}
+	return nil
 }
 
 // SRVSet is the SRV answer of one name with its additional addresses.
@@ -130,6 +150,30 @@ func buildService(cfg Config, sk svcKey, pods []*Pod) *Service {
 	slices.SortFunc(eps, func(a, b endpoint) int {
 		return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.hostname, b.hostname), a.ips[0].Compare(b.ips[0]))
 	})
+	s := renderService(cfg, sk, eps)
+	if eps[0].cluster == eps[len(eps)-1].cluster { // sorted: one cluster
+		s.onlyCluster = eps[0].cluster
+		return s
+	}
+	s.perCluster = map[string]*Service{}
+	one := cfg
+	one.Locality = Any
+	for start := 0; start < len(eps); {
+		end := start
+		for end < len(eps) && eps[end].cluster == eps[start].cluster {
+			end++
+		}
+		c := renderService(one, sk, eps[start:end])
+		c.onlyCluster = eps[start].cluster
+		s.perCluster[eps[start].cluster] = c
+		start = end
+	}
+	return s
+}
+
+// renderService precomputes the answers of one service from its ready
+// endpoints, sorted by cluster.
+func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 
 	fqdn := sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone
 	s := &Service{Namespace: sk.Namespace, Name: sk.Name, SRV: map[string]*SRVSet{}, Hosts: map[string]*Host{}, Endpoints: len(eps)}

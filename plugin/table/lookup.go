@@ -72,24 +72,75 @@ func (ix *Index) Lookup(qname string, qtype uint16) Answer {
 	case "dns", "svc":
 		return Answer{Kind: KindNoData} // empty non-terminals
 	}
-	rest, ok := strings.CutSuffix(rel, ".svc")
+	prefix, key, _, ok := splitService(qname, zone)
 	if !ok {
-		return Answer{Kind: KindNXDomain}
-	}
-	dot := strings.LastIndexByte(rest, '.')
-	if dot < 0 { // <ns>.svc: an empty non-terminal when the namespace has services
-		if _, ok := ix.namespaces[rest]; ok {
-			return Answer{Kind: KindNoData}
+		// <ns>.svc: an empty non-terminal when the namespace has services.
+		if ns, found := strings.CutSuffix(rel, ".svc"); found && strings.IndexByte(ns, '.') < 0 {
+			if _, has := ix.namespaces[ns]; has {
+				return Answer{Kind: KindNoData}
+			}
 		}
 		return Answer{Kind: KindNXDomain}
 	}
-	// rest is [prefix.]<svc>.<ns>; the key "<svc>.<ns>" is a substring of it.
-	start := strings.LastIndexByte(rest[:dot], '.') + 1
-	svc := ix.services[rest[start:]]
+	svc := ix.services[key]
 	if svc == nil {
 		return Answer{Kind: KindNXDomain}
 	}
-	if start == 0 {
+	return svc.lookup(prefix, qtype)
+}
+
+// SplitServiceName splits a name of the form
+// [prefix.]<name>.<namespace>.svc.<zone> (qname lower case, fully qualified,
+// zone fully qualified). The parts are substrings of qname.
+func SplitServiceName(qname, zone string) (prefix, name, namespace string, ok bool) {
+	prefix, key, dot, ok := splitService(qname, zone)
+	if !ok {
+		return "", "", "", false
+	}
+	return prefix, key[:dot], key[dot+1:], true
+}
+
+// splitService returns the prefix, the index key "<name>.<namespace>" (a
+// substring of qname, so no allocation) and the position of its dot.
+func splitService(qname, zone string) (prefix, key string, dot int, ok bool) {
+	if len(qname) <= len(zone)+1 || !strings.HasSuffix(qname, zone) || qname[len(qname)-len(zone)-1] != '.' {
+		return "", "", 0, false
+	}
+	rest, found := strings.CutSuffix(qname[:len(qname)-len(zone)-1], ".svc")
+	if !found {
+		return "", "", 0, false
+	}
+	nsDot := strings.LastIndexByte(rest, '.')
+	if nsDot <= 0 || nsDot == len(rest)-1 {
+		return "", "", 0, false
+	}
+	start := strings.LastIndexByte(rest[:nsDot], '.') + 1
+	if start == nsDot || start == 1 { // empty name or empty prefix
+		return "", "", 0, false
+	}
+	if start > 0 {
+		prefix = rest[:start-1]
+	}
+	return prefix, rest[start:], nsDot - start, true
+}
+
+// LookupService answers a name under the service <name>.<namespace> —
+// prefix "" for the service name itself, "_http._tcp" for a port, or
+// "<hostname>.<clusterid>" for an endpoint — limited to cluster's endpoints
+// when cluster is not "". Alias names use it.
+func (ix *Index) LookupService(namespace, name, cluster, prefix string, qtype uint16) Answer {
+	svc := ix.services[name+"."+namespace]
+	if svc != nil {
+		svc = svc.InCluster(cluster)
+	}
+	if svc == nil {
+		return Answer{Kind: KindNXDomain}
+	}
+	return svc.lookup(prefix, qtype)
+}
+
+func (svc *Service) lookup(prefix string, qtype uint16) Answer {
+	if prefix == "" {
 		switch qtype {
 		case dns.TypeA:
 			return exists(len(svc.A) > 0, Answer{Kind: KindService, A: svc.A})
@@ -100,10 +151,6 @@ func (ix *Index) Lookup(qname string, qtype uint16) Answer {
 			return exists(set != nil && len(set.SRV) > 0, Answer{Kind: KindSRV, SRV: set})
 		}
 		return Answer{Kind: KindNoData}
-	}
-	prefix := rest[:start-1]
-	if prefix == "" { // only from a malformed name with an empty label
-		return Answer{Kind: KindNXDomain}
 	}
 	if prefix[0] == '_' {
 		set := svc.SRV[prefix]

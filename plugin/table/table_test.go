@@ -363,3 +363,58 @@ func TestOnPodChangeAndCodec(t *testing.T) {
 		}
 	}
 }
+
+func TestLookupServiceInCluster(t *testing.T) {
+	tb := New(cfg())
+	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
+	tb.Upsert(pod("edge-b", "default", "b", "", true, []string{"10.1.0.1"}, export("backend", httpPort)))
+	tb.Upsert(pod("edge-c", "default", "c", "", true, []string{"10.2.0.1"}, export("backend", httpPort)))
+	tb.Upsert(pod("edge-b", "default", "d", "", true, []string{"10.1.0.9"}, export("db")))
+	ix := tb.Rebuild()
+	tests := []struct {
+		name, cluster, prefix string
+		qtype                 uint16
+		kind                  Kind
+		addrs, srvs           []string
+	}{
+		{"backend", "", "", dns.TypeA, KindService, []string{"10.0.0.1"}, nil}, // locality
+		{"backend", "edge-b", "", dns.TypeA, KindService, []string{"10.1.0.1"}, nil},
+		{"backend", "edge-c", "_http._tcp", dns.TypeSRV, KindSRV, nil, []string{"8080 10-2-0-1.edge-c.backend.default.svc." + zone}},
+		{"backend", "edge-x", "", dns.TypeA, KindNXDomain, nil, nil},
+		{"backend", "edge-b", "10-1-0-1.edge-b", dns.TypeA, KindEndpoint, []string{"10.1.0.1"}, nil},
+		{"db", "edge-b", "", dns.TypeA, KindService, []string{"10.1.0.9"}, nil}, // one cluster
+		{"db", "edge-a", "", dns.TypeA, KindNXDomain, nil, nil},
+		{"nope", "", "", dns.TypeA, KindNXDomain, nil, nil},
+	}
+	for _, tc := range tests {
+		a := ix.LookupService("default", tc.name, tc.cluster, tc.prefix, tc.qtype)
+		if a.Kind != tc.kind || !slices.Equal(addrs(a), tc.addrs) || !slices.Equal(srvs(a), tc.srvs) {
+			t.Errorf("%+v: got %v %v %v", tc, a.Kind, addrs(a), srvs(a))
+		}
+	}
+}
+
+func TestSplitServiceName(t *testing.T) {
+	for q, want := range map[string][4]string{
+		"backend.default.svc." + zone:                   {"", "backend", "default", "ok"},
+		"_http._tcp.backend.default.svc." + zone:        {"_http._tcp", "backend", "default", "ok"},
+		"h.edge-a.backend.default.svc." + zone:          {"h.edge-a", "backend", "default", "ok"},
+		"default.svc." + zone:                           {},
+		"svc." + zone:                                   {},
+		"backend.default." + zone:                       {},
+		"backend.default.svc.other.":                    {},
+		".backend.default.svc." + zone:                  {},
+		"backend..svc." + zone:                          {},
+		"backend.default.svc.xclusterset.local.":        {},
+		"a.backend.default.svc.clusterset.local.extra.": {},
+	} {
+		p, n, ns, ok := SplitServiceName(q, zone)
+		got := [4]string{p, n, ns, ""}
+		if ok {
+			got[3] = "ok"
+		}
+		if got != want {
+			t.Errorf("%s: got %q, want %q", q, got, want)
+		}
+	}
+}

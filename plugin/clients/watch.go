@@ -1,0 +1,176 @@
+package clients
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"net/netip"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+)
+
+// Watcher feeds an Index from the local cluster's Pods: only the Pods
+// labelled as importers, or every Pod when all is set (for imports enforce,
+// which must know every client's namespace).
+type Watcher struct {
+	client   kubernetes.Interface
+	idx      *Index
+	all      bool
+	rejected func(namespace, name string, rej []annotation.Rejection)
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	factory informers.SharedInformerFactory
+	synced  cache.InformerSynced
+}
+
+// NewWatcher returns a watcher; rejected (may be nil) hears of bad import
+// annotations once per change.
+func NewWatcher(client kubernetes.Interface, idx *Index, all bool, rejected func(namespace, name string, rej []annotation.Rejection)) *Watcher {
+	return &Watcher{client: client, idx: idx, all: all, rejected: rejected}
+}
+
+// slimClient is what the informer keeps of a Pod.
+type slimClient struct {
+	metav1.ObjectMeta // Name, Namespace, UID, ResourceVersion only
+	client            *Client
+	ips               []netip.Addr // nil when the Pod must not be indexed
+	annoHash          uint64       // of the raw import annotation, to report each change once
+	rejected          []annotation.Rejection
+}
+
+func (p *slimClient) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (p *slimClient) DeepCopyObject() runtime.Object {
+	c := *p
+	c.ObjectMeta = *p.ObjectMeta.DeepCopy()
+	return &c
+}
+
+func toSlim(obj any) (any, error) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	s := &slimClient{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+		client:     &Client{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)},
+	}
+	if pod.Labels[annotation.ImporterLabel] == annotation.LabelValue {
+		raw := pod.Annotations[annotation.ImportAnnotation]
+		h := fnv.New64a()
+		h.Write([]byte(raw))
+		s.annoHash = h.Sum64()
+		s.client.Imports, s.rejected = annotation.ParseImports(raw, pod.Namespace)
+	}
+	// A terminating or finished Pod gives up its IPs: they may be reused.
+	if pod.DeletionTimestamp == nil && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed {
+		for _, ip := range pod.Status.PodIPs {
+			if a, err := netip.ParseAddr(ip.IP); err == nil && !contains(s.ips, a.Unmap()) {
+				s.ips = append(s.ips, a.Unmap())
+			}
+		}
+	}
+	return s, nil
+}
+
+// Start starts the informer in the background and returns at once.
+func (w *Watcher) Start() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		return errors.New("watcher already started")
+	}
+	var opts []informers.SharedInformerOption
+	if !w.all {
+		sel := labels.Set{annotation.ImporterLabel: annotation.LabelValue}.AsSelector().String()
+		opts = append(opts, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
+	}
+	w.factory = informers.NewSharedInformerFactoryWithOptions(w.client, 0, opts...)
+	inf := w.factory.Core().V1().Pods().Informer()
+	if err := inf.SetTransform(toSlim); err != nil {
+		return err
+	}
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { w.apply(nil, obj) },
+		UpdateFunc: func(old, obj any) {
+			w.apply(old, obj)
+		},
+		DeleteFunc: w.onDelete,
+	})
+	if err != nil {
+		return err
+	}
+	w.synced = reg.HasSynced
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	w.factory.Start(ctx.Done())
+	return nil
+}
+
+// HasSynced reports whether the first list has been indexed.
+func (w *Watcher) HasSynced() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.synced != nil && w.synced()
+}
+
+// Stop stops the informer and waits for it.
+func (w *Watcher) Stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel == nil {
+		return
+	}
+	w.cancel()
+	w.factory.Shutdown()
+	w.cancel, w.factory, w.synced = nil, nil, nil
+}
+
+func (w *Watcher) apply(oldObj, obj any) {
+	p, ok := obj.(*slimClient)
+	if !ok {
+		return
+	}
+	old, _ := oldObj.(*slimClient)
+	if old != nil && old.ResourceVersion == p.ResourceVersion {
+		return
+	}
+	if len(p.rejected) > 0 && w.rejected != nil && (old == nil || old.annoHash != p.annoHash) {
+		w.rejected(p.Namespace, p.Name, p.rejected)
+	}
+	if len(p.ips) == 0 {
+		w.idx.Remove(p.Namespace, p.Name)
+		return
+	}
+	w.idx.Set(p.client, p.ips)
+}
+
+func (w *Watcher) onDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if m, err := meta(obj); err == nil {
+		w.idx.Remove(m.GetNamespace(), m.GetName())
+	}
+}
+
+func meta(obj any) (metav1.Object, error) {
+	switch o := obj.(type) {
+	case *slimClient:
+		return o, nil
+	case metav1.Object:
+		return o, nil
+	}
+	return nil, errors.New("not an object")
+}
