@@ -4,6 +4,7 @@
 package mcsannotations
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -42,6 +43,8 @@ type MCS struct {
 	enforce bool
 	allow   []netip.Prefix
 
+	checkID func(context.Context) // compares a remembered cluster ID with the API; nil if configured
+
 	snapshotPath   string
 	snapshotCheck  time.Duration // how often a damaged store is looked for
 	snapMu         sync.Mutex    // serialises opening and closing the store
@@ -76,31 +79,53 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 // newMCS builds the handler and its sources (the local cluster first, then
 // each peer); nothing starts until start.
 func newMCS(cfg config) (*MCS, error) {
-	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cfg.cluster, Locality: cfg.locality})
+	clientOf := func(name, kubeconfig, kubecontext string) (kubernetes.Interface, error) {
+		client, err := clientFor(kubeconfig, kubecontext)
+		if err != nil {
+			where := "in-cluster config"
+			if kubeconfig != "" {
+				where = "kubeconfig " + kubeconfig
+			}
+			return nil, fmt.Errorf("cluster %s: %s: %w", name, where, err)
+		}
+		return client, nil
+	}
+	local, err := clientOf(cmp.Or(cfg.cluster, "(local)"), cfg.kubeconfig, cfg.kubecontext)
+	if err != nil {
+		return nil, err
+	}
+	cluster, remembered, err := resolveClusterID(cfg, local)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range cfg.peers {
+		if p.name == cluster {
+			return nil, fmt.Errorf("peer %q has the name of the local cluster", p.name)
+		}
+	}
+
+	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality})
 	t.OnChange(func(ix *table.Index) {
 		indexBuilds.Inc()
 		services.Set(float64(ix.Len()))
 	})
 	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t, snapshotPath: cfg.snapshot, expire: cfg.expire,
 		clients: clients.NewIndex(), enforce: cfg.enforce, allow: cfg.allow, snapshotCheck: snapshotCheckEvery}
+	if remembered {
+		m.checkID = func(ctx context.Context) { checkClusterID(ctx, local, cluster, cfg.snapshot+clusterIDSuffix) }
+	}
 	t.OnPodChange(m.journal)
-	clusters := append([]peerConfig{{cfg.cluster, cfg.kubeconfig, cfg.kubecontext}}, cfg.peers...)
-	for _, c := range clusters {
-		client, err := clientFor(c.kubeconfig, c.kubecontext)
+	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(), source.Options{}))
+	// Importers are local Pods; enforcing needs every local Pod.
+	m.watcher = clients.NewWatcher(local, m.clients, cfg.enforce, func(ns, name string, rej []annotation.Rejection) {
+		logRejected(cluster, ns, name, rej)
+	})
+	for _, p := range cfg.peers {
+		client, err := clientOf(p.name, p.kubeconfig, p.kubecontext)
 		if err != nil {
-			where := "in-cluster config"
-			if c.kubeconfig != "" {
-				where = "kubeconfig " + c.kubeconfig
-			}
-			return nil, fmt.Errorf("cluster %s: %s: %w", c.name, where, err)
+			return nil, err
 		}
-		m.sources = append(m.sources, source.New(c.name, client, t, m.sourceEvents(), source.Options{}))
-		if c.name == cfg.cluster {
-			// Importers are local Pods; enforcing needs every local Pod.
-			m.watcher = clients.NewWatcher(client, m.clients, cfg.enforce, func(ns, name string, rej []annotation.Rejection) {
-				logRejected(cfg.cluster, ns, name, rej)
-			})
-		}
+		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(), source.Options{}))
 	}
 	return m, nil
 }
@@ -163,6 +188,9 @@ func (m *MCS) start() error {
 	}
 	if m.snapshotPath != "" {
 		go m.watchSnapshot(ctx)
+	}
+	if m.checkID != nil {
+		go m.checkID(ctx)
 	}
 	for _, s := range m.sources {
 		if err := s.Start(); err != nil {

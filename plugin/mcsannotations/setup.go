@@ -221,11 +221,8 @@ func parse(c *caddy.Controller) (config, error) {
 			}
 		}
 	}
-	if cfg.cluster == "" {
-		return cfg, fmt.Errorf("the cluster word is required (cluster NAME): this cluster's ID cannot be discovered yet")
-	}
 	for _, p := range cfg.peers {
-		if p.name == cfg.cluster {
+		if cfg.cluster != "" && p.name == cfg.cluster {
 			return cfg, fmt.Errorf("peer %q has the name of the local cluster", p.name)
 		}
 	}

@@ -41,8 +41,8 @@ func TestParse(t *testing.T) {
 		{input: "mcsannotations example.org {\n cluster a.b.c\n kubeconfig /k.yaml\n ttl 0\n locality prefer-local\n fallthrough\n}",
 			zones: []string{"example.org."}, cluster: "a.b.c", kcfg: "/k.yaml", ttl: 0, fallQ: "anything.org."},
 		// Errors.
-		{input: "mcsannotations", err: "the cluster word is required"},
-		{input: "mcsannotations {\n}", err: "the cluster word is required"},
+		{input: "mcsannotations", zones: []string{"clusterset.local."}, ttl: 5},
+		{input: "mcsannotations {\n}", zones: []string{"clusterset.local."}, ttl: 5},
 		{input: "mcsannotations {\n cluster\n}", err: "cluster takes exactly one argument, got 0"},
 		{input: "mcsannotations {\n cluster a b\n}", err: "cluster takes exactly one argument, got 2"},
 		{input: "mcsannotations {\n cluster Edge_A\n}", err: `cluster "Edge_A": must be an RFC 1123 subdomain`},
