@@ -51,13 +51,18 @@ type Index struct {
 	importers atomic.Int64
 
 	mu  sync.Mutex // writers
-	ips map[podKey][]netip.Addr
-	cur map[podKey]*Client
+	cur map[podKey]held
+}
+
+// held is what a Pod holds: its Client and the IPs it claimed.
+type held struct {
+	client *Client
+	ips    []netip.Addr
 }
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{ips: map[podKey][]netip.Addr{}, cur: map[podKey]*Client{}}
+	return &Index{cur: map[podKey]held{}}
 }
 
 // Lookup returns the Pod using ip, or nil.
@@ -85,14 +90,13 @@ func (x *Index) Set(c *Client, ips []netip.Addr) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.releaseLocked(k, ips)
-	if old := x.cur[k]; old != nil && len(old.Imports) > 0 {
+	if old := x.cur[k].client; old != nil && len(old.Imports) > 0 {
 		x.importers.Add(-1)
 	}
 	if len(c.Imports) > 0 {
 		x.importers.Add(1)
 	}
-	x.cur[k] = c
-	x.ips[k] = ips
+	x.cur[k] = held{c, ips}
 	for _, ip := range ips {
 		x.byIP.Store(ip.Unmap(), c)
 	}
@@ -104,24 +108,23 @@ func (x *Index) Remove(namespace, name string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.releaseLocked(k, nil)
-	if old := x.cur[k]; old != nil && len(old.Imports) > 0 {
+	if old := x.cur[k].client; old != nil && len(old.Imports) > 0 {
 		x.importers.Add(-1)
 	}
 	delete(x.cur, k)
-	delete(x.ips, k)
 }
 
 // releaseLocked drops the Pod's IPs that are not in keep, where it still owns them.
 func (x *Index) releaseLocked(k podKey, keep []netip.Addr) {
-	old := x.cur[k]
-	if old == nil {
+	old, ok := x.cur[k]
+	if !ok {
 		return
 	}
-	for _, ip := range x.ips[k] {
+	for _, ip := range old.ips {
 		if contains(keep, ip) {
 			continue
 		}
-		x.byIP.CompareAndDelete(ip.Unmap(), old)
+		x.byIP.CompareAndDelete(ip.Unmap(), old.client)
 	}
 }
 
