@@ -1,0 +1,424 @@
+// Package manifests checks manifests/: that the objects are well formed and
+// refer to each other, that a real kube-apiserver accepts them, and that the
+// RBAC they grant is enough for CoreDNS with the ConfigMap's Corefile (and
+// no more than reading). See manifests/README.md.
+package manifests
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+const (
+	kubeSystem = "kube-system"
+	// The identities the manifests create.
+	corednsSA = "coredns"
+	peerSA    = "mcsannotations-peer-reader"
+)
+
+// manifests reads manifests/<dir>/*.yaml.
+func manifests(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := harness.ReadManifestDir(filepath.Join(root, "manifests", dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// coredns holds the typed objects of manifests/coredns.
+type coredns struct {
+	sa         corev1.ServiceAccount
+	role       rbacv1.ClusterRole
+	binding    rbacv1.ClusterRoleBinding
+	configMap  corev1.ConfigMap
+	deployment appsv1.Deployment
+}
+
+// typed converts each object (strictly: an unknown field fails) and checks
+// that each kind appears once.
+func typed(t *testing.T, objs []*unstructured.Unstructured, into map[string]any) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, u := range objs {
+		dst, ok := into[u.GetKind()]
+		if !ok {
+			t.Errorf("%s: unexpected kind", harness.ObjectName(u))
+			continue
+		}
+		seen[u.GetKind()]++
+		if err := harness.ToTyped(u, dst); err != nil {
+			t.Error(err)
+		}
+	}
+	for kind := range into {
+		if seen[kind] != 1 {
+			t.Errorf("%d objects of kind %s, want 1", seen[kind], kind)
+		}
+	}
+}
+
+func readCoreDNS(t *testing.T) *coredns {
+	t.Helper()
+	var c coredns
+	typed(t, manifests(t, "coredns"), map[string]any{
+		"ServiceAccount": &c.sa, "ClusterRole": &c.role, "ClusterRoleBinding": &c.binding,
+		"ConfigMap": &c.configMap, "Deployment": &c.deployment,
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	return &c
+}
+
+// readOnly fails the test for any verb but get, list and watch.
+func readOnly(t *testing.T, role *rbacv1.ClusterRole) {
+	t.Helper()
+	for _, r := range role.Rules {
+		for _, v := range r.Verbs {
+			if v != "get" && v != "list" && v != "watch" {
+				t.Errorf("ClusterRole %s grants %q on %v: least privilege is read only", role.Name, v, r.Resources)
+			}
+		}
+		if slices.Contains(r.Resources, "*") || slices.Contains(r.APIGroups, "*") || slices.Contains(r.Resources, "secrets") {
+			t.Errorf("ClusterRole %s: rule %+v is too broad", role.Name, r)
+		}
+	}
+}
+
+// TestStatic needs no cluster: the objects convert strictly to their types
+// and refer to each other consistently.
+func TestStatic(t *testing.T) {
+	c := readCoreDNS(t)
+	pod := c.deployment.Spec.Template.Spec
+
+	if c.sa.Namespace != kubeSystem || c.configMap.Namespace != kubeSystem || c.deployment.Namespace != kubeSystem {
+		t.Errorf("namespaces: ServiceAccount %q, ConfigMap %q, Deployment %q; want %s", c.sa.Namespace, c.configMap.Namespace, c.deployment.Namespace, kubeSystem)
+	}
+	if pod.ServiceAccountName != c.sa.Name || c.sa.Name != corednsSA {
+		t.Errorf("Deployment runs as %q, the ServiceAccount is %q", pod.ServiceAccountName, c.sa.Name)
+	}
+	if c.binding.RoleRef.Kind != "ClusterRole" || c.binding.RoleRef.Name != c.role.Name {
+		t.Errorf("ClusterRoleBinding refers to %s %s, the ClusterRole is %s", c.binding.RoleRef.Kind, c.binding.RoleRef.Name, c.role.Name)
+	}
+	if len(c.binding.Subjects) != 1 || c.binding.Subjects[0].Kind != "ServiceAccount" ||
+		c.binding.Subjects[0].Name != c.sa.Name || c.binding.Subjects[0].Namespace != c.sa.Namespace {
+		t.Errorf("ClusterRoleBinding subjects %+v, want the ServiceAccount %s/%s only", c.binding.Subjects, c.sa.Namespace, c.sa.Name)
+	}
+	readOnly(t, &c.role)
+
+	// The kube-dns Service selects k8s-app: kube-dns.
+	if c.deployment.Spec.Template.Labels["k8s-app"] != "kube-dns" || c.deployment.Spec.Selector.MatchLabels["k8s-app"] != "kube-dns" {
+		t.Errorf("Deployment labels %v, selector %v: the kube-dns Service selects k8s-app: kube-dns", c.deployment.Spec.Template.Labels, c.deployment.Spec.Selector.MatchLabels)
+	}
+
+	corefile := c.configMap.Data["Corefile"]
+	for _, want := range []string{
+		"mcsannotations clusterset.local cluster.local {", "cluster CLUSTER_ID", "snapshot /var/lib/mcsannotations/table.db",
+		"kubernetes cluster.local in-addr.arpa ip6.arpa {", "errors", "health", "ready", "prometheus :9153",
+		"forward . /etc/resolv.conf", "cache 30", "loop", "reload", "loadbalance",
+	} {
+		if !strings.Contains(corefile, want) {
+			t.Errorf("the Corefile has no %q:\n%s", want, corefile)
+		}
+	}
+
+	// Volumes: the ConfigMap holds the Corefile that args name; the snapshot
+	// is on a hostPath mounted where the Corefile puts it.
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	ctr := pod.Containers[0]
+	mounts := map[string]string{}
+	for _, m := range ctr.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		vols[v.Name] = v
+	}
+	var cfgVol, snapVol string
+	for name, v := range vols {
+		if v.ConfigMap != nil && v.ConfigMap.Name == c.configMap.Name {
+			cfgVol = name
+		}
+		if v.HostPath != nil {
+			snapVol = name
+			if v.HostPath.Path != "/var/lib/mcsannotations" || v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+				t.Errorf("hostPath volume %s: %+v, want /var/lib/mcsannotations DirectoryOrCreate", name, v.HostPath)
+			}
+		}
+	}
+	if cfgVol == "" || snapVol == "" {
+		t.Fatalf("volumes %v: want one from ConfigMap %s and one hostPath", vols, c.configMap.Name)
+	}
+	if got := strings.Join(ctr.Args, " "); got != "-conf "+filepath.Join(mounts[cfgVol], "Corefile") {
+		t.Errorf("args %q do not name the Corefile of the ConfigMap mounted at %q", got, mounts[cfgVol])
+	}
+	if mounts[snapVol] != "/var/lib/mcsannotations" {
+		t.Errorf("the snapshot volume is mounted at %q, the Corefile writes /var/lib/mcsannotations/table.db", mounts[snapVol])
+	}
+	if pa := pod.Affinity; pa == nil || pa.PodAntiAffinity == nil || len(pa.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) == 0 {
+		t.Errorf("no required pod anti-affinity: two replicas on a node would share the snapshot file")
+	}
+	if !strings.Contains(ctr.Image, "coredns-mcsannotations") {
+		t.Errorf("image %q is not the custom build", ctr.Image)
+	}
+
+	var p struct {
+		sa      corev1.ServiceAccount
+		role    rbacv1.ClusterRole
+		binding rbacv1.ClusterRoleBinding
+		secret  corev1.Secret
+	}
+	typed(t, manifests(t, "peer"), map[string]any{"ServiceAccount": &p.sa, "ClusterRole": &p.role, "ClusterRoleBinding": &p.binding, "Secret": &p.secret})
+	readOnly(t, &p.role)
+	if p.binding.RoleRef.Name != p.role.Name || len(p.binding.Subjects) != 1 || p.binding.Subjects[0].Name != p.sa.Name || p.sa.Name != peerSA {
+		t.Errorf("peer ClusterRoleBinding %+v does not bind %s to %s", p.binding, p.sa.Name, p.role.Name)
+	}
+	if p.secret.Annotations[corev1.ServiceAccountNameKey] != p.sa.Name || p.secret.Type != corev1.SecretTypeServiceAccountToken {
+		t.Errorf("peer token Secret: type %s, for %q", p.secret.Type, p.secret.Annotations[corev1.ServiceAccountNameKey])
+	}
+}
+
+// waitNamespace waits until the API server has made a system namespace.
+func waitNamespace(t *testing.T, c *harness.Cluster, name string) {
+	t.Helper()
+	harness.Eventually(t, 30*time.Second, func() error {
+		cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := c.Client.CoreV1().Namespaces().Get(cx, name, metav1.GetOptions{})
+		return err
+	})
+}
+
+// apply creates objects: a server-side dry run of all of them first, then
+// for real, and checks the server stored each one.
+func apply(t *testing.T, c *harness.Cluster, objs []*unstructured.Unstructured) {
+	t.Helper()
+	if _, err := c.CreateObjects(objs, true); err != nil {
+		t.Fatalf("cluster %s: dry run: %v", c.Name, err)
+	}
+	got, err := c.CreateObjects(objs, false)
+	if err != nil {
+		t.Fatalf("cluster %s: %v", c.Name, err)
+	}
+	for i, u := range got {
+		if u.GetUID() == "" || u.GetName() != objs[i].GetName() {
+			t.Errorf("cluster %s: %s stored as %s (uid %q)", c.Name, harness.ObjectName(objs[i]), harness.ObjectName(u), u.GetUID())
+		}
+	}
+}
+
+// TestManifests applies manifests/coredns to cluster edge-a and
+// manifests/peer to edge-b, then runs bin/coredns with the ConfigMap's
+// Corefile as edge-a's coredns ServiceAccount, watching edge-b as its peer
+// reader (both through impersonation: the API server authorizes each
+// request as that account, as with its own token; nothing here issues
+// tokens). It must become ready (every informer of mcsannotations and of
+// the kubernetes plugin synced), answer from both plugins and both
+// clusters, and never be forbidden; and the accounts may do nothing but read.
+func TestManifests(t *testing.T) {
+	harness.RequireTools(t)
+	cs := harness.StartClusters(t, "edge-a", "edge-b")
+	a, b := cs[0], cs[1]
+	for _, c := range cs {
+		waitNamespace(t, c, kubeSystem)
+	}
+	apply(t, a, manifests(t, "coredns"))
+	apply(t, b, manifests(t, "peer"))
+
+	// Workloads: a local exporter and a Service in edge-a, a peer exporter in edge-b.
+	const ns = "shop"
+	a.CreateNamespace(t, ns)
+	b.CreateNamespace(t, ns)
+	httpPort := []harness.ExportPort{{Name: "http", Port: 80, TargetPort: 8080}}
+	a.CreateReadyPods(t, ns, harness.ReadyPod{Pod: harness.ExporterPod("backend-0", "backend-0",
+		harness.ExportService{Name: "backend", Ports: httpPort}), IPs: []string{"10.1.0.10"}})
+	b.CreateReadyPods(t, ns, harness.ReadyPod{Pod: harness.ExporterPod("db-0", "db-0",
+		harness.ExportService{Name: "db", Ports: []harness.ExportPort{{Name: "postgres", Port: 5432}}}), IPs: []string{"10.2.0.20"}})
+	cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	web, err := a.Client.CoreV1().Services(ns).Create(cx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	saKubeconfig := a.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, corednsSA), harness.ServiceAccountGroups(kubeSystem)...)
+	peerKubeconfig := b.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, peerSA), harness.ServiceAccountGroups(kubeSystem)...)
+
+	t.Run("CoreDNSAsServiceAccount", func(t *testing.T) {
+		c := readCoreDNS(t)
+		ready := harness.FreePort(t)
+		resolv := filepath.Join(t.TempDir(), "resolv.conf")
+		if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmpl := loopbackCorefile(t, c.configMap.Data["Corefile"], true)
+		d := harness.StartCoreDNS(t, tmpl, map[string]string{
+			"CLUSTER":         a.Name,
+			"KUBECONFIG":      saKubeconfig,
+			"PEER_KUBECONFIG": peerKubeconfig,
+			"HEALTH":          fmt.Sprint(harness.FreePort(t)),
+			"READY":           fmt.Sprint(ready),
+			"METRICS":         fmt.Sprint(harness.FreePort(t)),
+			"RESOLV":          resolv,
+		})
+		// Ready: both plugins' informers have listed what they need. Queries
+		// wait for it, so that no early NXDOMAIN lands in the cache.
+		took := harness.Eventually(t, 30*time.Second, func() error {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", ready))
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("/ready: %s; CoreDNS log:\n%s", resp.Status, d.LogTail(20))
+			}
+			return nil
+		})
+		t.Logf("CoreDNS ready %s after it answered", took.Round(time.Millisecond))
+
+		for _, q := range []struct {
+			name string
+			want string
+		}{
+			{"backend." + ns + ".svc.clusterset.local.", "10.1.0.10"}, // mcsannotations, edge-a
+			{"db." + ns + ".svc.clusterset.local.", "10.2.0.20"},      // mcsannotations, peer edge-b
+			{"web." + ns + ".svc.cluster.local.", web.Spec.ClusterIP}, // the kubernetes plugin
+		} {
+			m := d.Query(t, q.name, dns.TypeA, false)
+			if got := harness.Addrs(m); len(got) != 1 || got[0] != q.want {
+				t.Errorf("%s A: %s %v, want %s", q.name, harness.Rcode(m), got, q.want)
+			}
+		}
+		if log := d.Log(); strings.Contains(strings.ToLower(log), "forbidden") {
+			t.Errorf("a request was forbidden; CoreDNS log:\n%s", log)
+		}
+	})
+
+	t.Run("LeastPrivilege", func(t *testing.T) {
+		cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		sa := harness.NewClient(t, saKubeconfig, 0)
+		peer := harness.NewClient(t, peerKubeconfig, 0)
+		allowed := func(what string, err error) {
+			t.Helper()
+			if err != nil {
+				t.Errorf("%s: %v, want allowed", what, err)
+			}
+		}
+		forbidden := func(what string, err error) {
+			t.Helper()
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("%s: %v, want Forbidden", what, err)
+			}
+		}
+		_, err := sa.CoreV1().Pods(ns).Get(cx, "backend-0", metav1.GetOptions{})
+		allowed("coredns: get a pod", err)
+		_, err = sa.CoreV1().Services("").List(cx, metav1.ListOptions{})
+		allowed("coredns: list services", err)
+		_, err = sa.CoreV1().Secrets(kubeSystem).List(cx, metav1.ListOptions{})
+		forbidden("coredns: list secrets", err)
+		_, err = sa.CoreV1().ConfigMaps(kubeSystem).List(cx, metav1.ListOptions{})
+		forbidden("coredns: list configmaps", err)
+		_, err = sa.CoreV1().Pods(ns).Patch(cx, "backend-0", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+		forbidden("coredns: patch a pod", err)
+		err = sa.CoreV1().Pods(ns).Delete(cx, "backend-0", metav1.DeleteOptions{})
+		forbidden("coredns: delete a pod", err)
+		_, err = sa.CoreV1().Services(ns).Get(cx, "web", metav1.GetOptions{})
+		forbidden("coredns: get a service (list/watch suffice)", err)
+
+		_, err = peer.CoreV1().Pods("").List(cx, metav1.ListOptions{LabelSelector: harness.ExporterLabel + "=true"})
+		allowed("peer reader: list exporter pods", err)
+		_, err = peer.CoreV1().Services("").List(cx, metav1.ListOptions{})
+		forbidden("peer reader: list services", err)
+		_, err = peer.CoreV1().Secrets(kubeSystem).Get(cx, "mcsannotations-peer-reader-token", metav1.GetOptions{})
+		forbidden("peer reader: read its own token Secret", err)
+		_, err = peer.CoreV1().Pods(ns).Create(cx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Image: "x"}}}}, metav1.CreateOptions{})
+		forbidden("peer reader: create a pod", err)
+	})
+}
+
+// TestPlaceholderClusterID: the ConfigMap as shipped (CLUSTER_ID not
+// replaced) stops CoreDNS at start-up with a message that names the word.
+func TestPlaceholderClusterID(t *testing.T) {
+	tools := harness.RequireTools(t, harness.ToolCoreDNS)
+	c := readCoreDNS(t)
+	dir := t.TempDir()
+	r := strings.NewReplacer("{PORT}", fmt.Sprint(harness.FreePort(t)), "{HEALTH}", fmt.Sprint(harness.FreePort(t)),
+		"{READY}", fmt.Sprint(harness.FreePort(t)), "{METRICS}", fmt.Sprint(harness.FreePort(t)),
+		"{DIR}", dir, "{KUBECONFIG}", filepath.Join(dir, "none"), "{RESOLV}", "/etc/resolv.conf")
+	path := filepath.Join(dir, "Corefile")
+	if err := os.WriteFile(path, []byte(r.Replace(loopbackCorefile(t, c.configMap.Data["Corefile"], false))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cx, tools.CoreDNS, "-conf", path).CombinedOutput()
+	if err == nil || cx.Err() != nil || !strings.Contains(string(out), `"CLUSTER_ID"`) {
+		t.Errorf("CoreDNS with cluster CLUSTER_ID: err %v (context %v), want an exit naming CLUSTER_ID; output:\n%s", err, cx.Err(), out)
+	}
+}
+
+// loopbackCorefile rewrites the ConfigMap's Corefile for a test on
+// 127.0.0.1: harness placeholders for ports and paths, a kubeconfig for
+// both plugins (and the peer line uncommented when peer is true), no loop
+// plugin (it needs a real upstream). Each rewrite must match exactly once,
+// so that a change to the ConfigMap shows here instead of being missed.
+func loopbackCorefile(t *testing.T, corefile string, peer bool) string {
+	t.Helper()
+	rules := []struct{ re, repl string }{
+		{`(?m)^\.:53 \{$`, ".:{PORT} {\n    bind 127.0.0.1"},
+		{`(?m)^(\s*)health \{$`, "${1}health 127.0.0.1:{HEALTH} {"},
+		{`(?m)^(\s*)ready$`, "${1}ready 127.0.0.1:{READY}"},
+		{`(?m)^(\s*)prometheus :9153$`, "${1}prometheus 127.0.0.1:{METRICS}"},
+		{`(?m)^(\s*)snapshot /var/lib/mcsannotations/table\.db$`, "${1}snapshot {DIR}/table.db"},
+		{`(?m)^(\s*)(mcsannotations clusterset\.local cluster\.local \{)$`, "${1}${2}\n${1}    kubeconfig {KUBECONFIG}"},
+		{`(?m)^(\s*)(kubernetes cluster\.local in-addr\.arpa ip6\.arpa \{)$`, "${1}${2}\n${1}    kubeconfig {KUBECONFIG}"},
+		{`(?m)^(\s*)forward \. /etc/resolv\.conf \{$`, "${1}forward . {RESOLV} {"},
+		{`(?m)^\s*loop\n`, ""},
+	}
+	if peer {
+		rules = append(rules,
+			struct{ re, repl string }{`(?m)^(\s*)cluster CLUSTER_ID$`, "${1}cluster {CLUSTER}"},
+			struct{ re, repl string }{`(?m)^(\s*)# (peer edge-b) /etc/mcs/peers/edge-b\.kubeconfig$`, "${1}${2} {PEER_KUBECONFIG}"})
+	}
+	for _, r := range rules {
+		re := regexp.MustCompile(r.re)
+		if n := len(re.FindAllStringIndex(corefile, -1)); n != 1 {
+			t.Fatalf("the ConfigMap's Corefile matches %s %d times, want once: update loopbackCorefile\n%s", r.re, n, corefile)
+		}
+		corefile = re.ReplaceAllString(corefile, r.repl)
+	}
+	return corefile
+}
