@@ -92,16 +92,20 @@ func main() {
 		}
 	case s := <-sig:
 		fmt.Fprintf(os.Stderr, "mcs-demo: %v: stopping everything\n", s)
-		r.setStep("")
 		code = 130
 	}
 
-	if code == 0 {
+	switch code {
+	case 0:
 		fmt.Println("== step 7: clean up: stop every process by PID, remove the temporary folders")
-	} else {
-		fmt.Println("== cleaning up after the failure: stop every process by PID, remove the temporary folders")
+		r.setStep(" at clean-up")
+	case 130:
+		fmt.Println("== interrupted: stop every process by PID, remove the temporary folders")
+		r.setStep(" after the interrupt") // the demo's goroutine may still report what it sees going
+	default:
+		fmt.Println("== clean up after the failure: stop every process by PID, remove the temporary folders")
+		r.setStep(" at clean-up")
 	}
-	r.setStep(" (clean-up)")
 	r.runCleanups()
 	pids, dirs := r.leftovers()
 	if len(pids) > 0 || len(dirs) > 0 {
