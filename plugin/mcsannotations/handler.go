@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
@@ -19,7 +20,7 @@ import (
 func (m *MCS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	qname := state.Name()
-	zone := plugin.Zones(m.zones).Matches(qname)
+	zone := m.zoneOf(qname)
 	if zone == "" {
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
@@ -47,6 +48,26 @@ func (m *MCS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
 	return m.respond(ctx, w, r, state, ix, zone, ans)
+}
+
+// zoneOf returns the longest of the plugin's zones that qname (lower case,
+// fully qualified) is in, or "". The zones are normalised at setup, so a
+// suffix test does what plugin.Zones.Matches does, without its allocations.
+func (m *MCS) zoneOf(qname string) string {
+	best := ""
+	for _, z := range m.zones {
+		if len(z) > len(best) && inZone(qname, z) {
+			best = z
+		}
+	}
+	return best
+}
+
+func inZone(qname, zone string) bool {
+	if zone == "." {
+		return true
+	}
+	return qname == zone || (len(qname) > len(zone) && strings.HasSuffix(qname, zone) && qname[len(qname)-len(zone)-1] == '.')
 }
 
 // clientIP is the query's source address.

@@ -204,3 +204,25 @@ func BenchmarkServeDNS(b *testing.B) {
 		})
 	}
 }
+
+func TestZoneOf(t *testing.T) {
+	m := &MCS{zones: []string{"clusterset.local.", "cluster.local.", "sub.cluster.local."}}
+	for q, want := range map[string]string{
+		"clusterset.local.":                  "clusterset.local.",
+		"a.b.svc.clusterset.local.":          "clusterset.local.",
+		"a.cluster.local.":                   "cluster.local.",
+		"a.sub.cluster.local.":               "sub.cluster.local.",
+		"xcluster.local.":                    "",
+		"local.":                             "",
+		"example.org.":                       "",
+		"a.b.svc.clusterset.local.evil.org.": "",
+	} {
+		if got := m.zoneOf(q); got != want {
+			t.Errorf("zoneOf(%q) = %q, want %q", q, got, want)
+		}
+	}
+	root := &MCS{zones: []string{"."}}
+	if root.zoneOf("anything.") != "." {
+		t.Error("root zone")
+	}
+}
