@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/miekg/dns"
 )
@@ -17,7 +18,7 @@ import (
 type Index struct {
 	cfg        Config
 	serial     uint32
-	services   map[string]*Service // "<svc>.<ns>"
+	services   map[string]*entry // "<svc>.<ns>"
 	namespaces map[string]struct{}
 
 	SOA     dns.SOA
@@ -75,6 +76,43 @@ type Host struct {
 	AAAA []dns.AAAA
 }
 
+// entry is one service of an index: the Pods that export it, rendered into
+// answers on first use. A rebuild makes entries only for the services that
+// changed and renders none of them, so loading a large snapshot or a burst of
+// changes costs no rendering until a name is asked for; every later query of
+// the entry finds it rendered.
+type entry struct {
+	cfg  Config
+	sk   svcKey
+	pods []*Pod // immutable records, at least one of them ready
+	once sync.Once
+	svc  *Service
+}
+
+func (e *entry) get() *Service {
+	e.once.Do(func() {
+		e.svc = buildService(e.cfg, e.sk, e.pods)
+		e.pods = nil // the rendered answers are all that is needed now
+	})
+	return e.svc
+}
+
+// serves reports whether any of pods is a ready endpoint of sk: whether the
+// service's names exist.
+func serves(sk svcKey, pods []*Pod) bool {
+	for _, p := range pods {
+		if !p.Ready || len(p.IPs) == 0 {
+			continue
+		}
+		for _, e := range p.Exports {
+			if e.Namespace == sk.Namespace && e.Name == sk.Name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Len returns the number of services with ready endpoints.
 func (ix *Index) Len() int { return len(ix.services) }
 
@@ -83,16 +121,19 @@ func (ix *Index) Serial() uint32 { return ix.serial }
 
 // Service returns the service <name>.<namespace>, or nil.
 func (ix *Index) Service(namespace, name string) *Service {
-	return ix.services[name+"."+namespace]
+	if e := ix.services[name+"."+namespace]; e != nil {
+		return e.get()
+	}
+	return nil
 }
 
-func newIndex(cfg Config, services map[string]*Service, serial uint32) *Index {
+func newIndex(cfg Config, services map[string]*entry, serial uint32) *Index {
 	ix := &Index{cfg: cfg, serial: serial, services: services, namespaces: make(map[string]struct{})}
 	if ix.services == nil {
-		ix.services = map[string]*Service{}
+		ix.services = map[string]*entry{}
 	}
-	for _, s := range ix.services {
-		ix.namespaces[s.Namespace] = struct{}{}
+	for _, e := range ix.services {
+		ix.namespaces[e.sk.Namespace] = struct{}{}
 	}
 	zone := cfg.Zone
 	ix.SOA = dns.SOA{

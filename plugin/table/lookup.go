@@ -82,11 +82,11 @@ func (ix *Index) Lookup(qname string, qtype uint16) Answer {
 		}
 		return Answer{Kind: KindNXDomain}
 	}
-	svc := ix.services[key]
-	if svc == nil {
+	e := ix.services[key]
+	if e == nil {
 		return Answer{Kind: KindNXDomain}
 	}
-	return svc.lookup(prefix, qtype)
+	return e.get().lookup(prefix, qtype)
 }
 
 // SplitServiceName splits a name of the form
@@ -129,7 +129,7 @@ func splitService(qname, zone string) (prefix, key string, dot int, ok bool) {
 // "<hostname>.<clusterid>" for an endpoint — limited to cluster's endpoints
 // when cluster is not "". Alias names use it.
 func (ix *Index) LookupService(namespace, name, cluster, prefix string, qtype uint16) Answer {
-	svc := ix.services[name+"."+namespace]
+	svc := ix.Service(namespace, name)
 	if svc != nil {
 		svc = svc.InCluster(cluster)
 	}

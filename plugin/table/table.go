@@ -51,7 +51,7 @@ type Table struct {
 
 	mu    sync.Mutex
 	pods  map[Key]*Pod
-	bySvc map[svcKey]map[Key]struct{}
+	bySvc map[svcKey]map[Key]*Pod // each service's exporting Pods
 	dirty map[svcKey]struct{}
 	gen   uint64 // bumped by every write, under mu
 
@@ -68,7 +68,7 @@ func New(cfg Config) *Table {
 	t := &Table{
 		cfg:   cfg,
 		pods:  make(map[Key]*Pod),
-		bySvc: make(map[svcKey]map[Key]struct{}),
+		bySvc: make(map[svcKey]map[Key]*Pod),
 		dirty: make(map[svcKey]struct{}),
 		kick:  make(chan struct{}, 1),
 	}
@@ -120,6 +120,9 @@ func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
 		keep[p.Key()] = struct{}{}
 	}
 	t.mu.Lock()
+	if len(t.pods) == 0 && len(pods) > 0 { // a bulk load: size the maps once
+		t.pods = make(map[Key]*Pod, len(pods))
+	}
 	for k := range t.pods {
 		if k.Cluster != cluster {
 			continue
@@ -176,10 +179,10 @@ func (t *Table) upsertLocked(p *Pod) {
 		sk := svcKey{e.Namespace, e.Name}
 		m := t.bySvc[sk]
 		if m == nil {
-			m = make(map[Key]struct{})
+			m = make(map[Key]*Pod)
 			t.bySvc[sk] = m
 		}
-		m[k] = struct{}{}
+		m[k] = p
 		t.dirty[sk] = struct{}{}
 	}
 }
@@ -243,27 +246,28 @@ func (t *Table) Rebuild() *Index {
 	}
 	dirty := t.dirty
 	t.dirty = make(map[svcKey]struct{})
-	// Gather the dirty services' Pods under the lock; render outside it.
+	// Gather the dirty services' Pods under the lock; answers are rendered
+	// later, on first use (see entry).
 	members := make(map[svcKey][]*Pod, len(dirty))
 	for sk := range dirty {
 		ks := t.bySvc[sk]
 		ps := make([]*Pod, 0, len(ks))
-		for k := range ks {
-			ps = append(ps, t.pods[k])
+		for _, p := range ks {
+			ps = append(ps, p)
 		}
 		members[sk] = ps
 	}
 	t.mu.Unlock()
 
 	old := t.cur.Load()
-	services := make(map[string]*Service, len(old.services)+len(members))
-	for k, s := range old.services {
-		services[k] = s
+	services := make(map[string]*entry, len(old.services)+len(members))
+	for k, e := range old.services {
+		services[k] = e
 	}
 	for sk, ps := range members {
 		name := sk.Name + "." + sk.Namespace
-		if s := buildService(t.cfg, sk, ps); s != nil {
-			services[name] = s
+		if serves(sk, ps) {
+			services[name] = &entry{cfg: t.cfg, sk: sk, pods: ps}
 		} else {
 			delete(services, name)
 		}

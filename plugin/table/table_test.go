@@ -357,11 +357,50 @@ func TestOnPodChangeAndCodec(t *testing.T) {
 	if err != nil || !back.Equal(a) {
 		t.Fatalf("round trip: %+v, %v", back, err)
 	}
-	for _, bad := range [][]byte{nil, []byte("x{}"), []byte("j{"), []byte(`j{"c":"edge-a"}`), []byte("j[]")} {
-		if _, err := DecodePod(bad); err == nil {
-			t.Errorf("DecodePod(%q) accepted", bad)
+	if b[0] != 'b' {
+		t.Errorf("written as %q, want the binary form", b[0])
+	}
+	// Records written as JSON (the first format) still read.
+	legacy := []byte(`j{"c":"edge-a","ns":"default","n":"a","h":"web-0","ips":["10.0.0.1","fd00::1"],"r":true,` +
+		`"e":[{"name":"backend","namespace":"default","cluster":"edge-a","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]}]}`)
+	if back, err := DecodePod(legacy); err != nil || !back.Equal(a) {
+		t.Fatalf("legacy JSON: %+v, %v", back, err)
+	}
+	bad := [][]byte{nil, []byte("x{}"), []byte("j{"), []byte(`j{"c":"edge-a"}`), []byte("j[]"),
+		b[:len(b)/2], append(append([]byte(nil), b...), 0), []byte("b\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")}
+	for _, x := range bad {
+		if _, err := DecodePod(x); err == nil {
+			t.Errorf("DecodePod(%q) accepted", x)
 		}
 	}
+	if _, err := EncodePod(&Pod{Cluster: "a", Namespace: "b", Name: "c", Exports: []annotation.Export{{Name: "s", Ports: []annotation.Port{{Port: 1, Protocol: "ICMP"}}}}}); err == nil {
+		t.Error("EncodePod accepted an unknown protocol")
+	}
+}
+
+// FuzzDecodePod: no input panics or allocates without bound, and whatever
+// decodes encodes back to a record that decodes the same.
+func FuzzDecodePod(f *testing.F) {
+	for _, p := range benchPods(3) {
+		b, _ := EncodePod(p)
+		f.Add(b)
+	}
+	f.Add([]byte(`j{"c":"a","ns":"b","n":"c"}`))
+	f.Add([]byte("b"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := DecodePod(b)
+		if err != nil {
+			return
+		}
+		again, err := EncodePod(p)
+		if err != nil {
+			return // JSON records may carry protocols the binary form refuses
+		}
+		q, err := DecodePod(again)
+		if err != nil || !q.Equal(p) {
+			t.Fatalf("round trip: %+v -> %+v, %v", p, q, err)
+		}
+	})
 }
 
 func TestLookupServiceInCluster(t *testing.T) {
