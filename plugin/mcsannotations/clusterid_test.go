@@ -49,7 +49,9 @@ func TestClusterIDDiscovery(t *testing.T) {
 	var value atomic.Value
 	value.Store("edge-z")
 	url := propertyServer(t, &value)
-	withClient(t, func(string, string) (kubernetes.Interface, error) { return kubernetes.NewForConfig(&rest.Config{Host: url}) })
+	withClient(t, func(string, string) (kubernetes.Interface, error) {
+		return kubernetes.NewForConfig(&rest.Config{Host: url})
+	})
 	snap := filepath.Join(t.TempDir(), "table.db")
 	corefile := "mcsannotations {\n snapshot " + snap + "\n peer edge-b /b\n}"
 
@@ -85,7 +87,9 @@ func TestClusterIDDiscovery(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 	// A peer with the discovered name.
-	withClient(t, func(string, string) (kubernetes.Interface, error) { return kubernetes.NewForConfig(&rest.Config{Host: url}) })
+	withClient(t, func(string, string) (kubernetes.Interface, error) {
+		return kubernetes.NewForConfig(&rest.Config{Host: url})
+	})
 	_, err = newMCS(parsed(t, "mcsannotations {\n peer edge-z /z\n}"))
 	if err == nil || !strings.Contains(err.Error(), `peer "edge-z" has the name of the local cluster`) {
 		t.Fatalf("error %v", err)
@@ -123,7 +127,9 @@ func TestClusterIDGarbageRemembered(t *testing.T) {
 	var value atomic.Value
 	value.Store("edge-z")
 	url := propertyServer(t, &value)
-	withClient(t, func(string, string) (kubernetes.Interface, error) { return kubernetes.NewForConfig(&rest.Config{Host: url}) })
+	withClient(t, func(string, string) (kubernetes.Interface, error) {
+		return kubernetes.NewForConfig(&rest.Config{Host: url})
+	})
 	snap := filepath.Join(t.TempDir(), "table.db")
 	if err := os.WriteFile(snap+clusterIDSuffix, []byte("!!! not an id\x00"), 0o644); err != nil {
 		t.Fatal(err)
