@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -70,12 +71,7 @@ func ReadManifestDir(dir string) ([]*unstructured.Unstructured, error) {
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("%s: no *.yaml files", dir)
 	}
-	// Glob sorts each pattern's matches; sort the union too.
-	for i := 1; i < len(paths); i++ {
-		for j := i; j > 0 && paths[j] < paths[j-1]; j-- {
-			paths[j], paths[j-1] = paths[j-1], paths[j]
-		}
-	}
+	slices.Sort(paths)
 	return ReadManifests(paths...)
 }
 
