@@ -47,13 +47,11 @@ const (
 	restartTimeout = 5 * time.Second  // answers after the restart
 )
 
-// TODO(peers): edge-a's CoreDNS watches edge-a only. When the plugin's
-// `peer NAME KUBECONFIG` Corefile word (SPEC section 7; the peers work in
-// plugin/mcsannotations) is settled, make this default true: the Corefile
-// then says `peer edge-b <edge-b's kubeconfig>`, and the checks expect
-// db.demo (whose only Pod is in edge-b) to resolve, also offline. Until
-// then, `make demo DEMO_FLAGS=-peers` runs it that way.
-var peers = flag.Bool("peers", false, "edge-a's CoreDNS also watches edge-b (Corefile word `peer edge-b KUBECONFIG`)")
+// peers: edge-a's CoreDNS also watches edge-b (the Corefile word
+// `peer edge-b KUBECONFIG`, through a TCP proxy the demo can cut), so that
+// db.demo, whose only Pod is in edge-b, resolves, also offline.
+// `make demo DEMO_FLAGS=-peers=false` watches edge-a alone.
+var peers = flag.Bool("peers", true, "edge-a's CoreDNS also watches edge-b (Corefile word `peer edge-b KUBECONFIG`)")
 
 // corefile is edge-a's CoreDNS configuration; {PEERS} is one
 // `peer NAME KUBECONFIG` line per peer, or nothing.
@@ -152,8 +150,10 @@ func demo(r *runner) {
 
 	watched := []string{local}
 	vars := map[string]string{"KUBECONFIG": a.Kubeconfig, "PEERS": ""}
+	var link *harness.Proxy // edge-a's link to edge-b's API server
 	if *peers {
-		vars["PEERS"] = fmt.Sprintf("        peer %s %s\n", peerName, b.Kubeconfig)
+		link = harness.StartProxy(r, b.APIServerAddr())
+		vars["PEERS"] = fmt.Sprintf("        peer %s %s\n", peerName, b.KubeconfigVia(r, link))
 		watched = append(watched, peerName)
 	}
 	step(r, 3, "start our CoreDNS for %s (watches %s; snapshot on disk)", local, strings.Join(watched, " and "))
@@ -167,16 +167,26 @@ func demo(r *runner) {
 	fmt.Printf("   CoreDNS answered correctly %s after it first answered\n", took.Round(time.Millisecond))
 	showAll(r, dig, d, checks)
 
-	step(r, 5, "cut the link to %s's API server: kill its kube-apiserver (SIGKILL, PID %d)", local, a.APIServer().PID())
+	if link != nil {
+		step(r, 5, "cut the site off: the link to %s (127.0.0.1:%d) and %s's own kube-apiserver (SIGKILL, PID %d)",
+			peerName, link.Port(), local, a.APIServer().PID())
+		link.Cut(r)
+	} else {
+		step(r, 5, "cut the link to %s's API server: kill its kube-apiserver (SIGKILL, PID %d)", local, a.APIServer().PID())
+	}
 	a.KillAPIServer(r, syscall.SIGKILL)
 	if err := a.Ready(); err == nil {
 		r.Fatalf("%s's API server still answers after it was stopped", local)
 	}
-	fmt.Printf("   %s's API server is down; watching the answers for %s\n", local, offlineWatch)
+	if link != nil {
+		fmt.Printf("   %s's API server is down and %s is unreachable; watching the answers for %s\n", local, peerName, offlineWatch)
+	} else {
+		fmt.Printf("   %s's API server is down; watching the answers for %s\n", local, offlineWatch)
+	}
 	steady(r, d, checks, offlineWatch)
 	showAll(r, dig, d, checks)
 
-	step(r, 6, "restart CoreDNS while %s's API server is still down: it answers from its snapshot", local)
+	step(r, 6, "restart CoreDNS while still cut off: it answers from its snapshot")
 	d.Restart(r)
 	r.started(d.Process().PID())
 	took = waitAll(r, d, checks, restartTimeout)
@@ -365,9 +375,16 @@ func (m model) checks(watched []string) []check {
 		note: "the MCS DNS specification version"}
 	db := addrs("db." + ns)
 	if len(db.want) == 0 {
-		db.note = "its only Pod is in " + peerName + ", which edge-a does not watch yet (TODO peers)"
+		db.note = "its only Pod is in " + peerName + ", which edge-a does not watch here (-peers=false)"
 	}
-	return []check{addrs("backend." + ns), srv("backend."+ns, "http"), version, db}
+	out := []check{addrs("backend." + ns), srv("backend."+ns, "http"), version, db}
+	// One endpoint by name: <hostname>.<clusterid>.<svc>.<ns>.svc.<zone>.
+	for _, e := range m.selected("db."+ns, watched) {
+		out = append(out, check{name: e.hostname + "." + e.cluster + "." + svcName("db."+ns), qtype: dns.TypeA,
+			rcode: dns.RcodeSuccess, want: []string{e.ip}, note: "one endpoint, named by its hostname and cluster"})
+		break
+	}
+	return out
 }
 
 func uniq(ss []string) []string {
