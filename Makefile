@@ -19,7 +19,7 @@ unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
 	cd coredns-build && $(GO) test -count=1 ./...
 
 .PHONY: test
-test: unit e2e ## All tests: unit and end-to-end
+test: unit e2e bench-smoke ## All tests: unit, end-to-end and the benchmark program's smoke run
 
 # --- tools, e2e and demo (real etcd + kube-apiserver, no Docker) -------------
 # (owned by the e2e harness work: see test/README.md)
@@ -31,3 +31,10 @@ e2e: build tools ## End-to-end tests against real kube-apiservers and bin/coredn
 		$(GO) test -count=1 -timeout 30m -v $(if $(E2E_RUN),-run '$(E2E_RUN)') ./test/harness/ ./test/e2e/
 demo: build tools ## Two local clusters, sample workloads, our CoreDNS, a cut link
 	@env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-demo $(DEMO_FLAGS)
+
+# --- benchmarks (issue 6; cmd/mcs-bench) ---------------------------------------
+.PHONY: bench bench-smoke
+bench: build tools ## Ours vs hosts and in-tree multicluster, offline figures; writes BENCHMARKS.md (~20 min)
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench $(BENCH_FLAGS)
+bench-smoke: build tools ## The benchmark program end to end at tiny sizes (about 1 min; report in bench/raw/smoke/)
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench -smoke

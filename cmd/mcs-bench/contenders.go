@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+// The three Corefiles: the same server block, the same auxiliary plugins
+// (errors; pprof, which is not in the query path: it only opens an HTTP
+// listener), no cache; only the answering plugin differs.
+const (
+	oursCorefile = `clusterset.local:{PORT} {
+    bind 127.0.0.1
+    errors
+    pprof 127.0.0.1:{PPROF}
+    mcsannotations clusterset.local {
+        cluster {CLUSTER}
+        kubeconfig {KUBECONFIG}
+{PEERS}        snapshot {SNAPSHOT}
+        ttl 5
+    }
+}
+`
+	intreeCorefile = `clusterset.local:{PORT} {
+    bind 127.0.0.1
+    errors
+    pprof 127.0.0.1:{PPROF}
+    kubernetes cluster.local clusterset.local {
+        kubeconfig {KUBECONFIG}
+        multicluster clusterset.local
+        ttl 5
+    }
+}
+`
+	hostsCorefile = `clusterset.local:{PORT} {
+    bind 127.0.0.1
+    errors
+    pprof 127.0.0.1:{PPROF}
+    hosts {HOSTS} clusterset.local {
+        ttl 5
+        reload 0
+        no_reverse
+    }
+}
+`
+)
+
+// Contender names.
+const (
+	ours   = "mcsannotations"
+	hosts  = "hosts"
+	intree = "kubernetes multicluster"
+)
+
+// contender is one CoreDNS under test.
+type contender struct {
+	Name  string
+	SRV   bool // answers SRV (hosts does not: it answers A, AAAA and PTR only)
+	tmpl  string
+	vars  map[string]string
+	d     *harness.CoreDNS
+	pprof string
+}
+
+// start runs the contender's CoreDNS (pinned to CPU 0 through a wrapper
+// when pin is set) and returns how long it took to answer every sample
+// correctly.
+func (c *contender) start(t harness.T, pin bool, wrapper string, ds dataset, sample []int) time.Duration {
+	vars := map[string]string{}
+	for k, v := range c.vars {
+		vars[k] = v
+	}
+	pp := harness.FreePort(t)
+	vars["PPROF"] = strconv.Itoa(pp)
+	c.pprof = "127.0.0.1:" + strconv.Itoa(pp)
+	if pin {
+		old, had := os.LookupEnv(harness.EnvCoreDNS)
+		os.Setenv(harness.EnvCoreDNS, wrapper)
+		defer func() {
+			if had {
+				os.Setenv(harness.EnvCoreDNS, old)
+			} else {
+				os.Unsetenv(harness.EnvCoreDNS)
+			}
+		}()
+	}
+	start := time.Now()
+	c.d = harness.StartCoreDNS(t, c.tmpl, vars)
+	waitCorrect(t, c, ds, sample, 3*time.Minute)
+	return time.Since(start)
+}
+
+// stop stops the contender's CoreDNS.
+func (c *contender) stop(t harness.T) {
+	if c.d != nil && c.d.Running() {
+		c.d.Stop(t)
+	}
+}
+
+// pinWrapper writes a script that runs bin/coredns on CPU 0 (exec keeps the
+// PID, so the harness stops CoreDNS itself).
+func pinWrapper(t harness.T, dir string) string {
+	tools := harness.FindTools()
+	path := filepath.Join(dir, "coredns-cpu0")
+	script := fmt.Sprintf("#!/bin/sh\nexec taskset -c 0 %q \"$@\"\n", tools.CoreDNS)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return path
+}
+
+// check asks for service i and says what is wrong with the answer, "" if nothing.
+func check(c *contender, ds dataset, i int, qtype uint16) string {
+	name := ds.qname(i)
+	if qtype == dns.TypeSRV {
+		name = "_" + portName + "._tcp." + name
+	}
+	m, err := c.d.Exchange(harness.Query{Name: name, Type: qtype, Timeout: time.Second})
+	if err != nil {
+		return err.Error()
+	}
+	if m.Truncated {
+		return name + ": truncated"
+	}
+	switch qtype {
+	case dns.TypeA:
+		got := harness.Addrs(m)
+		slices.Sort(got)
+		if want := ds.ips(i); !slices.Equal(got, want) {
+			return fmt.Sprintf("%s A: %s %v, want %v", name, dns.RcodeToString[m.Rcode], got, want)
+		}
+	case dns.TypeSRV:
+		n := 0
+		for _, rr := range m.Answer {
+			if s, ok := rr.(*dns.SRV); ok && s.Port == targetPort {
+				n++
+			}
+		}
+		if n != ds.endpoints {
+			return fmt.Sprintf("%s SRV: %s, %d records with port %d, want %d", name, dns.RcodeToString[m.Rcode], n, targetPort, ds.endpoints)
+		}
+	}
+	return ""
+}
+
+// waitCorrect waits until every sample service answers correctly (A, and
+// SRV where the contender answers SRV), and returns how long that took.
+func waitCorrect(t harness.T, c *contender, ds dataset, sample []int, bound time.Duration) time.Duration {
+	start := time.Now()
+	deadline := start.Add(bound)
+	for {
+		bad := ""
+		for _, i := range sample {
+			if bad = check(c, ds, i, dns.TypeA); bad != "" {
+				break
+			}
+			if c.SRV {
+				if bad = check(c, ds, i, dns.TypeSRV); bad != "" {
+					break
+				}
+			}
+		}
+		if bad == "" {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: wrong answer after %s: %s\n%s", c.Name, bound, bad, c.d.LogTail(20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sampleOf picks about n services spread over the data set, first and last included.
+func sampleOf(ds dataset, n int) []int {
+	if n > ds.services {
+		n = ds.services
+	}
+	out := []int{}
+	for k := 0; k < n; k++ {
+		out = append(out, k*(ds.services-1)/max(1, n-1))
+	}
+	return slices.Compact(out)
+}
+
+// ctxSleep sleeps d or until ctx ends.
+func ctxSleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/mcs-api/config/crd"
+	mcs "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+const (
+	zone       = "clusterset.local."
+	portName   = "http"
+	svcPort    = 80
+	targetPort = 8080
+)
+
+// dataset is the deterministic benchmark data: services svc-NNNNN spread over
+// namespaces bench-NNN (service i in namespace i mod namespaces), each backed
+// by endpoints Pods svc-NNNNN-J with the fixed IPv4 address ip(i, j).
+type dataset struct {
+	cluster    string
+	services   int
+	endpoints  int
+	namespaces int
+}
+
+func (d dataset) namespace(i int) string { return fmt.Sprintf("bench-%03d", i%d.namespaces) }
+func (d dataset) service(i int) string   { return fmt.Sprintf("svc-%05d", i) }
+func (d dataset) pod(i, j int) string    { return fmt.Sprintf("%s-%d", d.service(i), j) }
+func (d dataset) total() int             { return d.services * d.endpoints }
+
+// qname is the clusterset name of service i.
+func (d dataset) qname(i int) string {
+	return d.service(i) + "." + d.namespace(i) + ".svc." + zone
+}
+
+// ip is endpoint j of service i: 10.64.0.1 onwards, unique for up to 4 million endpoints.
+func (d dataset) ip(i, j int) netip.Addr {
+	n := i*d.endpoints + j + 1
+	return netip.AddrFrom4([4]byte{10, byte(64 + n>>16), byte(n >> 8), byte(n)})
+}
+
+// ips are the endpoint addresses of service i, sorted as strings.
+func (d dataset) ips(i int) []string {
+	out := make([]string, d.endpoints)
+	for j := range out {
+		out[j] = d.ip(i, j).String()
+	}
+	sort.Strings(out)
+	return out
+}
+
+// exportService is the export annotation entry of service i.
+func (d dataset) exportService(i int) harness.ExportService {
+	return harness.ExportService{Name: d.service(i), Ports: []harness.ExportPort{{Name: portName, Port: svcPort, TargetPort: targetPort, Protocol: "TCP"}}}
+}
+
+// tablePod is endpoint j of service i as the plugin's table keeps it (for
+// snapshot files written directly).
+func (d dataset) tablePod(i, j int) *table.Pod {
+	p := &table.Pod{
+		Cluster: d.cluster, Namespace: d.namespace(i), Name: d.pod(i, j),
+		UID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i*d.endpoints+j),
+		IPs: []netip.Addr{d.ip(i, j)}, Ready: true,
+	}
+	e := annotation.Export{Name: d.service(i), Namespace: p.Namespace, Cluster: d.cluster}
+	for _, pt := range d.exportService(i).Ports {
+		e.Ports = append(e.Ports, annotation.Port{Name: pt.Name, Port: pt.Port, TargetPort: pt.TargetPort, Protocol: pt.Protocol})
+	}
+	p.Exports = []annotation.Export{e}
+	return p
+}
+
+// parallel runs f(0..n-1) on workers goroutines, stops handing out work
+// after the first failure and returns the first error.
+func parallel(n, workers int, f func(i int) error) error {
+	var (
+		next  atomic.Int64
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				mu.Lock()
+				stop := first != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// createStats says how long loading the API server took.
+type createStats struct {
+	Pods, Imports, Slices int
+	PodsTook, MCSTook     time.Duration
+}
+
+// load creates the namespaces, the annotated exporter Pods (made Running and
+// Ready with their IPs: the harness acts as the kubelet) and, when mcsToo,
+// the MCS CRDs, one Headless ServiceImport and one EndpointSlice per service
+// for the in-tree kubernetes multicluster reference.
+func (d dataset) load(t harness.T, c *harness.Cluster, workers int, mcsToo bool) createStats {
+	var st createStats
+	for n := 0; n < d.namespaces && n < d.services; n++ {
+		c.CreateNamespace(t, d.namespace(n))
+	}
+	start := time.Now()
+	var done atomic.Int64
+	stopProgress := progress(t, "exporter Pods", d.total(), &done)
+	err := parallel(d.total(), workers, func(k int) error {
+		i, j := k/d.endpoints, k%d.endpoints
+		p := harness.ReadyPod{Pod: harness.ExporterPod(d.pod(i, j), "", d.exportService(i)), IPs: []string{d.ip(i, j).String()}}
+		ok := protect(func() { c.CreateReadyPods(t, d.namespace(i), p) })
+		done.Add(1)
+		if !ok {
+			return fmt.Errorf("pod %s/%s", d.namespace(i), p.Name)
+		}
+		return nil
+	})
+	stopProgress()
+	if err != nil {
+		t.Fatalf("creating Pods: %v", err)
+	}
+	st.Pods, st.PodsTook = d.total(), time.Since(start)
+	t.Logf("created %d exporter Pods (Running, Ready, with IPs) in %s: %.0f Pods/s with %d workers",
+		st.Pods, st.PodsTook.Round(time.Millisecond), float64(st.Pods)/st.PodsTook.Seconds(), workers)
+	if !mcsToo {
+		return st
+	}
+
+	installMCSCRDs(t, c)
+	mc, err := mcsclient.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatalf("mcs client: %v", err)
+	}
+	start = time.Now()
+	done.Store(0)
+	stopProgress = progress(t, "ServiceImports + EndpointSlices", d.services, &done)
+	err = parallel(d.services, workers, func(i int) error {
+		defer done.Add(1)
+		ns := d.namespace(i)
+		cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		si := &mcs.ServiceImport{
+			ObjectMeta: metav1.ObjectMeta{Name: d.service(i), Namespace: ns},
+			Spec: mcs.ServiceImportSpec{Type: mcs.Headless,
+				Ports: []mcs.ServicePort{{Name: portName, Protocol: corev1.ProtocolTCP, Port: svcPort}}},
+		}
+		if _, err := mc.MulticlusterV1alpha1().ServiceImports(ns).Create(cx, si, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("ServiceImport %s/%s: %w", ns, si.Name, err)
+		}
+		es := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: d.service(i) + "-" + d.cluster, Namespace: ns, Labels: map[string]string{
+				mcs.LabelServiceName: d.service(i), mcs.LabelSourceCluster: d.cluster,
+				discoveryv1.LabelManagedBy: "mcs-bench",
+			}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(targetPort))}},
+		}
+		for j := 0; j < d.endpoints; j++ {
+			es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
+				Addresses: []string{d.ip(i, j).String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			})
+		}
+		if _, err := c.Client.DiscoveryV1().EndpointSlices(ns).Create(cx, es, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("EndpointSlice %s/%s: %w", ns, es.Name, err)
+		}
+		return nil
+	})
+	stopProgress()
+	if err != nil {
+		t.Fatalf("creating MCS objects: %v", err)
+	}
+	st.Imports, st.Slices, st.MCSTook = d.services, d.services, time.Since(start)
+	t.Logf("created %d ServiceImports and %d EndpointSlices in %s", st.Imports, st.Slices, st.MCSTook.Round(time.Millisecond))
+	return st
+}
+
+// progress logs every 10 s how far a long creation is; the returned func stops it.
+func progress(t harness.T, what string, total int, done *atomic.Int64) func() {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				t.Logf("%s: %d of %d", what, done.Load(), total)
+			}
+		}
+	}()
+	return func() { close(stop); wg.Wait() }
+}
+
+// installMCSCRDs creates the ServiceImport and ServiceExport CRDs of the
+// sigs.k8s.io/mcs-api module (embedded in its config/crd package, so they
+// come from the module cache, not from a copy) and waits until
+// ServiceImports can be listed.
+func installMCSCRDs(t harness.T, c *harness.Cluster) {
+	dir := harness.TempDir(t)
+	var paths []string
+	for name, b := range map[string][]byte{"serviceimports.yaml": crd.ServiceImportCRD, "serviceexports.yaml": crd.ServiceExportCRD} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatalf("%v", err)
+		}
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	objs, err := harness.ReadManifests(paths...)
+	if err != nil {
+		t.Fatalf("mcs-api CRDs: %v", err)
+	}
+	if _, err := c.CreateObjects(objs, false); err != nil {
+		t.Fatalf("mcs-api CRDs: %v", err)
+	}
+	mc, err := mcsclient.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatalf("mcs client: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := mc.MulticlusterV1alpha1().ServiceImports("default").List(cx, metav1.ListOptions{Limit: 1})
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ServiceImport CRD not served after 30 s: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// writeHostsFile writes every service name with its endpoint IPs, one line
+// per address, for the hosts plugin.
+func (d dataset) writeHostsFile(path string) error {
+	var b strings.Builder
+	for i := 0; i < d.services; i++ {
+		name := strings.TrimSuffix(d.qname(i), ".")
+		for _, ip := range d.ips(i) {
+			b.WriteString(ip + " " + name + "\n")
+		}
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeQueryFile writes one dnsperf line per service, in an order shuffled
+// with a fixed seed: the same file for every contender. SRV questions use
+// the _port._proto form.
+func (d dataset) writeQueryFile(path, qtype string) error {
+	order := rand.New(rand.NewPCG(20261122, 6)).Perm(d.services)
+	var b strings.Builder
+	for _, i := range order {
+		name := d.qname(i)
+		if qtype == "SRV" {
+			name = "_" + portName + "._tcp." + name
+		}
+		b.WriteString(name + " " + qtype + "\n")
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}

@@ -1,0 +1,212 @@
+// Command mcs-bench is `make bench` (and, with -smoke, `make bench-smoke`):
+// our plugin side by side with CoreDNS's own `hosts` and in-tree
+// `kubernetes ... { multicluster }` in the same binary, against the same
+// deterministic data in a real kube-apiserver, and the offline figures
+// (cold start from a snapshot, propagation, resync after a cut link).
+//
+// It drives test/harness (real etcd + kube-apiserver on 127.0.0.1,
+// bin/coredns), runs dnsperf, keeps every raw output under bench/raw/ and
+// writes BENCHMARKS.md. Every process it starts is stopped by PID, also on
+// failure and Ctrl-C.
+//
+//	env $(tools/install.sh env) go run ./cmd/mcs-bench [-smoke] [flags]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+// config is what the flags set.
+type config struct {
+	Smoke      bool
+	Services   int
+	Endpoints  int
+	Namespaces int
+	Workers    int
+
+	Duration time.Duration // one dnsperf point
+	Runs     int           // repeats of each point (the median is reported)
+	Clients  int           // dnsperf -c
+	Rate     int           // fixed rate of the latency runs
+	LatDur   time.Duration // duration of a latency run
+
+	ColdEndpoints int
+	ColdRuns      int
+	Changes       int
+	CutFor        time.Duration
+	GoBench       bool
+
+	Out string // BENCHMARKS.md
+	Raw string // folder for raw output
+
+	Command string // the command line, for the report
+}
+
+func parseFlags() config {
+	var c config
+	flag.BoolVar(&c.Smoke, "smoke", false, "a short run that checks the whole program works and its figures are sane (make bench-smoke); small defaults, report under bench/raw/smoke/")
+	flag.IntVar(&c.Services, "services", 10000, "services in the API server")
+	flag.IntVar(&c.Endpoints, "endpoints", 2, "endpoints (exporter Pods) per service")
+	flag.IntVar(&c.Namespaces, "namespaces", 50, "namespaces the services are spread over")
+	flag.IntVar(&c.Workers, "workers", 24, "concurrent API requests while loading the data")
+	flag.DurationVar(&c.Duration, "duration", 10*time.Second, "length of one dnsperf point")
+	flag.IntVar(&c.Runs, "runs", 3, "repeats of each dnsperf point (median reported)")
+	flag.IntVar(&c.Clients, "clients", 4, "dnsperf -c")
+	flag.IntVar(&c.Rate, "rate", 5000, "queries per second of the fixed-rate latency runs")
+	flag.DurationVar(&c.LatDur, "latency-duration", 10*time.Second, "length of a fixed-rate latency run")
+	flag.IntVar(&c.ColdEndpoints, "cold-endpoints", 100000, "endpoints in the snapshot of the cold-start test (10 per service)")
+	flag.IntVar(&c.ColdRuns, "cold-runs", 7, "cold starts measured (median reported)")
+	flag.IntVar(&c.Changes, "changes", 100, "annotation changes per propagation test")
+	flag.DurationVar(&c.CutFor, "cut", 10*time.Second, "how long the link to the API server stays cut in the resync test")
+	flag.BoolVar(&c.GoBench, "gobench", true, "also run the plugin's Go benchmarks (heap per endpoint, cold load, ServeDNS allocations)")
+	flag.StringVar(&c.Out, "out", "", "report file (default BENCHMARKS.md at the repository root; bench/raw/smoke/BENCHMARKS.md with -smoke)")
+	flag.StringVar(&c.Raw, "raw", "", "folder for raw output (default bench/raw/<UTC time>, bench/raw/smoke with -smoke)")
+	flag.Parse()
+	if c.Smoke {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		def := func(name string, apply func()) {
+			if !set[name] {
+				apply()
+			}
+		}
+		def("services", func() { c.Services = 60 })
+		def("namespaces", func() { c.Namespaces = 4 })
+		def("duration", func() { c.Duration = time.Second })
+		def("runs", func() { c.Runs = 1 })
+		def("rate", func() { c.Rate = 1000 })
+		def("latency-duration", func() { c.LatDur = time.Second })
+		def("cold-endpoints", func() { c.ColdEndpoints = 5000 })
+		def("cold-runs", func() { c.ColdRuns = 3 })
+		def("changes", func() { c.Changes = 10 })
+		def("cut", func() { c.CutFor = 2 * time.Second })
+		def("gobench", func() { c.GoBench = false })
+	}
+	c.Command = "go run ./cmd/mcs-bench " + strings.Join(os.Args[1:], " ")
+	return c
+}
+
+func main() {
+	cfg := parseFlags()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "mcs-bench: %v (run it from the repository)\n", err)
+		os.Exit(2)
+	}
+	if cfg.Raw == "" {
+		cfg.Raw = filepath.Join(root, "bench", "raw", time.Now().UTC().Format("20060102T150405Z"))
+		if cfg.Smoke {
+			cfg.Raw = filepath.Join(root, "bench", "raw", "smoke")
+			_ = os.RemoveAll(cfg.Raw)
+		}
+	}
+	if cfg.Out == "" {
+		cfg.Out = filepath.Join(root, "BENCHMARKS.md")
+		if cfg.Smoke {
+			cfg.Out = filepath.Join(cfg.Raw, "BENCHMARKS.md")
+		}
+	}
+	if err := os.MkdirAll(cfg.Raw, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "mcs-bench: %v\n", err)
+		os.Exit(2)
+	}
+
+	b := &bench{start: time.Now()}
+	ctx, cancel := context.WithCancel(context.Background())
+	res := &results{Cfg: cfg, Root: root, Started: time.Now()}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		protect(func() { run(ctx, b, res) })
+	}()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	code := 0
+	select {
+	case <-done:
+	case s := <-sig:
+		fmt.Fprintf(os.Stderr, "mcs-bench: %v: stopping every process it started\n", s)
+		cancel()
+		code = 130
+	}
+	cancel()
+	b.runCleanups()
+	if code != 0 {
+		os.Exit(code)
+	}
+	if b.Failed() || len(res.Failures) > 0 {
+		fmt.Fprintf(os.Stderr, "mcs-bench: FAILED: %s\n", strings.Join(res.Failures, "; "))
+		os.Exit(1)
+	}
+	fmt.Printf("mcs-bench: done in %s; report %s, raw output %s\n", time.Since(res.Started).Round(time.Second), cfg.Out, cfg.Raw)
+}
+
+// run does every stage; a stage that fails is recorded and the others go on
+// where they can. The report is written at the end in any case.
+func run(ctx context.Context, b *bench, res *results) {
+	cfg := res.Cfg
+	defer func() {
+		res.Took = time.Since(res.Started)
+		if err := writeReport(res); err != nil {
+			b.Errorf("report: %v", err)
+		} else {
+			fmt.Printf("== report written to %s\n", cfg.Out)
+		}
+	}()
+	stage(b, res, "preflight", func() { preflight(b, res) })
+	if len(res.Failures) > 0 {
+		return
+	}
+	if cfg.GoBench {
+		stage(b, res, "Go benchmarks", func() { goBenchmarks(ctx, b, res) })
+	}
+	stage(b, res, "cold start from a snapshot", func() { coldStart(b, res) })
+
+	var env *world
+	stage(b, res, "clusters and data", func() { env = setup(b, res) })
+	if env == nil {
+		return
+	}
+	stage(b, res, "QPS and latency, pinned", func() { throughput(ctx, b, res, env, true) })
+	stage(b, res, "QPS, unpinned; heap and RSS", func() { throughput(ctx, b, res, env, false) })
+	stage(b, res, "propagation and resync", func() { liveChanges(b, res, env) })
+	checkSane(res)
+}
+
+// stage runs one part, timing it and recording a failure.
+func stage(b *bench, res *results, name string, f func()) {
+	fmt.Printf("== %s\n", name)
+	start := time.Now()
+	ok := protect(f)
+	took := time.Since(start)
+	res.Stages = append(res.Stages, stageTime{name, took, ok})
+	if !ok {
+		res.Failures = append(res.Failures, name+" failed")
+		fmt.Printf("== %s FAILED after %s\n", name, took.Round(100*time.Millisecond))
+		return
+	}
+	fmt.Printf("== %s: %s\n", name, took.Round(100*time.Millisecond))
+}
+
+// preflight checks the tools and records the machine.
+func preflight(b *bench, res *results) {
+	harness.RequireTools(b)
+	for _, tool := range []string{"dnsperf", "taskset", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Fatalf("%s not found (`make tools` installs dnsperf)", tool)
+		}
+	}
+	res.Machine = machine(res.Root)
+	b.Logf("machine: %s", res.Machine.summary())
+}

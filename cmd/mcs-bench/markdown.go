@@ -1,0 +1,275 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// writeReport writes BENCHMARKS.md from whatever was measured.
+func writeReport(r *results) error {
+	r.Machine.LoadEnd = loadavg()
+	cfg := r.Cfg
+	var w strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&w, format+"\n", args...) }
+	rel := func(path string) string {
+		if x, err := filepath.Rel(r.Root, path); err == nil {
+			return x
+		}
+		return path
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+	mb := func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
+
+	title := "Benchmarks"
+	if cfg.Smoke {
+		title = "Benchmarks (SMOKE RUN: tiny sizes, 1 s points; checks the program, not the product)"
+	}
+	p("# %s", title)
+	p("")
+	p("Written by `cmd/mcs-bench` (`make bench`); raw output of this run in `%s` (git-ignored).", rel(cfg.Raw))
+	p("")
+	p("## Run")
+	p("")
+	p("- Command: `%s` (via `make bench`: `env $(tools/install.sh env) MCS_E2E_COREDNS=bin/coredns go run ./cmd/mcs-bench $(BENCH_FLAGS)`)", strings.TrimSpace(cfg.Command))
+	m := r.Machine
+	p("- Date: %s UTC; took %s", m.Date.Format("2006-01-02 15:04"), r.Took.Round(time.Second))
+	p("- Commit: %s", m.Commit)
+	p("- Machine: %d CPUs (`nproc`), %s; load average (1/5/15 min) %s at the start, %s at the end", m.CPUs, m.CPUModel, m.LoadStart, m.LoadEnd)
+	if len(m.OtherHeavy) > 0 {
+		p("- **Not quiet:** %d other test processes (kube-apiserver / e2e) were running when this run started: %s. Figures are noisier than on an idle machine; ratios, taken from interleaved runs, suffer least.", len(m.OtherHeavy), strings.Join(m.OtherHeavy, ", "))
+	} else {
+		p("- No other kube-apiserver or e2e test process was running when this run started.")
+	}
+	p("- Tools: %s, dnsperf %s, CoreDNS 1.15.0 (`bin/coredns`, every in-tree plugin plus ours), kube-apiserver v1.34.4, etcd v3.6.16", m.GoVersion, m.DNSPerf)
+	p("- Data: %d services in %d namespaces, %d endpoints each (%d exporter Pods), created in a real kube-apiserver (cluster `%s`) in %s (%.0f Pods/s, %d concurrent requests; each Pod is a create and a status patch); the same services as %d Headless ServiceImports + %d EndpointSlices in %s, and as a hosts file",
+		cfg.Services, cfg.Namespaces, cfg.Endpoints, r.Create.Pods, clusterA, r.Create.PodsTook.Round(time.Second),
+		float64(r.Create.Pods)/math.Max(r.Create.PodsTook.Seconds(), 1e-9), cfg.Workers, r.Create.Imports, r.Create.Slices, r.Create.MCSTook.Round(time.Second))
+	p("- Stages:")
+	for _, s := range r.Stages {
+		state := ""
+		if !s.OK {
+			state = " **FAILED**"
+		}
+		p("  - %s: %s%s", s.Name, s.Took.Round(time.Second), state)
+	}
+	if len(r.Failures) > 0 {
+		p("- **Failures:** %s", strings.Join(r.Failures, "; "))
+	}
+	p("")
+
+	p("## Targets")
+	p("")
+	p("| target | measured | |")
+	p("|---|---|---|")
+	verdict := func(ok bool, measured bool) string {
+		switch {
+		case !measured:
+			return "not measured"
+		case ok:
+			return "met"
+		default:
+			return "**missed**"
+		}
+	}
+	for _, mode := range []string{"pinned", "unpinned"} {
+		rh := r.qps(mode, "A", ours) / r.qps(mode, "A", hosts)
+		p("| ours/hosts >= 0.95 (A, %s) | %.2f | %s |", mode, rh, verdict(rh >= 0.95, !math.IsNaN(rh)))
+	}
+	for _, mode := range []string{"pinned", "unpinned"} {
+		for _, q := range []string{"A", "SRV"} {
+			ri := r.qps(mode, q, ours) / r.qps(mode, q, intree)
+			p("| ours/in-tree multicluster >= 2 (%s, %s) | %.2f | %s |", q, mode, ri, verdict(ri >= 2, !math.IsNaN(ri)))
+		}
+	}
+	allocs := "see the Go benchmarks below"
+	allocOK, allocMeasured := false, false
+	for _, l := range r.GoBench {
+		if strings.HasPrefix(l, "--- PASS: TestLookupDoesNotAllocate") {
+			allocOK, allocMeasured = true, true
+		}
+		if strings.HasPrefix(l, "BenchmarkServeDNS/") {
+			allocs += "; `" + l + "`"
+		}
+	}
+	p("| zero allocations on the answer path beyond the response message | lookup: 0 (TestLookupDoesNotAllocate %s); %s | %s |", map[bool]string{true: "passes", false: "not run"}[allocMeasured], allocs, verdict(allocOK, allocMeasured))
+	if c := r.Cold; c != nil && c.Endpoints > 0 {
+		loaded := float64(c.HeapLoaded-c.HeapEmpty) / float64(c.Endpoints)
+		rendered := float64(c.HeapRendered-c.HeapEmpty) / float64(c.Endpoints)
+		p("| <= 200 B heap per endpoint (table + index in the running CoreDNS, %d endpoints) | %.0f B loaded; %.0f B with every answer rendered | %s |", c.Endpoints, loaded, rendered, verdict(rendered <= 200, true))
+		med := time.Duration(median(durations(c.Runs)) * float64(time.Second))
+		at := ""
+		if c.Endpoints < 100000 {
+			at = fmt.Sprintf(" (only %d endpoints)", c.Endpoints)
+		}
+		p("| cold start at 100k <= 300 ms%s | %s median of %d | %s |", at, ms(med), len(c.Runs), verdict(med <= 300*time.Millisecond, len(c.Runs) > 0 && c.Endpoints >= 100000))
+	}
+	for _, pr := range r.Prop {
+		limit := 200 * time.Millisecond
+		if pr.Source == "peer" {
+			limit = time.Second
+		}
+		p("| propagation p99 <= %s (%s) | p99 %s (p50 %s) over %d changes | %s |", limit, pr.Source, ms(pct(pr.Lat, 99)), ms(pct(pr.Lat, 50)), len(pr.Lat), verdict(pct(pr.Lat, 99) <= limit, len(pr.Lat) > 0))
+	}
+	if rs := r.Resync; rs.Probes > 0 {
+		size := fmt.Sprintf("%d endpoints", rs.Endpoints)
+		p("| resync 100k <= 5 s, no empty answers (here %s) | %s; %d wrong answers of %d probes | %s |", size, ms(rs.Took), rs.ProbeWrong, rs.Probes,
+			verdict(rs.Took <= 5*time.Second && rs.ProbeWrong == 0, rs.Endpoints >= 100000))
+	}
+	p("")
+
+	p("## Throughput (dnsperf, QPS, median of %d runs of %s, `-c %d`, contenders interleaved)", cfg.Runs, cfg.Duration, cfg.Clients)
+	p("")
+	p("Same binary, same server block (`bind`, `errors`, `pprof`; no `cache`), same shuffled query file (every service once, in a fixed random order, looped). Pinned: CoreDNS `taskset -c 0`, dnsperf `taskset -c 1`. `hosts` answers no SRV.")
+	p("")
+	p("| mode | query | %s | %s | %s | ours/hosts | ours/in-tree |", ours, hosts, intree)
+	p("|---|---|---|---|---|---|---|")
+	for _, mode := range []string{"pinned", "unpinned"} {
+		for _, q := range []string{"A", "SRV"} {
+			o, h, k := r.qps(mode, q, ours), r.qps(mode, q, hosts), r.qps(mode, q, intree)
+			p("| %s | %s | %s | %s | %s | %s | %s |", mode, q, num(o), num(h), num(k), ratio(o, h), ratio(o, k))
+		}
+	}
+	p("")
+	p("Every run (QPS):")
+	p("")
+	for _, mode := range []string{"pinned", "unpinned"} {
+		for _, q := range []string{"A", "SRV"} {
+			for _, c := range []string{ours, hosts, intree} {
+				ps := r.QPS[mode+"/"+q+"/"+c]
+				if len(ps) == 0 {
+					continue
+				}
+				var xs []string
+				for _, x := range ps {
+					xs = append(xs, fmt.Sprintf("%.0f", x.QPS))
+				}
+				p("- %s %s %s: %s (%s)", mode, q, c, strings.Join(xs, ", "), ps[0].Rcodes)
+			}
+		}
+	}
+	p("")
+	p("## Latency at a fixed rate (%d QPS, %s, pinned; from dnsperf `-v` per-query times)", cfg.Rate, cfg.LatDur)
+	p("")
+	p("| query | contender | answers | p50 | p99 | max |")
+	p("|---|---|---|---|---|---|")
+	for _, q := range []string{"A", "SRV"} {
+		for _, c := range []string{ours, hosts, intree} {
+			l, ok := r.Latency[q+"/"+c]
+			if !ok {
+				continue
+			}
+			p("| %s | %s | %d | %.0f µs | %.0f µs | %.0f µs |", q, c, len(l.Latencies), percentile(l.Latencies, 50)*1e6, percentile(l.Latencies, 99)*1e6, percentile(l.Latencies, 100)*1e6)
+		}
+	}
+	p("")
+
+	p("## Memory")
+	p("")
+	p("Heap: `HeapAlloc` after a GC from the `pprof` listener (`/debug/pprof/heap?debug=1&gc=1`); RSS: `VmRSS` from `/proc/PID/status`.")
+	p("")
+	p("| contender | when | heap | RSS |")
+	p("|---|---|---|---|")
+	for _, x := range r.Mem {
+		p("| %s | %s | %s | %s |", x.Contender, x.When, mb(x.Heap), mb(x.RSS))
+	}
+	if a, ok := r.mem(ours, "loaded"); ok {
+		if e, ok := r.mem(ours+" (empty)", "loaded"); ok && r.Create.Pods > 0 {
+			p("")
+			p("Live, our plugin: (heap with the %d endpoints - heap watching an empty cluster) / endpoints = **%.0f B per endpoint**, the informer's cache of slim Pods included (before any query: answers are rendered on first use).",
+				r.Create.Pods, float64(a.Heap-e.Heap)/float64(r.Create.Pods))
+		}
+		if k, ok := r.mem(intree, "loaded"); ok {
+			p("The in-tree multicluster reference holds %s of heap for the same services (ServiceImports + EndpointSlices, plus its Service/Namespace informers).", mb(k.Heap))
+		}
+	}
+	if c := r.Cold; c != nil {
+		p("")
+		p("From the snapshot, no API server (%d endpoints, %d services): heap %s empty, %s loaded, %s with every service asked once: **%.0f B/endpoint loaded, %.0f B/endpoint rendered** (table + index + snapshot store, no informer).",
+			c.Endpoints, c.Services, mb(c.HeapEmpty), mb(c.HeapLoaded), mb(c.HeapRendered),
+			float64(c.HeapLoaded-c.HeapEmpty)/float64(c.Endpoints), float64(c.HeapRendered-c.HeapEmpty)/float64(c.Endpoints))
+	}
+	p("")
+
+	if c := r.Cold; c != nil {
+		p("## Cold start from a snapshot")
+		p("")
+		p("A bbolt snapshot of %d endpoints (%d services x 10), written with `plugin/snapshot` and the `plugin/table` codec in %s (%s file); CoreDNS started with it and a kubeconfig whose API server does not exist (a closed port). Time from starting the process to the first correct A answer (polled every millisecond); the file is in the page cache (a warm-disk cold start).",
+			c.Endpoints, c.Services, c.WriteTook.Round(time.Millisecond), mb(c.FileBytes))
+		p("")
+		var xs []string
+		for _, d := range c.Runs {
+			xs = append(xs, ms(d))
+		}
+		p("Runs: %s; **median %s**.", strings.Join(xs, ", "), ms(time.Duration(median(durations(c.Runs))*float64(time.Second))))
+		p("")
+	}
+	if len(r.Prop) > 0 {
+		p("## Propagation (annotation PATCH to the changed answer)")
+		p("")
+		p("One CoreDNS with our plugin: `kubeconfig` to `%s` (through a pass-through TCP proxy, the one the resync test cuts; it holds the whole data set) and `peer %s` (a second cluster). Each change patches one Pod's export annotation to a new service name; the time runs from sending the PATCH until that name answers with the Pod's IP (polled every millisecond).", clusterA, clusterB)
+		p("")
+		p("| source | changes | p50 | p99 | max | PATCH round trip p50 |")
+		p("|---|---|---|---|---|---|")
+		for _, pr := range r.Prop {
+			p("| %s | %d | %s | %s | %s | %s |", pr.Source, len(pr.Lat), ms(pct(pr.Lat, 50)), ms(pct(pr.Lat, 99)), ms(pct(pr.Lat, 100)), ms(pct(pr.API, 50)))
+		}
+		p("")
+	}
+	if rs := r.Resync; rs.Probes > 0 {
+		p("## Resync after a cut link")
+		p("")
+		p("The link between CoreDNS and `%s`'s API server (%d endpoints) cut for %s (harness proxy: connections closed, new ones refused); while cut, one Pod's annotation changed. Time from restoring the link to the changed answer: **%s**. A prober asked A for %d existing services throughout (every 2 ms, cut and restore included, until 2 s after the change showed): %d queries, **%d wrong answers** (empty, NXDOMAIN or other IPs), %d timeouts or refusals.",
+			clusterA, rs.Endpoints, rs.CutFor, ms(rs.Took), 25, rs.Probes, rs.ProbeWrong, rs.ProbeErrors)
+		if rs.FirstWrong != "" {
+			p("First wrong answer: `%s`", rs.FirstWrong)
+		}
+		p("")
+		p("How long the client takes to come back depends on client-go's reconnect backoff after the cut, which this figure includes.")
+		p("")
+	}
+	if r.ProfileTop != "" {
+		p("## CPU profile of our CoreDNS under an unlimited A load (pinned)")
+		p("")
+		p("`go tool pprof -top` of `%s`:", rel(filepath.Join(cfg.Raw, "cpu-ours-A.pprof")))
+		p("")
+		p("```")
+		p("%s", strings.TrimSpace(r.ProfileTop))
+		p("```")
+		p("")
+	}
+	if len(r.GoBench) > 0 {
+		p("## Go benchmarks of the plugin")
+		p("")
+		p("```")
+		for _, l := range r.GoBench {
+			p("%s", l)
+		}
+		p("```")
+		p("")
+	}
+	p("## Start-up to correct answers (every sample service right, A and SRV)")
+	p("")
+	for _, s := range r.Sync {
+		p("- %s, %s: %s", s.Contender, s.Mode, s.Took.Round(time.Millisecond))
+	}
+	p("")
+	return os.WriteFile(cfg.Out, []byte(w.String()), 0o644)
+}
+
+func num(x float64) string {
+	if math.IsNaN(x) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f", x)
+}
+
+func ratio(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}

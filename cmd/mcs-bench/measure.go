@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// perf is one dnsperf run.
+type perf struct {
+	QPS       float64
+	Completed int
+	Lost      int
+	Rcodes    string // "NOERROR 1234 (100.00%)"
+	Latencies []float64
+	Raw       string // path of the raw output
+}
+
+var (
+	reQPS       = regexp.MustCompile(`Queries per second:\s+([0-9.]+)`)
+	reCompleted = regexp.MustCompile(`Queries completed:\s+(\d+)`)
+	reLost      = regexp.MustCompile(`Queries lost:\s+(\d+)`)
+	reRcodes    = regexp.MustCompile(`Response codes:\s+(.*)`)
+	// dnsperf -v prints one line per answered query:
+	// "> NOERROR svc-00001.bench-001.svc.clusterset.local A 0.000123"
+	reVerbose = regexp.MustCompile(`^> (\S+) (\S+) (\S+) ([0-9.]+)$`)
+)
+
+// dnsperfOpts is how to run dnsperf.
+type dnsperfOpts struct {
+	Port     int
+	File     string
+	Duration time.Duration
+	Clients  int
+	Pin      string // taskset CPU list for dnsperf, "" for none
+	Rate     int    // -Q: queries per second, 0 for as fast as possible
+	Verbose  bool   // -v: per-query output, for latency percentiles
+	Raw      string // where to keep the output
+}
+
+// runDNSPerf runs dnsperf and parses its summary (and, with Verbose, the
+// latency of every answered query).
+func runDNSPerf(ctx context.Context, o dnsperfOpts) (perf, error) {
+	args := []string{"-s", "127.0.0.1", "-p", strconv.Itoa(o.Port), "-d", o.File,
+		"-l", strconv.Itoa(int(o.Duration.Seconds())), "-c", strconv.Itoa(o.Clients), "-t", "2"}
+	if o.Rate > 0 {
+		args = append(args, "-Q", strconv.Itoa(o.Rate))
+	}
+	if o.Verbose {
+		args = append(args, "-v")
+	}
+	bin := "dnsperf"
+	if o.Pin != "" {
+		args = append([]string{"-c", o.Pin, bin}, args...)
+		bin = "taskset"
+	}
+	cx, cancel := context.WithTimeout(ctx, o.Duration+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cx, bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	p := perf{Raw: o.Raw}
+	if werr := os.WriteFile(o.Raw, append([]byte("$ "+bin+" "+strings.Join(args, " ")+"\n"), out.Bytes()...), 0o644); werr != nil {
+		return p, werr
+	}
+	if err != nil {
+		return p, fmt.Errorf("%s: %v (output in %s)", bin, err, o.Raw)
+	}
+	s := out.String()
+	m := reQPS.FindStringSubmatch(s)
+	if m == nil {
+		return p, fmt.Errorf("dnsperf printed no QPS (output in %s)", o.Raw)
+	}
+	p.QPS, _ = strconv.ParseFloat(m[1], 64)
+	if m := reCompleted.FindStringSubmatch(s); m != nil {
+		p.Completed, _ = strconv.Atoi(m[1])
+	}
+	if m := reLost.FindStringSubmatch(s); m != nil {
+		p.Lost, _ = strconv.Atoi(m[1])
+	}
+	if m := reRcodes.FindStringSubmatch(s); m != nil {
+		p.Rcodes = strings.TrimSpace(m[1])
+	}
+	if o.Verbose {
+		sc := bufio.NewScanner(strings.NewReader(s))
+		for sc.Scan() {
+			if m := reVerbose.FindStringSubmatch(sc.Text()); m != nil {
+				if v, err := strconv.ParseFloat(m[4], 64); err == nil {
+					p.Latencies = append(p.Latencies, v)
+				}
+			}
+		}
+		if len(p.Latencies) == 0 {
+			return p, fmt.Errorf("dnsperf -v printed no per-query lines (output in %s)", o.Raw)
+		}
+	}
+	return p, nil
+}
+
+// percentile is the nearest-rank percentile q (0..100) of xs.
+func percentile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	k := int(q/100*float64(len(s))+0.999999) - 1
+	k = max(0, min(k, len(s)-1))
+	return s[k]
+}
+
+func median(xs []float64) float64 { return percentile(xs, 50) }
+
+func durations(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds()
+	}
+	return out
+}
+
+// vmRSS is VmRSS of a process in bytes.
+func vmRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for PID %d", pid)
+}
+
+var reHeapAlloc = regexp.MustCompile(`# HeapAlloc = (\d+)`)
+
+// heapAlloc asks CoreDNS's pprof listener for the heap in use after a GC.
+func heapAlloc(pprofAddr string) (int64, error) {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Get("http://" + pprofAddr + "/debug/pprof/heap?debug=1&gc=1")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := reHeapAlloc.FindSubmatch(b)
+	if m == nil {
+		return 0, fmt.Errorf("no HeapAlloc in the heap profile (status %s)", resp.Status)
+	}
+	return strconv.ParseInt(string(m[1]), 10, 64)
+}
+
+// cpuProfile takes a CPU profile of d seconds into path and returns
+// `go tool pprof -top` of it.
+func cpuProfile(ctx context.Context, pprofAddr, bin, path string, d time.Duration) (string, error) {
+	hc := &http.Client{Timeout: d + 30*time.Second}
+	resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(d.Seconds())))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("profile: %s", resp.Status)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", err
+	}
+	cx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(cx, "go", "tool", "pprof", "-top", "-nodecount=25", bin, path).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go tool pprof: %v: %s", err, out)
+	}
+	top := filepath.Join(filepath.Dir(path), strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))+".top.txt")
+	_ = os.WriteFile(top, out, 0o644)
+	return string(out), nil
+}

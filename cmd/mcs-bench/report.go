@@ -1,0 +1,236 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// results is everything measured, for the report.
+type results struct {
+	Cfg     config
+	Root    string
+	Started time.Time
+	Took    time.Duration
+	Machine machineInfo
+
+	Stages   []stageTime
+	Failures []string
+
+	ClustersTook time.Duration
+	Create       createStats
+	Sync         []syncPoint
+	QPS          map[string][]perf // mode/qtype/contender -> runs
+	Latency      map[string]perf   // qtype/contender
+	Mem          []memPoint
+	ProfileTop   string
+	GoBench      []string
+	Cold         *coldResult
+	Prop         []propResult
+	Resync       resyncResult
+}
+
+type stageTime struct {
+	Name string
+	Took time.Duration
+	OK   bool
+}
+
+type syncPoint struct {
+	Mode, Contender string
+	Took            time.Duration
+}
+
+type memPoint struct {
+	Contender, When string
+	Heap, RSS       int64
+}
+
+type coldResult struct {
+	Endpoints, Services, Loaded         int
+	FileBytes                           int64
+	WriteTook                           time.Duration
+	HeapEmpty, HeapLoaded, HeapRendered int64
+	Runs                                []time.Duration
+}
+
+type propResult struct {
+	Source   string
+	Lat, API []time.Duration
+}
+
+type resyncResult struct {
+	Endpoints                       int
+	CutFor, Took                    time.Duration
+	Probes, ProbeWrong, ProbeErrors int
+	FirstWrong                      string
+}
+
+func (r *results) setSync(mode, name string, d time.Duration) {
+	r.Sync = append(r.Sync, syncPoint{mode, name, d})
+}
+
+func (r *results) addQPS(mode, qtype, name string, p perf) {
+	if r.QPS == nil {
+		r.QPS = map[string][]perf{}
+	}
+	k := mode + "/" + qtype + "/" + name
+	r.QPS[k] = append(r.QPS[k], p)
+}
+
+func (r *results) addLatency(qtype, name string, p perf) {
+	if r.Latency == nil {
+		r.Latency = map[string]perf{}
+	}
+	r.Latency[qtype+"/"+name] = p
+}
+
+// qps is the median QPS of a point, NaN when it was not measured.
+func (r *results) qps(mode, qtype, name string) float64 {
+	ps := r.QPS[mode+"/"+qtype+"/"+name]
+	if len(ps) == 0 {
+		return math.NaN()
+	}
+	xs := make([]float64, len(ps))
+	for i, p := range ps {
+		xs[i] = p.QPS
+	}
+	return median(xs)
+}
+
+func (r *results) mem(name, when string) (memPoint, bool) {
+	for _, m := range r.Mem {
+		if m.Contender == name && m.When == when {
+			return m, true
+		}
+	}
+	return memPoint{}, false
+}
+
+func pct(ds []time.Duration, q float64) time.Duration {
+	return time.Duration(percentile(durations(ds), q) * float64(time.Second)).Round(100 * time.Microsecond)
+}
+
+// machineInfo describes where and when the run happened.
+type machineInfo struct {
+	CPUs       int
+	CPUModel   string
+	LoadStart  string
+	LoadEnd    string
+	Date       time.Time
+	Commit     string
+	GoVersion  string
+	DNSPerf    string
+	OtherHeavy []string // kube-apiservers and e2e test binaries not started by this run, at its start
+}
+
+func (m machineInfo) summary() string {
+	return fmt.Sprintf("%d CPUs (%s), load %s, commit %s, %d other test processes", m.CPUs, m.CPUModel, m.LoadStart, m.Commit, len(m.OtherHeavy))
+}
+
+func machine(root string) machineInfo {
+	m := machineInfo{CPUs: runtime.NumCPU(), Date: time.Now().UTC(), GoVersion: runtime.Version(), LoadStart: loadavg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		if mm := regexp.MustCompile(`(?m)^model name\s*:\s*(.+)$`).FindSubmatch(b); mm != nil {
+			m.CPUModel = strings.TrimSpace(string(mm[1]))
+		}
+	}
+	if out, err := exec.Command("git", "-C", root, "rev-parse", "--short=12", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			m.Commit += " (with uncommitted changes in the tree)"
+		}
+	}
+	if out, err := exec.Command("dnsperf", "-h").CombinedOutput(); err == nil || len(out) > 0 {
+		if mm := regexp.MustCompile(`Version (\S+)`).FindSubmatch(out); mm != nil {
+			m.DNSPerf = string(mm[1])
+		}
+	}
+	if out, err := exec.Command("pgrep", "-fa", "kube-apiserver|e2e.test|harness.test").Output(); err == nil {
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[0] != strconv.Itoa(os.Getpid()) {
+				m.OtherHeavy = append(m.OtherHeavy, f[0]+" "+f[1])
+			}
+		}
+	}
+	return m
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// checkSane records a failure for any figure that cannot be right: the
+// smoke run's test of the whole program (no timing thresholds).
+func checkSane(r *results) {
+	bad := func(format string, args ...any) { r.Failures = append(r.Failures, fmt.Sprintf(format, args...)) }
+	for _, mode := range []string{"pinned", "unpinned"} {
+		for _, q := range []string{"A", "SRV"} {
+			for _, c := range []string{ours, hosts, intree} {
+				if q == "SRV" && c == hosts {
+					continue
+				}
+				ps := r.QPS[mode+"/"+q+"/"+c]
+				if len(ps) != r.Cfg.Runs {
+					bad("%s %s %s: %d dnsperf runs, want %d", mode, q, c, len(ps), r.Cfg.Runs)
+					continue
+				}
+				for _, p := range ps {
+					if !(p.QPS > 0) || p.Completed == 0 {
+						bad("%s %s %s: QPS %.0f, %d completed", mode, q, c, p.QPS, p.Completed)
+					}
+					if !strings.HasPrefix(p.Rcodes, "NOERROR") || strings.Contains(p.Rcodes, "NXDOMAIN") || strings.Contains(p.Rcodes, "SERVFAIL") {
+						bad("%s %s %s: response codes %q, want NOERROR only", mode, q, c, p.Rcodes)
+					}
+				}
+			}
+		}
+	}
+	for k, p := range r.Latency {
+		if len(p.Latencies) == 0 || !(percentile(p.Latencies, 50) > 0) || percentile(p.Latencies, 99) < percentile(p.Latencies, 50) {
+			bad("latency %s: %d samples", k, len(p.Latencies))
+		}
+	}
+	if len(r.Latency) != 5 {
+		bad("%d latency points, want 5", len(r.Latency))
+	}
+	if r.ProfileTop == "" {
+		bad("no CPU profile")
+	}
+	for _, c := range []string{ours, hosts, intree} {
+		if m, ok := r.mem(c, "loaded"); !ok || m.Heap <= 0 || m.RSS <= 0 {
+			bad("no heap/RSS for %s", c)
+		}
+	}
+	if r.Cold == nil || len(r.Cold.Runs) != r.Cfg.ColdRuns || r.Cold.HeapLoaded <= r.Cold.HeapEmpty {
+		bad("cold start: incomplete")
+	}
+	if len(r.Prop) != 2 {
+		bad("propagation: %d sources measured, want 2", len(r.Prop))
+	}
+	for _, p := range r.Prop {
+		if len(p.Lat) != r.Cfg.Changes {
+			bad("propagation %s: %d changes, want %d", p.Source, len(p.Lat), r.Cfg.Changes)
+		}
+	}
+	if r.Resync.Took <= 0 || r.Resync.Probes == 0 {
+		bad("resync: not measured")
+	}
+	if r.Cfg.GoBench && len(r.GoBench) == 0 {
+		bad("no Go benchmark output")
+	}
+}

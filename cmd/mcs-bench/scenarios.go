@@ -1,0 +1,441 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+// world is the running clusters and the files made from the data.
+type world struct {
+	ds        dataset
+	a, b      *harness.Cluster // a holds the data; b is the small peer
+	dir       string
+	hostsFile string
+	queries   map[string]string // qtype -> dnsperf file
+	sample    []int
+	wrapper   string
+}
+
+const (
+	clusterA = "bench-a"
+	clusterB = "bench-b"
+)
+
+// setup starts the two clusters and loads the data into the first.
+func setup(b *bench, res *results) *world {
+	cfg := res.Cfg
+	w := &world{ds: dataset{cluster: clusterA, services: cfg.Services, endpoints: cfg.Endpoints, namespaces: cfg.Namespaces}}
+	w.dir = harness.TempDir(b)
+	start := time.Now()
+	cs := harness.StartClusters(b, clusterA, clusterB)
+	w.a, w.b = cs[0], cs[1]
+	res.ClustersTook = time.Since(start)
+	res.Create = w.ds.load(b, w.a, cfg.Workers, true)
+
+	w.hostsFile = filepath.Join(w.dir, "hosts")
+	if err := w.ds.writeHostsFile(w.hostsFile); err != nil {
+		b.Fatalf("%v", err)
+	}
+	w.queries = map[string]string{}
+	for _, q := range []string{"A", "SRV"} {
+		path := filepath.Join(cfg.Raw, "queries-"+q+".txt")
+		if err := w.ds.writeQueryFile(path, q); err != nil {
+			b.Fatalf("%v", err)
+		}
+		w.queries[q] = path
+	}
+	w.sample = sampleOf(w.ds, 25)
+	w.wrapper = pinWrapper(b, w.dir)
+	return w
+}
+
+// contenders are the three servers over the world's data.
+func (w *world) contenders(b *bench) []*contender {
+	return []*contender{
+		{Name: ours, SRV: true, tmpl: oursCorefile, vars: map[string]string{
+			"CLUSTER": clusterA, "KUBECONFIG": w.a.Kubeconfig, "PEERS": "",
+			"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}},
+		{Name: hosts, tmpl: hostsCorefile, vars: map[string]string{"HOSTS": w.hostsFile}},
+		{Name: intree, SRV: true, tmpl: intreeCorefile, vars: map[string]string{"KUBECONFIG": w.a.Kubeconfig}},
+	}
+}
+
+// throughput runs the dnsperf points of one mode: the three contenders
+// started side by side, each point run for A and SRV, Runs times, with the
+// contenders' order rotated every run. Pinned: CoreDNS on CPU 0, dnsperf on
+// CPU 1, and then the fixed-rate latency runs and a CPU profile of ours.
+// Unpinned: also the heap and RSS of each.
+func throughput(ctx context.Context, b *bench, res *results, w *world, pin bool) {
+	cfg := res.Cfg
+	mode, dnsperfPin := "unpinned", ""
+	if pin {
+		mode, dnsperfPin = "pinned", "1"
+	}
+	cs := w.contenders(b)
+	for _, c := range cs {
+		took := c.start(b, pin, w.wrapper, w.ds, w.sample)
+		b.Logf("%s (%s, PID %d) answers every sample correctly %s after start", c.Name, mode, c.d.Process().PID(), took.Round(time.Millisecond))
+		res.setSync(mode, c.Name, took)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.stop(b)
+		}
+	}()
+	if !pin {
+		// Heap and RSS with the data loaded, before any load test.
+		for _, c := range cs {
+			res.memory(b, c, "loaded")
+		}
+	}
+	for _, qtype := range []string{"A", "SRV"} {
+		for run := 0; run < cfg.Runs; run++ {
+			for k := range cs {
+				c := cs[(k+run)%len(cs)]
+				if qtype == "SRV" && !c.SRV {
+					continue
+				}
+				raw := filepath.Join(cfg.Raw, fmt.Sprintf("dnsperf-%s-%s-%s-run%d.txt", mode, qtype, slug(c.Name), run+1))
+				p, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: w.queries[qtype], Duration: cfg.Duration,
+					Clients: cfg.Clients, Pin: dnsperfPin, Raw: raw})
+				if err != nil {
+					b.Fatalf("%s %s %s: %v", mode, qtype, c.Name, err)
+				}
+				b.Logf("%s %-4s %-24s run %d: %8.0f QPS, %d lost, %s", mode, qtype, c.Name, run+1, p.QPS, p.Lost, p.Rcodes)
+				res.addQPS(mode, qtype, c.Name, p)
+			}
+		}
+	}
+	if !pin {
+		for _, c := range cs {
+			res.memory(b, c, "after load")
+		}
+		// The live baseline: our plugin watching a cluster with no exporter
+		// Pods (the peer cluster, still empty now).
+		base := &contender{Name: ours + " (empty)", tmpl: oursCorefile, vars: map[string]string{
+			"CLUSTER": clusterB, "KUBECONFIG": w.b.Kubeconfig, "PEERS": "",
+			"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
+		empty := dataset{cluster: clusterB, services: 0, endpoints: 1, namespaces: 1}
+		base.start(b, false, "", empty, nil)
+		time.Sleep(time.Second)
+		res.memory(b, base, "loaded")
+		base.stop(b)
+		return
+	}
+	// Fixed-rate latency, pinned.
+	for _, qtype := range []string{"A", "SRV"} {
+		for _, c := range cs {
+			if qtype == "SRV" && !c.SRV {
+				continue
+			}
+			raw := filepath.Join(cfg.Raw, fmt.Sprintf("latency-%s-%s-%dqps.txt", qtype, slug(c.Name), cfg.Rate))
+			p, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: w.queries[qtype], Duration: cfg.LatDur,
+				Clients: cfg.Clients, Pin: dnsperfPin, Rate: cfg.Rate, Verbose: true, Raw: raw})
+			if err != nil {
+				b.Fatalf("latency %s %s: %v", qtype, c.Name, err)
+			}
+			res.addLatency(qtype, c.Name, p)
+			b.Logf("latency %-4s %-24s at %d QPS: p50 %.0f µs, p99 %.0f µs (%d answers, %d lost)", qtype, c.Name, cfg.Rate,
+				percentile(p.Latencies, 50)*1e6, percentile(p.Latencies, 99)*1e6, len(p.Latencies), p.Lost)
+		}
+	}
+	// A CPU profile of ours under an unlimited A load (not a counted point).
+	c := cs[0]
+	profDur := max(time.Second, cfg.Duration-2*time.Second)
+	var (
+		top     string
+		profErr error
+		wg      sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		time.Sleep(500 * time.Millisecond)
+		top, profErr = cpuProfile(ctx, c.pprof, harness.FindTools().CoreDNS, filepath.Join(cfg.Raw, "cpu-ours-A.pprof"), profDur)
+	}()
+	_, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: w.queries["A"], Duration: profDur + time.Second,
+		Clients: cfg.Clients, Pin: dnsperfPin, Raw: filepath.Join(cfg.Raw, "dnsperf-profiled-A-ours.txt")})
+	wg.Wait()
+	if err != nil || profErr != nil {
+		b.Errorf("CPU profile: dnsperf %v, profile %v", err, profErr)
+		return
+	}
+	res.ProfileTop = top
+}
+
+func slug(s string) string { return strings.ReplaceAll(strings.Fields(s)[0], "mcsannotations", "ours") }
+
+// memory records the heap (pprof, after a GC) and VmRSS of a contender.
+func (r *results) memory(t harness.T, c *contender, when string) {
+	h, err := heapAlloc(c.pprof)
+	if err != nil {
+		t.Fatalf("%s heap: %v", c.Name, err)
+	}
+	rss, err := vmRSS(c.d.Process().PID())
+	if err != nil {
+		t.Fatalf("%s RSS: %v", c.Name, err)
+	}
+	t.Logf("%s %s: heap %.1f MB, VmRSS %.1f MB", c.Name, when, float64(h)/1e6, float64(rss)/1e6)
+	r.Mem = append(r.Mem, memPoint{c.Name, when, h, rss})
+}
+
+// liveChanges measures propagation (local and peer) and the resync after a
+// cut link, on one CoreDNS with our plugin watching the data cluster through
+// a proxy and the peer cluster directly.
+func liveChanges(b *bench, res *results, w *world) {
+	cfg := res.Cfg
+	proxy := harness.StartProxy(b, w.a.APIServerAddr())
+	c := &contender{Name: ours + " (live)", SRV: true, tmpl: oursCorefile, vars: map[string]string{
+		"CLUSTER": clusterA, "KUBECONFIG": w.a.KubeconfigVia(b, proxy),
+		"PEERS":    fmt.Sprintf("        peer %s %s\n", clusterB, w.b.Kubeconfig),
+		"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
+	c.start(b, false, "", w.ds, w.sample)
+	defer c.stop(b)
+
+	for _, side := range []struct {
+		name string
+		cl   *harness.Cluster
+		ip   string
+	}{{"local", w.a, "10.250.0.1"}, {"peer", w.b, "10.251.0.1"}} {
+		lat, api := propagate(b, c, side.cl, side.ip, cfg.Changes)
+		res.Prop = append(res.Prop, propResult{side.name, lat, api})
+		b.Logf("propagation %s: %d changes, p50 %s, p99 %s (the PATCH itself: p50 %s)", side.name, len(lat),
+			pct(lat, 50), pct(lat, 99), pct(api, 50))
+	}
+	res.Resync = resync(b, c, w, proxy, cfg.CutFor)
+}
+
+// propagate makes n annotation changes on one Pod of cluster cl, each
+// exporting a new service name, and times each from the PATCH to the first
+// correct answer for the new name (and the PATCH round trip alone).
+func propagate(t harness.T, c *contender, cl *harness.Cluster, ip string, n int) (lat, api []time.Duration) {
+	ns := "prop-" + cl.Name
+	cl.CreateNamespace(t, ns)
+	export := func(k int) string {
+		return harness.ExportJSON(harness.ExportService{Name: fmt.Sprintf("prop-%d", k), Ports: []harness.ExportPort{{Name: portName, Port: svcPort, TargetPort: targetPort}}})
+	}
+	pod := harness.ExporterPod("prop", "", harness.ExportService{Name: "prop-0"})
+	pod.Annotations[harness.ExportAnnotation] = export(0)
+	cl.CreateReadyPods(t, ns, harness.ReadyPod{Pod: pod, IPs: []string{ip}})
+	waitName(t, c, "prop-0."+ns+".svc."+zone, ip, 60*time.Second)
+	for k := 1; k <= n; k++ {
+		name := fmt.Sprintf("prop-%d.%s.svc.%s", k, ns, zone)
+		start := time.Now()
+		cl.SetPodAnnotation(t, ns, "prop", harness.ExportAnnotation, export(k))
+		api = append(api, time.Since(start))
+		waitName(t, c, name, ip, 10*time.Second)
+		lat = append(lat, time.Since(start))
+	}
+	return lat, api
+}
+
+// waitName polls (every millisecond) until name answers A with ip.
+func waitName(t harness.T, c *contender, name, ip string, bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	for {
+		m, err := c.d.Exchange(harness.Query{Name: name, Type: dns.TypeA, Timeout: 500 * time.Millisecond})
+		if err == nil && slices.Contains(harness.Addrs(m), ip) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s does not answer %s after %s (last: %v %v)\n%s", c.Name, name, ip, bound, m, err, c.d.LogTail(20))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// resync cuts the link between CoreDNS and the data cluster's API server,
+// changes a Pod while cut, restores the link and times how long the change
+// takes to show, while a prober asks for names that exist throughout and
+// counts every answer that is not the full, correct one.
+func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cutFor time.Duration) resyncResult {
+	ns := "resync"
+	w.a.CreateNamespace(b, ns)
+	const ip = "10.252.0.1"
+	pod := harness.ExporterPod("marker", "", harness.ExportService{Name: "before"})
+	w.a.CreateReadyPods(b, ns, harness.ReadyPod{Pod: pod, IPs: []string{ip}})
+	waitName(b, c, "before."+ns+".svc."+zone, ip, 60*time.Second)
+
+	r := resyncResult{Endpoints: w.ds.total() + 1, CutFor: cutFor}
+	var (
+		stop atomic.Bool
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for k := 0; !stop.Load(); k++ {
+			i := w.sample[k%len(w.sample)]
+			bad := check(c, w.ds, i, dns.TypeA)
+			mu.Lock()
+			r.Probes++
+			switch {
+			case bad == "":
+			case strings.Contains(bad, "i/o timeout") || strings.Contains(bad, "refused"):
+				r.ProbeErrors++
+			default:
+				r.ProbeWrong++
+				if r.FirstWrong == "" {
+					r.FirstWrong = bad
+				}
+			}
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	defer func() { stop.Store(true); wg.Wait() }()
+
+	proxy.Cut(b)
+	cutAt := time.Now()
+	after := harness.ExportJSON(harness.ExportService{Name: "after"})
+	w.a.SetPodAnnotation(b, ns, "marker", harness.ExportAnnotation, after)
+	time.Sleep(time.Until(cutAt.Add(cutFor)))
+	if m, err := c.d.Exchange(harness.Query{Name: "after." + ns + ".svc." + zone, Type: dns.TypeA}); err != nil || m.Rcode != dns.RcodeNameError {
+		b.Fatalf("while cut, the change already shows (or no answer): %v %v", m, err)
+	}
+	restore := time.Now()
+	proxy.Restore(b)
+	waitName(b, c, "after."+ns+".svc."+zone, ip, 5*time.Minute)
+	r.Took = time.Since(restore)
+	time.Sleep(2 * time.Second) // keep probing after the resync
+	stop.Store(true)
+	wg.Wait()
+	b.Logf("resync of %d endpoints after a %s cut: %s; prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
+		r.Endpoints, cutFor, r.Took.Round(time.Millisecond), r.Probes, r.ProbeWrong, r.ProbeErrors)
+	return r
+}
+
+// coldStart writes a snapshot of ColdEndpoints endpoints with the plugin's
+// own packages, then starts bin/coredns with that snapshot and an API server
+// that does not exist, and times process start to the first correct answer.
+func coldStart(b *bench, res *results) {
+	cfg := res.Cfg
+	ds := dataset{cluster: clusterA, services: max(1, cfg.ColdEndpoints/10), endpoints: 10, namespaces: 50}
+	dir := harness.TempDir(b)
+	snap := filepath.Join(dir, "table.db")
+	start := time.Now()
+	st, _, err := snapshot.Open(snap, snapshot.Options{Logf: b.Logf})
+	if err != nil {
+		b.Fatalf("snapshot: %v", err)
+	}
+	recs := make(map[string][]byte, ds.total())
+	for i := 0; i < ds.services; i++ {
+		for j := 0; j < ds.endpoints; j++ {
+			p := ds.tablePod(i, j)
+			v, err := table.EncodePod(p)
+			if err != nil {
+				b.Fatalf("encode: %v", err)
+			}
+			recs[p.Namespace+"/"+p.Name] = v
+		}
+	}
+	now := time.Now()
+	st.ReplaceSource(clusterA, recs, snapshot.Meta{ClusterID: clusterA, LastContact: now, LastFullSync: now})
+	if err := st.Close(); err != nil {
+		b.Fatalf("snapshot: %v", err)
+	}
+	fi, _ := os.Stat(snap)
+	r := coldResult{Endpoints: ds.total(), Services: ds.services, FileBytes: fi.Size(), WriteTook: time.Since(start)}
+	b.Logf("snapshot of %d endpoints (%d services) written in %s: %.1f MB", r.Endpoints, r.Services, r.WriteTook.Round(time.Millisecond), float64(r.FileBytes)/1e6)
+
+	// An API server that is not there: a port nothing listens on.
+	kc := filepath.Join(dir, "unreachable.kubeconfig")
+	if err := harness.WriteKubeconfig(kc, clusterA, "https://127.0.0.1:"+strconv.Itoa(harness.FreePort(b)), "none"); err != nil {
+		b.Fatalf("%v", err)
+	}
+	empty := filepath.Join(dir, "empty.db")
+	base := &contender{Name: ours + " (empty snapshot)", tmpl: oursCorefile, vars: map[string]string{
+		"CLUSTER": clusterA, "KUBECONFIG": kc, "PEERS": "", "SNAPSHOT": empty}}
+	base.start(b, false, "", dataset{cluster: clusterA, endpoints: 1, namespaces: 1}, nil)
+	time.Sleep(500 * time.Millisecond)
+	res.memory(b, base, "no API server, empty snapshot")
+	r.HeapEmpty = res.Mem[len(res.Mem)-1].Heap
+	base.stop(b)
+
+	c := &contender{Name: ours + " (cold)", tmpl: oursCorefile, vars: map[string]string{
+		"CLUSTER": clusterA, "KUBECONFIG": kc, "PEERS": "", "SNAPSHOT": snap}}
+	sample := sampleOf(ds, 25)
+	c.start(b, false, "", ds, sample)
+	if m := regexp.MustCompile(`loaded (\d+) records`).FindStringSubmatch(c.d.Log()); m != nil {
+		r.Loaded, _ = strconv.Atoi(m[1])
+	}
+	if r.Loaded != ds.total() {
+		b.Fatalf("CoreDNS loaded %d records of the snapshot's %d:\n%s", r.Loaded, ds.total(), c.d.LogTail(20))
+	}
+	time.Sleep(500 * time.Millisecond)
+	res.memory(b, c, "no API server, snapshot loaded")
+	r.HeapLoaded = res.Mem[len(res.Mem)-1].Heap
+	for i := 0; i < ds.services; i++ { // every service asked once: every answer rendered
+		if bad := check(c, ds, i, dns.TypeA); bad != "" {
+			b.Fatalf("cold: %s", bad)
+		}
+	}
+	res.memory(b, c, "no API server, every service asked once")
+	r.HeapRendered = res.Mem[len(res.Mem)-1].Heap
+	c.d.Stop(b)
+
+	probe := sample[len(sample)/2]
+	for k := 0; k < cfg.ColdRuns; k++ {
+		t0 := c.d.StartNoWait(b)
+		deadline := t0.Add(30 * time.Second)
+		for check(c, ds, probe, dns.TypeA) != "" {
+			if time.Now().After(deadline) {
+				b.Fatalf("cold start %d: no correct answer after 30 s:\n%s", k+1, c.d.LogTail(20))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		took := time.Since(t0)
+		r.Runs = append(r.Runs, took)
+		b.Logf("cold start %d: first correct answer %s after the process started", k+1, took.Round(100*time.Microsecond))
+		c.d.Stop(b)
+	}
+	_ = os.WriteFile(filepath.Join(cfg.Raw, "cold-start-coredns.log"), []byte(c.d.Log()), 0o644)
+	res.Cold = &r
+}
+
+// goBenchmarks runs the plugin's own Go benchmarks and keeps their output.
+func goBenchmarks(ctx context.Context, b *bench, res *results) {
+	for _, gb := range []struct{ pkg, args string }{
+		{"./plugin/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad)$ -benchtime 3x -benchmem"},
+		{"./plugin/mcsannotations/", "-run ^$ -bench ^BenchmarkServeDNS$ -benchmem"},
+		{"./plugin/snapshot/", "-run ^$ -bench ^(BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 5x -benchmem"},
+		{"./plugin/clients/", "-run ^$ -bench ^BenchmarkSlimClientMemory$ -benchtime 3x"},
+	} {
+		args := append([]string{"test", "-count=1", "-v"}, strings.Fields(gb.args)...)
+		args = append(args, gb.pkg)
+		cx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		cmd := exec.CommandContext(cx, "go", args...)
+		cmd.Dir = res.Root
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		cancel()
+		raw := filepath.Join(res.Cfg.Raw, "gobench-"+filepath.Base(gb.pkg)+".txt")
+		_ = os.WriteFile(raw, append([]byte("$ go "+strings.Join(args, " ")+"\n"), out...), 0o644)
+		if err != nil {
+			b.Fatalf("go %s: %v (output in %s)", strings.Join(args, " "), err, raw)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "Benchmark") || strings.HasPrefix(l, "--- PASS: TestLookup") {
+				res.GoBench = append(res.GoBench, strings.Join(strings.Fields(l), " "))
+			}
+		}
+		b.Logf("go test %s: %s", gb.pkg, time.Since(start).Round(100*time.Millisecond))
+	}
+}
