@@ -3,6 +3,7 @@ package mcsannotations
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
@@ -53,6 +54,7 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 		return
 	}
 	total := 0
+	dec := table.NewDecoder() // records share their cluster, namespace and exports
 	for cluster, src := range data {
 		s := m.sourceFor(cluster)
 		if s == nil {
@@ -62,8 +64,8 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 		}
 		pods := make([]*table.Pod, 0, len(src.Records))
 		for key, b := range src.Records {
-			p, err := table.DecodePod(b)
-			if err == nil && (p.Cluster != cluster || key != p.Namespace+"/"+p.Name || !exportsOwn(p)) {
+			p, err := dec.Decode(b)
+			if err == nil && (p.Cluster != cluster || !isKey(key, p) || !exportsOwn(p)) {
 				err = errMismatch
 			}
 			if err != nil {
@@ -91,6 +93,12 @@ type mismatchError struct{}
 func (mismatchError) Error() string { return "record does not belong where it was stored" }
 
 var errMismatch = mismatchError{}
+
+// isKey reports whether key is "<namespace>/<name>" of p.
+func isKey(key string, p *table.Pod) bool {
+	return len(key) == len(p.Namespace)+1+len(p.Name) && key[len(p.Namespace)] == '/' &&
+		strings.HasPrefix(key, p.Namespace) && strings.HasSuffix(key, p.Name)
+}
 
 // exportsOwn re-checks the sameness rules on a stored record.
 func exportsOwn(p *table.Pod) bool {

@@ -3,6 +3,7 @@ package source
 import (
 	"hash/fnv"
 	"net/netip"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,13 +37,14 @@ func (p *slimPod) DeepCopyObject() runtime.Object {
 // the full Pod is dropped at once. Objects that are already slim, and
 // tombstones, pass through.
 func toSlim(cluster string) func(any) (any, error) {
+	parsed := newParseCache(cluster)
 	return func(obj any) (any, error) {
 		pod, ok := obj.(*v1.Pod)
 		if !ok {
 			return obj, nil
 		}
 		raw := pod.Annotations[annotation.ExportAnnotation]
-		exports, rejected := annotation.ParseExports(raw, pod.Namespace, cluster)
+		exports, rejected := parsed.exports(raw, pod.Namespace)
 		rec := &table.Pod{
 			Cluster:   cluster,
 			Namespace: pod.Namespace,
@@ -60,6 +62,49 @@ func toSlim(cluster string) func(any) (any, error) {
 			rejected:   rejected,
 		}, nil
 	}
+}
+
+// parseCache remembers the parse of recent export annotations, so that the
+// Pods of one service, which carry the same annotation, share one parsed
+// []annotation.Export (records are immutable) and each annotation is parsed
+// once. It holds at most maxCachedBytes of annotation text, then starts over.
+type parseCache struct {
+	cluster string
+	mu      sync.Mutex
+	bytes   int
+	m       map[parseKey]parseResult
+}
+
+type parseKey struct{ raw, namespace string }
+
+type parseResult struct {
+	exports  []annotation.Export
+	rejected []annotation.Rejection
+}
+
+const maxCachedBytes = 1 << 20
+
+func newParseCache(cluster string) *parseCache {
+	return &parseCache{cluster: cluster, m: map[parseKey]parseResult{}}
+}
+
+func (c *parseCache) exports(raw, namespace string) ([]annotation.Export, []annotation.Rejection) {
+	k := parseKey{raw, namespace}
+	c.mu.Lock()
+	r, ok := c.m[k]
+	c.mu.Unlock()
+	if ok {
+		return r.exports, r.rejected
+	}
+	r.exports, r.rejected = annotation.ParseExports(raw, namespace, c.cluster)
+	c.mu.Lock()
+	if c.bytes+len(raw)+len(namespace) > maxCachedBytes {
+		c.m, c.bytes = map[parseKey]parseResult{}, 0
+	}
+	c.m[k] = r
+	c.bytes += len(raw) + len(namespace)
+	c.mu.Unlock()
+	return r.exports, r.rejected
 }
 
 // podReady: the Pod's Ready condition is True and it is not terminating.

@@ -2,8 +2,10 @@ package source
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,4 +262,41 @@ func TestExpireRestoresOnNextList(t *testing.T) {
 	if s.LastContact().Unix() == 1 {
 		t.Error("a seed must not replace a known contact time")
 	}
+}
+
+// Pods with the same export annotation in one namespace share one parse;
+// another namespace gets its own (the namespace is part of the result), and
+// the cache stays bounded.
+func TestToSlimSharesParse(t *testing.T) {
+	f := toSlim("edge-a")
+	a, _ := f(newPod("a", "10.0.0.1", backend, true))
+	b, _ := f(newPod("b", "10.0.0.2", backend, true))
+	ra, rb := a.(*slimPod).rec, b.(*slimPod).rec
+	if len(ra.Exports) != 1 || &ra.Exports[0] != &rb.Exports[0] {
+		t.Fatalf("not shared: %+v %+v", ra.Exports, rb.Exports)
+	}
+	other := newPod("c", "10.0.0.3", backend, true)
+	other.Namespace = "other"
+	rc := mustSlim(t, f, other).rec
+	if len(rc.Exports) != 1 || rc.Exports[0].Namespace != "other" {
+		t.Fatalf("other namespace: %+v", rc.Exports)
+	}
+
+	c := newParseCache("edge-a")
+	big := `{"services":[{"name":"s","ports":[{"port":80}]}],"pad":"` + strings.Repeat("x", 4096) + `"}`
+	for i := range 1000 {
+		c.exports(big, fmt.Sprintf("ns-%d", i))
+	}
+	if c.bytes > maxCachedBytes {
+		t.Fatalf("cache holds %d bytes, over %d", c.bytes, maxCachedBytes)
+	}
+}
+
+func mustSlim(t *testing.T, f func(any) (any, error), p *v1.Pod) *slimPod {
+	t.Helper()
+	obj, err := f(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj.(*slimPod)
 }

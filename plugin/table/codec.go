@@ -82,14 +82,52 @@ func appendString(b []byte, s string) []byte {
 
 // DecodePod reads a persisted record. It checks the shape, not the content:
 // callers check the record against the source it was stored under.
-func DecodePod(b []byte) (*Pod, error) {
+func DecodePod(b []byte) (*Pod, error) { return (*Decoder)(nil).Decode(b) }
+
+// Decoder reads many records and shares what they have in common: a
+// service's Pods carry the same cluster, namespace and exports, so a table
+// loaded through one Decoder holds one copy of each (about a third of a
+// record's heap). Records are immutable, so sharing is safe. A Decoder is
+// for one goroutine; drop it when the load is done. The nil Decoder shares
+// nothing.
+type Decoder struct {
+	strings map[string]string
+	exports map[string][]annotation.Export // by their encoded bytes
+}
+
+// NewDecoder returns a Decoder that shares equal values across records.
+func NewDecoder() *Decoder {
+	return &Decoder{strings: map[string]string{}, exports: map[string][]annotation.Export{}}
+}
+
+// Decoders share at most this many distinct values of each kind; past it,
+// values are copied (a hostile or huge file cannot grow the maps without
+// bound).
+const maxShared = 1 << 16
+
+func (s *Decoder) str(b []byte) string {
+	if s == nil {
+		return string(b)
+	}
+	if v, ok := s.strings[string(b)]; ok { // no allocation for the lookup
+		return v
+	}
+	v := string(b)
+	if len(s.strings) < maxShared {
+		s.strings[v] = v
+	}
+	return v
+}
+
+// Decode is DecodePod, sharing values with the records decoded before.
+func (s *Decoder) Decode(b []byte) (*Pod, error) {
 	if len(b) == 0 {
 		return nil, errors.New("empty record")
 	}
 	var p *Pod
 	switch b[0] {
 	case recordBinary:
-		d := decoder{b: b[1:]}
+		d := decoder{b: b[1:], shared: s}
 		p = d.pod()
 		if d.err != nil {
 			return nil, d.err
@@ -114,8 +152,9 @@ func DecodePod(b []byte) (*Pod, error) {
 // decoder reads the binary form; the first error sticks and every later read
 // returns zero values.
 type decoder struct {
-	b   []byte
-	err error
+	b      []byte
+	err    error
+	shared *Decoder
 }
 
 var errShort = errors.New("record ends early")
@@ -159,8 +198,11 @@ func (d *decoder) bytes(n int) []byte {
 
 func (d *decoder) string() string { return string(d.bytes(int(d.uvarint(maxStringLen)))) }
 
+// sharedString reads a string that many records repeat (cluster, namespace).
+func (d *decoder) sharedString() string { return d.shared.str(d.bytes(int(d.uvarint(maxStringLen)))) }
+
 func (d *decoder) pod() *Pod {
-	p := &Pod{Cluster: d.string(), Namespace: d.string(), Name: d.string(), UID: d.string(), Hostname: d.string()}
+	p := &Pod{Cluster: d.sharedString(), Namespace: d.sharedString(), Name: d.string(), UID: d.string(), Hostname: d.string()}
 	if r := d.bytes(1); r != nil {
 		p.Ready = r[0] == 1
 	}
@@ -179,29 +221,51 @@ func (d *decoder) pod() *Pod {
 			p.IPs = append(p.IPs, ip)
 		}
 	}
-	if n := d.uvarint(maxItems); n > 0 {
-		p.Exports = make([]annotation.Export, 0, n)
-		for range n {
-			e := annotation.Export{Name: d.string(), Namespace: d.string(), Cluster: d.string()}
-			if m := d.uvarint(maxItems); m > 0 {
-				e.Ports = make([]annotation.Port, 0, m)
-				for range m {
-					pt := annotation.Port{Name: d.string(), Port: int32(d.uvarint(65535)), TargetPort: int32(d.uvarint(65535))}
-					if proto := d.bytes(1); proto != nil {
-						if int(proto[0]) >= len(protocols) {
-							d.fail(errors.New("bad protocol"))
-							break
-						}
-						pt.Protocol = protocols[proto[0]]
-					}
-					e.Ports = append(e.Ports, pt)
-				}
-			}
-			if d.err != nil {
-				break
-			}
-			p.Exports = append(p.Exports, e)
-		}
+	start := d.b
+	n := d.uvarint(maxItems)
+	if n == 0 || d.err != nil {
+		return p
+	}
+	if d.shared == nil {
+		p.Exports = d.exports(n)
+		return p
+	}
+	// The exports run to the end of a well-formed record: records with the
+	// same bytes there share one decoded slice.
+	if e, ok := d.shared.exports[string(start)]; ok {
+		p.Exports = e
+		d.b = nil
+		return p
+	}
+	p.Exports = d.exports(n)
+	if d.err == nil && len(d.b) == 0 && len(d.shared.exports) < maxShared {
+		d.shared.exports[string(start)] = p.Exports
 	}
 	return p
+}
+
+func (d *decoder) exports(n uint64) []annotation.Export {
+	out := make([]annotation.Export, 0, n)
+	for range n {
+		e := annotation.Export{Name: d.string(), Namespace: d.sharedString(), Cluster: d.sharedString()}
+		if m := d.uvarint(maxItems); m > 0 {
+			e.Ports = make([]annotation.Port, 0, m)
+			for range m {
+				pt := annotation.Port{Name: d.string(), Port: int32(d.uvarint(65535)), TargetPort: int32(d.uvarint(65535))}
+				if proto := d.bytes(1); proto != nil {
+					if int(proto[0]) >= len(protocols) {
+						d.fail(errors.New("bad protocol"))
+						break
+					}
+					pt.Protocol = protocols[proto[0]]
+				}
+				e.Ports = append(e.Ports, pt)
+			}
+		}
+		if d.err != nil {
+			break
+		}
+		out = append(out, e)
+	}
+	return out
 }

@@ -156,6 +156,8 @@ type endpoint struct {
 	cluster, hostname string
 	ips               []netip.Addr
 	ports             []portRef
+	raw               []net.IP // ips as record data, shared by every template
+	owner             string   // <hostname>.<cluster>.<svc>.<ns>.svc.<zone>
 }
 
 type portRef struct {
@@ -217,7 +219,8 @@ func buildService(cfg Config, sk svcKey, pods []*Pod) *Service {
 func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 
 	fqdn := sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone
-	s := &Service{Namespace: sk.Namespace, Name: sk.Name, SRV: map[string]*SRVSet{}, Hosts: map[string]*Host{}, Endpoints: len(eps)}
+	s := &Service{Namespace: sk.Namespace, Name: sk.Name, SRV: map[string]*SRVSet{}, Hosts: make(map[string]*Host, len(eps)), Endpoints: len(eps)}
+	shareData(eps, fqdn)
 
 	selected := eps
 	if cfg.Locality == PreferLocal {
@@ -232,45 +235,61 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 		}
 	}
 
-	seen := map[netip.Addr]struct{}{}
+	n4, n6 := 0, 0
 	for _, ep := range selected {
-		for _, ip := range ep.ips {
+		for _, ip := range ep.raw {
+			if len(ip) == net.IPv4len {
+				n4++
+			} else {
+				n6++
+			}
+		}
+	}
+	if n4 > 0 {
+		s.A = make([]dns.A, 0, n4)
+	}
+	if n6 > 0 {
+		s.AAAA = make([]dns.AAAA, 0, n6)
+	}
+	seen := make(map[netip.Addr]struct{}, n4+n6)
+	for _, ep := range selected {
+		for i, ip := range ep.ips {
 			if _, dup := seen[ip]; dup {
 				continue
 			}
 			seen[ip] = struct{}{}
-			s.A, s.AAAA = appendAddr(s.A, s.AAAA, fqdn, cfg.TTL, ip)
+			s.A, s.AAAA = appendAddr(s.A, s.AAAA, fqdn, cfg.TTL, ep.raw[i])
 		}
 	}
 
 	for _, ep := range eps {
-		key := ep.hostname + "." + ep.cluster
+		key := hostKey(ep)
 		h := s.Hosts[key]
 		if h == nil {
 			h = &Host{}
 			s.Hosts[key] = h
 		}
-		for _, ip := range ep.ips {
+		for i, ip := range ep.ips {
 			if !hasAddr(h, ip) {
-				h.A, h.AAAA = appendAddr(h.A, h.AAAA, key+"."+fqdn, cfg.TTL, ip)
+				h.A, h.AAAA = appendAddr(h.A, h.AAAA, ep.owner, cfg.TTL, ep.raw[i])
 			}
 		}
 	}
 
 	for _, ep := range selected {
-		target := ep.hostname + "." + ep.cluster + "." + fqdn
+		target := ep.owner
 		for _, pr := range ep.ports {
 			for _, prefix := range []string{"", pr.prefix} {
 				set := s.SRV[prefix]
 				if set == nil {
-					set = &SRVSet{}
+					set = &SRVSet{SRV: make([]dns.SRV, 0, len(selected)), ExtraA: make([]dns.A, 0, n4), ExtraAAAA: make([]dns.AAAA, 0, n6)}
 					s.SRV[prefix] = set
 				}
 				owner := fqdn
 				if prefix != "" {
 					owner = prefix + "." + fqdn
 				}
-				addSRV(set, owner, target, pr.target, cfg.TTL, s.Hosts[ep.hostname+"."+ep.cluster])
+				addSRV(set, owner, target, pr.target, cfg.TTL, s.Hosts[hostKey(ep)])
 			}
 			// The protocol label alone ("_tcp") is an empty non-terminal.
 			if ent := pr.prefix[strings.IndexByte(pr.prefix, '.')+1:]; s.SRV[ent] == nil {
@@ -323,11 +342,40 @@ func hasAddr(h *Host, ip netip.Addr) bool {
 	return false
 }
 
-func appendAddr(as []dns.A, aaaas []dns.AAAA, owner string, ttl uint32, ip netip.Addr) ([]dns.A, []dns.AAAA) {
-	if ip.Is4() || ip.Is4In6() {
-		b := ip.Unmap().As4()
-		return append(as, dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: net.IP(b[:])}), aaaas
+// shareData fills each endpoint's raw addresses and owner name once, in two
+// allocations for the addresses of the whole service and one per owner name:
+// the A, AAAA, SRV and additional-section templates all point into them (the
+// handler copies address bytes into each response, so sharing is safe).
+func shareData(eps []endpoint, fqdn string) {
+	n, size := 0, 0
+	for _, ep := range eps {
+		n += len(ep.ips)
+		for _, ip := range ep.ips {
+			size += ip.Unmap().BitLen() / 8
+		}
 	}
-	b := ip.As16()
-	return as, append(aaaas, dns.AAAA{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: net.IP(b[:])})
+	raws := make([]net.IP, 0, n)
+	buf := make([]byte, 0, size)
+	for i := range eps {
+		ep := &eps[i]
+		start := len(raws)
+		for _, ip := range ep.ips {
+			at := len(buf)
+			buf = append(buf, ip.Unmap().AsSlice()...)
+			raws = append(raws, net.IP(buf[at:len(buf):len(buf)]))
+		}
+		ep.raw = raws[start:len(raws):len(raws)]
+		ep.owner = ep.hostname + "." + ep.cluster + "." + fqdn
+	}
+}
+
+// hostKey is "<hostname>.<cluster>", a prefix of the endpoint's owner name
+// (so the key costs no memory of its own).
+func hostKey(ep endpoint) string { return ep.owner[:len(ep.hostname)+1+len(ep.cluster)] }
+
+func appendAddr(as []dns.A, aaaas []dns.AAAA, owner string, ttl uint32, ip net.IP) ([]dns.A, []dns.AAAA) {
+	if len(ip) == net.IPv4len {
+		return append(as, dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: ip}), aaaas
+	}
+	return as, append(aaaas, dns.AAAA{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: ip})
 }

@@ -11,6 +11,7 @@ package table
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,7 @@ type Table struct {
 
 	mu    sync.Mutex
 	pods  map[Key]*Pod
-	bySvc map[svcKey]map[Key]*Pod // each service's exporting Pods
+	bySvc map[svcKey][]*Pod // each service's exporting Pods, in no order
 	dirty map[svcKey]struct{}
 	gen   uint64 // bumped by every write, under mu
 
@@ -68,7 +69,7 @@ func New(cfg Config) *Table {
 	t := &Table{
 		cfg:   cfg,
 		pods:  make(map[Key]*Pod),
-		bySvc: make(map[svcKey]map[Key]*Pod),
+		bySvc: make(map[svcKey][]*Pod),
 		dirty: make(map[svcKey]struct{}),
 		kick:  make(chan struct{}, 1),
 	}
@@ -115,17 +116,20 @@ func (t *Table) Delete(k Key) {
 // of that cluster not in pods are deleted, the others upserted, all in one
 // step, so no index ever shows the cluster's surviving endpoints missing.
 func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
-	keep := make(map[Key]struct{}, len(pods))
-	for _, p := range pods {
-		keep[p.Key()] = struct{}{}
-	}
 	t.mu.Lock()
 	if len(t.pods) == 0 && len(pods) > 0 { // a bulk load: size the maps once
 		t.pods = make(map[Key]*Pod, len(pods))
 	}
+	var keep map[Key]struct{}
 	for k := range t.pods {
 		if k.Cluster != cluster {
 			continue
+		}
+		if keep == nil {
+			keep = make(map[Key]struct{}, len(pods))
+			for _, p := range pods {
+				keep[p.Key()] = struct{}{}
+			}
 		}
 		if _, ok := keep[k]; !ok {
 			t.deleteLocked(k)
@@ -169,7 +173,7 @@ func (t *Table) upsertLocked(p *Pod) {
 		if old.Equal(p) {
 			return // nothing to rebuild or persist
 		}
-		t.unlinkLocked(k, old)
+		t.unlinkLocked(old)
 	}
 	t.pods[k] = p
 	if t.onPod != nil {
@@ -177,12 +181,7 @@ func (t *Table) upsertLocked(p *Pod) {
 	}
 	for _, e := range p.Exports {
 		sk := svcKey{e.Namespace, e.Name}
-		m := t.bySvc[sk]
-		if m == nil {
-			m = make(map[Key]*Pod)
-			t.bySvc[sk] = m
-		}
-		m[k] = p
+		t.bySvc[sk] = append(t.bySvc[sk], p)
 		t.dirty[sk] = struct{}{}
 	}
 }
@@ -192,7 +191,7 @@ func (t *Table) deleteLocked(k Key) bool {
 	if !ok {
 		return false
 	}
-	t.unlinkLocked(k, old)
+	t.unlinkLocked(old)
 	delete(t.pods, k)
 	if t.onPod != nil {
 		t.onPod(k, nil)
@@ -200,14 +199,25 @@ func (t *Table) deleteLocked(k Key) bool {
 	return true
 }
 
-func (t *Table) unlinkLocked(k Key, old *Pod) {
+// unlinkLocked removes the record old from its services' lists (a swap with
+// the last element: the lists have no order).
+func (t *Table) unlinkLocked(old *Pod) {
 	for _, e := range old.Exports {
 		sk := svcKey{e.Namespace, e.Name}
-		if m := t.bySvc[sk]; m != nil {
-			delete(m, k)
-			if len(m) == 0 {
-				delete(t.bySvc, sk)
+		ps := t.bySvc[sk]
+		for i, p := range ps {
+			if p == old {
+				last := len(ps) - 1
+				ps[i] = ps[last]
+				ps[last] = nil
+				ps = ps[:last]
+				break
 			}
+		}
+		if len(ps) == 0 {
+			delete(t.bySvc, sk)
+		} else {
+			t.bySvc[sk] = ps
 		}
 		t.dirty[sk] = struct{}{}
 	}
@@ -250,12 +260,8 @@ func (t *Table) Rebuild() *Index {
 	// later, on first use (see entry).
 	members := make(map[svcKey][]*Pod, len(dirty))
 	for sk := range dirty {
-		ks := t.bySvc[sk]
-		ps := make([]*Pod, 0, len(ks))
-		for _, p := range ks {
-			ps = append(ps, p)
-		}
-		members[sk] = ps
+		// A copy: the table's lists change in place, an index never does.
+		members[sk] = slices.Clone(t.bySvc[sk])
 	}
 	t.mu.Unlock()
 

@@ -381,7 +381,7 @@ func TestOnPodChangeAndCodec(t *testing.T) {
 // FuzzDecodePod: no input panics or allocates without bound, and whatever
 // decodes encodes back to a record that decodes the same.
 func FuzzDecodePod(f *testing.F) {
-	for _, p := range benchPods(3) {
+	for _, p := range benchPods(3, 1) {
 		b, _ := EncodePod(p)
 		f.Add(b)
 	}

@@ -1,0 +1,127 @@
+package table
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+	"unsafe"
+
+	"github.com/miekg/dns"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+)
+
+// A Decoder shares the exports, cluster and namespace of records that repeat
+// them, and decodes exactly what DecodePod decodes.
+func TestDecoderShares(t *testing.T) {
+	a := pod("edge-a", "default", "a", "web-0", true, []string{"10.0.0.1", "fd00::1"}, export("backend", httpPort))
+	b := pod("edge-a", "default", "b", "", true, []string{"10.0.0.2"}, export("backend", httpPort))
+	c := pod("edge-a", "default", "c", "", false, []string{"10.0.0.3"}, export("frontend", httpPort))
+	dec := NewDecoder()
+	var got []*Pod
+	for _, p := range []*Pod{a, b, c} {
+		raw, err := EncodePod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := DecodePod(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared, err := dec.Decode(raw)
+		if err != nil || !shared.Equal(plain) || !shared.Equal(p) {
+			t.Fatalf("%s: shared %+v, plain %+v, %v", p.Name, shared, plain, err)
+		}
+		got = append(got, shared)
+	}
+	if &got[0].Exports[0] != &got[1].Exports[0] {
+		t.Error("two records with the same exports do not share them")
+	}
+	if &got[1].Exports[0] == &got[2].Exports[0] {
+		t.Error("different exports shared")
+	}
+	if unsafe.StringData(got[0].Namespace) != unsafe.StringData(got[2].Namespace) {
+		t.Error("namespace not shared")
+	}
+	// A damaged record after good ones is still refused, and shares nothing.
+	raw, _ := EncodePod(a)
+	if _, err := dec.Decode(raw[:len(raw)-1]); err == nil {
+		t.Error("truncated record accepted")
+	}
+	if _, err := dec.Decode(append(raw[:len(raw):len(raw)], 0)); err == nil {
+		t.Error("record with trailing data accepted")
+	}
+}
+
+// Past maxShared distinct values a Decoder copies instead of remembering:
+// its maps stay bounded, and every record still decodes correctly.
+func TestDecoderBounded(t *testing.T) {
+	dec := NewDecoder()
+	for i := range maxShared + 100 {
+		p := pod("edge-a", fmt.Sprintf("ns-%d", i), "p", "", true, []string{"10.0.0.1"}, export(fmt.Sprintf("s-%d", i), httpPort))
+		raw, _ := EncodePod(p)
+		back, err := dec.Decode(raw)
+		if err != nil || !back.Equal(p) {
+			t.Fatalf("record %d: %+v, %v", i, back, err)
+		}
+	}
+	if len(dec.strings) > maxShared || len(dec.exports) > maxShared {
+		t.Fatalf("maps grew past the bound: %d strings, %d exports", len(dec.strings), len(dec.exports))
+	}
+}
+
+// Any sequence of upserts, deletes and replacements leaves the incremental
+// index answering exactly as an index built from scratch from the same
+// records.
+func TestIncrementalMatchesFresh(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tb := New(cfg())
+	clusters := []string{"edge-a", "edge-b"}
+	random := func(cluster string, i int) *Pod {
+		var ex []annotation.Export
+		for s := range 3 {
+			if rng.IntN(2) == 0 {
+				ex = append(ex, export(fmt.Sprintf("svc-%d", s), httpPort))
+			}
+		}
+		ip := netip.AddrFrom4([4]byte{10, byte(rng.IntN(2)), 0, byte(rng.IntN(4))})
+		return pod(cluster, "default", fmt.Sprintf("p-%d", i), "", rng.IntN(4) != 0, []string{ip.String()}, ex...)
+	}
+	for step := range 2000 {
+		c := clusters[rng.IntN(2)]
+		switch r := rng.IntN(20); {
+		case r == 0:
+			var ps []*Pod
+			for i := range rng.IntN(6) {
+				ps = append(ps, random(c, i))
+			}
+			tb.ReplaceCluster(c, ps)
+		case r < 6:
+			tb.Delete(Key{c, "default", fmt.Sprintf("p-%d", rng.IntN(6))})
+		default:
+			tb.Upsert(random(c, rng.IntN(6)))
+		}
+		if step%7 != 0 {
+			continue
+		}
+		got := tb.Rebuild()
+		fresh := New(cfg())
+		for _, c := range clusters {
+			fresh.ReplaceCluster(c, tb.Pods(c))
+		}
+		want := fresh.Rebuild()
+		for s := range 3 {
+			for _, q := range []string{fmt.Sprintf("svc-%d.default.svc.%s", s, zone), fmt.Sprintf("_http._tcp.svc-%d.default.svc.%s", s, zone)} {
+				for _, qt := range []uint16{dns.TypeA, dns.TypeSRV} {
+					g, w := got.Lookup(q, qt), want.Lookup(q, qt)
+					if g.Kind != w.Kind || !slices.Equal(addrs(g), addrs(w)) || !slices.Equal(srvs(g), srvs(w)) {
+						t.Fatalf("step %d %s %s: incremental %v %v %v, fresh %v %v %v", step, q, dns.TypeToString[qt],
+							g.Kind, addrs(g), srvs(g), w.Kind, addrs(w), srvs(w))
+					}
+				}
+			}
+		}
+	}
+}
