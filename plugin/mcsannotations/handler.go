@@ -50,6 +50,15 @@ func (m *MCS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 	return m.respond(ctx, w, r, state, ix, zone, ans)
 }
 
+// CacheBypassZones implements the cache plugin's ZoneBypasser: the cache of
+// the same server block passes queries in these zones straight on, neither
+// answering from nor storing into its cache. Answers in every zone of the
+// plugin may depend on who asks (alias names are per client Pod, imports
+// enforce refuses per client), and the cache keys on the name alone: it
+// would hand one client's alias answer, or refusal, to the next client
+// asking the same name. The answers come from memory anyway.
+func (m *MCS) CacheBypassZones() []string { return append([]string(nil), m.zones...) }
+
 // zoneOf returns the longest of the plugin's zones that qname (lower case,
 // fully qualified) is in, or "". The zones are normalised at setup, so a
 // suffix test does what plugin.Zones.Matches does, without its allocations.
