@@ -49,7 +49,6 @@ func toSlim(cluster string) func(any) (any, error) {
 			Cluster:   cluster,
 			Namespace: pod.Namespace,
 			Name:      pod.Name,
-			UID:       string(pod.UID),
 			Hostname:  pod.Spec.Hostname,
 			IPs:       podIPs(pod),
 			Ready:     podReady(pod),

@@ -17,7 +17,7 @@ func benchPods(n, per int) []*Pod {
 	pods := make([]*Pod, n)
 	for i := range pods {
 		ns := fmt.Sprintf("ns-%d", (i/per)%50)
-		pods[i] = &Pod{Cluster: "edge-a", Namespace: ns, Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("8f0c1b2e-0000-4000-8000-%012d", i),
+		pods[i] = &Pod{Cluster: "edge-a", Namespace: ns, Name: fmt.Sprintf("pod-%d", i),
 			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})}, Ready: true,
 			Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/per), Namespace: ns, Cluster: "edge-a",
 				Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}}}

@@ -29,14 +29,17 @@ var protocols = [...]string{annotation.TCP, annotation.UDP, annotation.SCTP}
 // EncodePod is the persisted form of a record:
 //
 //	'b' cluster namespace name uid hostname ready(1 byte)
-//	    n-ips { len(1 byte: 4 or 16) bytes }
-//	    n-exports { name namespace cluster n-ports { name port targetPort protocol(1 byte) } }
+//
+// (uid is written empty and skipped when read: records have no UID now.)
+//
+//	n-ips { len(1 byte: 4 or 16) bytes }
+//	n-exports { name namespace cluster n-ports { name port targetPort protocol(1 byte) } }
 //
 // Strings are a uvarint length and bytes; counts and ports are uvarints.
 func EncodePod(p *Pod) ([]byte, error) {
 	b := make([]byte, 0, 128)
 	b = append(b, recordBinary)
-	for _, s := range []string{p.Cluster, p.Namespace, p.Name, p.UID, p.Hostname} {
+	for _, s := range []string{p.Cluster, p.Namespace, p.Name, "", p.Hostname} {
 		b = appendString(b, s)
 	}
 	ready := byte(0)
@@ -202,7 +205,9 @@ func (d *decoder) string() string { return string(d.bytes(int(d.uvarint(maxStrin
 func (d *decoder) sharedString() string { return d.shared.str(d.bytes(int(d.uvarint(maxStringLen)))) }
 
 func (d *decoder) pod() *Pod {
-	p := &Pod{Cluster: d.sharedString(), Namespace: d.sharedString(), Name: d.string(), UID: d.string(), Hostname: d.string()}
+	p := &Pod{Cluster: d.sharedString(), Namespace: d.sharedString(), Name: d.string()}
+	d.bytes(int(d.uvarint(maxStringLen))) // the uid of older records
+	p.Hostname = d.string()
 	if r := d.bytes(1); r != nil {
 		p.Ready = r[0] == 1
 	}

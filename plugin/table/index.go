@@ -82,7 +82,7 @@ type Host struct {
 // changes costs no rendering until a name is asked for; every later query of
 // the entry finds it rendered.
 type entry struct {
-	cfg  Config
+	cfg  *Config // the table's, shared by every entry
 	sk   svcKey
 	pods []*Pod // immutable records, at least one of them ready
 	once sync.Once
@@ -91,7 +91,7 @@ type entry struct {
 
 func (e *entry) get() *Service {
 	e.once.Do(func() {
-		e.svc = buildService(e.cfg, e.sk, e.pods)
+		e.svc = buildService(*e.cfg, e.sk, e.pods)
 		e.pods = nil // the rendered answers are all that is needed now
 	})
 	return e.svc

@@ -10,12 +10,13 @@ import (
 
 // Pod is the slim record of one exporting Pod: only what DNS needs. It is what
 // sources produce, what the table indexes, and what the snapshot persists.
-// A Pod is never modified once handed to the table.
+// A Pod is never modified once handed to the table. (It has no UID: nothing
+// in DNS depends on it, and a record is small because the table holds one
+// per endpoint.)
 type Pod struct {
 	Cluster   string              `json:"c"`
 	Namespace string              `json:"ns"`
 	Name      string              `json:"n"`
-	UID       string              `json:"u,omitempty"`
 	Hostname  string              `json:"h,omitempty"` // spec.hostname; empty means the dashed IP
 	IPs       []netip.Addr        `json:"ips,omitempty"`
 	Ready     bool                `json:"r,omitempty"`
@@ -33,7 +34,7 @@ func (p *Pod) Equal(o *Pod) bool {
 	if p == nil || o == nil {
 		return p == o
 	}
-	if p.Cluster != o.Cluster || p.Namespace != o.Namespace || p.Name != o.Name || p.UID != o.UID ||
+	if p.Cluster != o.Cluster || p.Namespace != o.Namespace || p.Name != o.Name ||
 		p.Hostname != o.Hostname || p.Ready != o.Ready || !slices.Equal(p.IPs, o.IPs) || len(p.Exports) != len(o.Exports) {
 		return false
 	}

@@ -273,7 +273,7 @@ func (t *Table) Rebuild() *Index {
 	for sk, ps := range members {
 		name := sk.Name + "." + sk.Namespace
 		if serves(sk, ps) {
-			services[name] = &entry{cfg: t.cfg, sk: sk, pods: ps}
+			services[name] = &entry{cfg: &t.cfg, sk: sk, pods: ps}
 		} else {
 			delete(services, name)
 		}
