@@ -341,3 +341,42 @@ func TestFileTruncatedUnderRunningStore(t *testing.T) {
 		})
 	}
 }
+
+// Repeated damage keeps only the newest KeepAside files moved aside, and
+// the newest is the last damaged file.
+func TestMovedAsideFilesArePruned(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mcs.db")
+	var logs logBuf
+	for i := range KeepAside + 3 {
+		if err := os.WriteFile(path, []byte(fmt.Sprint("garbage ", i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, res, err := Open(path, Options{Logf: logs.Logf})
+		if err != nil || res.MovedAside == "" {
+			t.Fatalf("open %d: %+v, %v", i, res, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, _ := filepath.Glob(path + ".corrupt-*")
+	if len(names) != KeepAside {
+		t.Fatalf("%d files kept, want %d: %v", len(names), KeepAside, names)
+	}
+	newest := false
+	for _, n := range names {
+		if b, _ := os.ReadFile(n); string(b) == fmt.Sprint("garbage ", KeepAside+2) {
+			newest = true
+		}
+		if b, _ := os.ReadFile(n); string(b) == "garbage 0" {
+			t.Errorf("the oldest file %s was kept", n)
+		}
+	}
+	if !newest {
+		t.Error("the newest damaged file was not kept")
+	}
+	if !logs.contains("an older file moved aside") {
+		t.Error("no log line for the removal")
+	}
+}

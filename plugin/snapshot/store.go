@@ -1,12 +1,15 @@
 package snapshot
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,6 +172,9 @@ func Open(path string, o Options) (*Store, LoadResult, error) {
 			return nil, res, fmt.Errorf("snapshot: %s is unusable (%s) and could not be moved aside: %w", path, reason, mvErr)
 		}
 		o.Logf("snapshot: %s is unusable (%s); moved it aside to %s and starting with an empty snapshot", path, reason, aside)
+		for _, old := range pruneAside(path, KeepAside) {
+			o.Logf("snapshot: removed %s, an older file moved aside (the newest %d are kept)", old, KeepAside)
+		}
 		res.MovedAside, res.Reason = aside, reason
 		db, file, created, err = openChecked(path, o.OpenTimeout)
 	}
@@ -292,16 +298,62 @@ func closeQuietly(db *bolt.DB) {
 	_ = db.Close()
 }
 
+// KeepAside is how many files moved aside are kept, the newest ones: a disk
+// at the edge must not fill with damaged copies when damage repeats.
+const KeepAside = 3
+
+// pruneAside removes all but the newest keep files moved aside from path and
+// returns their names. Names sort by age: the timestamp, then the counter.
+func pruneAside(path string, keep int) []string {
+	names, err := filepath.Glob(path + ".corrupt-*")
+	if err != nil || len(names) <= keep {
+		return nil
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		ta, ca := asideOrder(path, a)
+		tb, cb := asideOrder(path, b)
+		return cmp.Or(cmp.Compare(ta, tb), cmp.Compare(ca, cb))
+	})
+	var removed []string
+	for _, name := range names[:len(names)-keep] {
+		if os.Remove(name) == nil {
+			removed = append(removed, name)
+		}
+	}
+	return removed
+}
+
+// asideOrder splits a moved-aside name into its timestamp and counter.
+func asideOrder(path, name string) (string, int) {
+	stamp := strings.TrimPrefix(name, path+".corrupt-")
+	n := 0
+	if i := strings.IndexByte(stamp, '.'); i >= 0 {
+		n, _ = strconv.Atoi(stamp[i+1:])
+		stamp = stamp[:i]
+	}
+	return stamp, n
+}
+
 // moveAside renames path to path.corrupt-<UTC timestamp>, adding a counter if
 // that name is taken, and returns the new name.
 func moveAside(path string) (string, error) {
 	base := path + ".corrupt-" + time.Now().UTC().Format("20060102T150405Z")
+	// Number it after the newest of this second (pruning may have freed
+	// lower numbers): base, base.1, base.2, ...
+	next := 0
+	taken, _ := filepath.Glob(base + "*")
+	for _, name := range taken {
+		_, n := asideOrder(path, name)
+		next = max(next, n+1)
+	}
 	aside := base
-	for i := 1; ; i++ {
+	for ; ; next++ {
+		if next > 0 {
+			aside = fmt.Sprintf("%s.%d", base, next)
+		}
 		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
 			break
 		}
-		aside = fmt.Sprintf("%s.%d", base, i)
 	}
 	if err := os.Rename(path, aside); err != nil {
 		return "", err
