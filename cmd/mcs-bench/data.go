@@ -79,7 +79,6 @@ func (d dataset) exportService(i int) harness.ExportService {
 func (d dataset) tablePod(i, j int) *table.Pod {
 	p := &table.Pod{
 		Cluster: d.cluster, Namespace: d.namespace(i), Name: d.pod(i, j),
-		UID: fmt.Sprintf("00000000-0000-4000-8000-%012d", i*d.endpoints+j),
 		IPs: []netip.Addr{d.ip(i, j)}, Ready: true,
 	}
 	e := annotation.Export{Name: d.service(i), Namespace: p.Namespace, Cluster: d.cluster}

@@ -191,6 +191,14 @@ func writeReport(r *results) error {
 		p("From the snapshot, no API server (%d endpoints, %d services): heap %s empty, %s loaded, %s with every service asked once: **%.0f B/endpoint loaded, %.0f B/endpoint rendered** (table + index + snapshot store, no informer).",
 			c.Endpoints, c.Services, mb(c.HeapEmpty), mb(c.HeapLoaded), mb(c.HeapRendered),
 			float64(c.HeapLoaded-c.HeapEmpty)/float64(c.Endpoints), float64(c.HeapRendered-c.HeapEmpty)/float64(c.Endpoints))
+		if m, ok := r.mem(ours+" (cold)", "no API server, every service asked once"); ok && m.Top != "" {
+			p("")
+			p("Where that heap is (in-use space, `go tool pprof -top`; profiles in the raw folder):")
+			p("")
+			p("```")
+			p("%s", strings.TrimSpace(m.Top))
+			p("```")
+		}
 	}
 	p("")
 
@@ -228,7 +236,8 @@ func writeReport(r *results) error {
 			p("First wrong answer: `%s`", rs.FirstWrong)
 		}
 		p("")
-		p("How long the client takes to come back depends on client-go's reconnect backoff after the cut, which this figure includes.")
+		p("Of that, %s passed before CoreDNS opened its first connection through the restored link (client-go's retry backoff after the cut), and %s from then to the changed answer (list or watch resumption, table update, index rebuild).",
+			ms(rs.Reconnect), ms(rs.Took-rs.Reconnect))
 		p("")
 	}
 	if r.ProfileTop != "" {

@@ -168,10 +168,21 @@ func heapAlloc(pprofAddr string) (int64, error) {
 }
 
 // cpuProfile takes a CPU profile of d seconds into path and returns
-// `go tool pprof -top` of it.
+// `go tool pprof -top` of it (and keeps a -cum listing beside it).
 func cpuProfile(ctx context.Context, pprofAddr, bin, path string, d time.Duration) (string, error) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(d.Seconds()))
+	return profile(ctx, url, bin, path, d, nil)
+}
+
+// heapProfile saves the in-use heap profile (as of the last GC) into path and
+// returns `go tool pprof -top` of its in-use space.
+func heapProfile(ctx context.Context, pprofAddr, bin, path string) (string, error) {
+	return profile(ctx, "http://"+pprofAddr+"/debug/pprof/heap", bin, path, 0, []string{"-sample_index=inuse_space"})
+}
+
+func profile(ctx context.Context, url, bin, path string, d time.Duration, pprofArgs []string) (string, error) {
 	hc := &http.Client{Timeout: d + 30*time.Second}
-	resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, int(d.Seconds())))
+	resp, err := hc.Get(url)
 	if err != nil {
 		return "", err
 	}
@@ -181,18 +192,26 @@ func cpuProfile(ctx context.Context, pprofAddr, bin, path string, d time.Duratio
 		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("profile: %s", resp.Status)
+		return "", fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return "", err
 	}
 	cx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(cx, "go", "tool", "pprof", "-top", "-nodecount=25", bin, path).CombinedOutput()
+	top := func(extra ...string) ([]byte, error) {
+		args := append([]string{"tool", "pprof", "-top"}, pprofArgs...)
+		args = append(args, extra...)
+		return exec.CommandContext(cx, "go", append(args, bin, path)...).CombinedOutput()
+	}
+	out, err := top("-nodecount=25")
 	if err != nil {
 		return "", fmt.Errorf("go tool pprof: %v: %s", err, out)
 	}
-	top := filepath.Join(filepath.Dir(path), strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))+".top.txt")
-	_ = os.WriteFile(top, out, 0o644)
+	base := filepath.Join(filepath.Dir(path), strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)))
+	_ = os.WriteFile(base+".top.txt", out, 0o644)
+	if cum, err := top("-cum", "-nodecount=40"); err == nil {
+		_ = os.WriteFile(base+".top-cum.txt", cum, 0o644)
+	}
 	return string(out), nil
 }

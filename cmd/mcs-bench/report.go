@@ -50,6 +50,7 @@ type syncPoint struct {
 type memPoint struct {
 	Contender, When string
 	Heap, RSS       int64
+	Top             string // go tool pprof -top of the in-use heap (ours only)
 }
 
 type coldResult struct {
@@ -68,6 +69,7 @@ type propResult struct {
 type resyncResult struct {
 	Endpoints                       int
 	CutFor, Took                    time.Duration
+	Reconnect                       time.Duration // restore to the first connection through the proxy; -1 if none
 	Probes, ProbeWrong, ProbeErrors int
 	FirstWrong                      string
 }

@@ -181,7 +181,8 @@ func throughput(ctx context.Context, b *bench, res *results, w *world, pin bool)
 
 func slug(s string) string { return strings.ReplaceAll(strings.Fields(s)[0], "mcsannotations", "ours") }
 
-// memory records the heap (pprof, after a GC) and VmRSS of a contender.
+// memory records the heap (pprof, after a GC) and VmRSS of a contender,
+// and for ours keeps a heap profile.
 func (r *results) memory(t harness.T, c *contender, when string) {
 	h, err := heapAlloc(c.pprof)
 	if err != nil {
@@ -192,7 +193,16 @@ func (r *results) memory(t harness.T, c *contender, when string) {
 		t.Fatalf("%s RSS: %v", c.Name, err)
 	}
 	t.Logf("%s %s: heap %.1f MB, VmRSS %.1f MB", c.Name, when, float64(h)/1e6, float64(rss)/1e6)
-	r.Mem = append(r.Mem, memPoint{c.Name, when, h, rss})
+	mp := memPoint{Contender: c.Name, When: when, Heap: h, RSS: rss}
+	if strings.HasPrefix(c.Name, ours) {
+		name := "heap-" + strings.NewReplacer(" ", "-", "(", "", ")", "", ",", "").Replace(c.Name+"-"+when) + ".pprof"
+		top, err := heapProfile(context.Background(), c.pprof, harness.FindTools().CoreDNS, filepath.Join(r.Cfg.Raw, name))
+		if err != nil {
+			t.Errorf("%s heap profile: %v", c.Name, err)
+		}
+		mp.Top = top
+	}
+	r.Mem = append(r.Mem, mp)
 }
 
 // liveChanges measures propagation (local and peer) and the resync after a
@@ -310,15 +320,27 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cutFor time.
 	if m, err := c.d.Exchange(harness.Query{Name: "after." + ns + ".svc." + zone, Type: dns.TypeA}); err != nil || m.Rcode != dns.RcodeNameError {
 		b.Fatalf("while cut, the change already shows (or no answer): %v %v", m, err)
 	}
+	accepted := proxy.Accepted()
 	restore := time.Now()
 	proxy.Restore(b)
+	reconnected := make(chan time.Duration, 1)
+	go func() { // the first connection CoreDNS opens through the restored link
+		for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if proxy.Accepted() > accepted {
+				reconnected <- time.Since(restore)
+				return
+			}
+		}
+		reconnected <- -1
+	}()
 	waitName(b, c, "after."+ns+".svc."+zone, ip, 5*time.Minute)
 	r.Took = time.Since(restore)
+	r.Reconnect = <-reconnected
 	time.Sleep(2 * time.Second) // keep probing after the resync
 	stop.Store(true)
 	wg.Wait()
-	b.Logf("resync of %d endpoints after a %s cut: %s; prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
-		r.Endpoints, cutFor, r.Took.Round(time.Millisecond), r.Probes, r.ProbeWrong, r.ProbeErrors)
+	b.Logf("resync of %d endpoints after a %s cut: %s (first new connection after %s); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
+		r.Endpoints, cutFor, r.Took.Round(time.Millisecond), r.Reconnect.Round(time.Millisecond), r.Probes, r.ProbeWrong, r.ProbeErrors)
 	return r
 }
 
