@@ -172,3 +172,25 @@ func TestWatcher(t *testing.T) {
 	}
 	w.onDelete("garbage")
 }
+
+// A hostNetwork Pod's IP is the node's: it identifies no Pod, so neither of
+// two hostNetwork Pods on one node is indexed, whatever their imports.
+func TestHostNetworkNotIndexed(t *testing.T) {
+	x := NewIndex()
+	w := NewWatcher(nil, x, true, nil)
+	for _, name := range []string{"agent", "cache"} {
+		p := importer(name, "192.168.0.10", `{"services":[{"name":"backend","namespace":"default","alias":"be"}]}`)
+		p.Spec.HostNetwork = true
+		obj, _ := toSlim(p)
+		w.apply(nil, obj)
+	}
+	plain := importer("plain", "10.0.0.1", `{}`)
+	obj, _ := toSlim(plain)
+	w.apply(nil, obj)
+	if c := x.Lookup(netip.MustParseAddr("192.168.0.10")); c != nil {
+		t.Fatalf("node IP indexed as Pod %s/%s", c.Namespace, c.Name)
+	}
+	if x.Lookup(ipA) == nil || x.Len() != 1 || x.HasImporters() {
+		t.Fatalf("index: %d Pods, importers %v", x.Len(), x.HasImporters())
+	}
+}

@@ -73,8 +73,11 @@ func toSlim(obj any) (any, error) {
 		s.annoHash = h.Sum64()
 		s.client.Imports, s.rejected = annotation.ParseImports(raw, pod.Namespace)
 	}
-	// A terminating or finished Pod gives up its IPs: they may be reused.
-	if pod.DeletionTimestamp == nil && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed {
+	// A terminating or finished Pod gives up its IPs: they may be reused. A
+	// hostNetwork Pod's IP is its node's, shared by every process on the
+	// node (other hostNetwork Pods, a node-local DNS cache): it names no one
+	// Pod, so it is never indexed.
+	if !pod.Spec.HostNetwork && pod.DeletionTimestamp == nil && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed {
 		for _, ip := range pod.Status.PodIPs {
 			if a, err := netip.ParseAddr(ip.IP); err == nil && !contains(s.ips, a.Unmap()) {
 				s.ips = append(s.ips, a.Unmap())
