@@ -395,7 +395,15 @@ func testEnforce(t *testing.T, e *importsEnv) {
 	exporters(t, e.a, nsB, backend, "10.250.6.2")
 	own := harness.ExportService{Name: "own", Ports: []harness.ExportPort{{Name: "http", Port: 80}}}
 	exporters(t, e.a, ns, own, "10.250.6.3")
-	const me, inB = "127.0.0.61", "127.0.0.62"
+	const me, inB, node = "127.0.0.61", "127.0.0.62", "127.0.0.90"
+	// Two hostNetwork Pods, whose IP is their node's: it names no one Pod.
+	// Created first: once the consumer (created after them) is known, so are they.
+	for _, n := range []string{nsA, nsB} {
+		p := harness.ImporterPod("node-agent", harness.ImportService{Name: "backend", Namespace: nsA, Alias: "be"}).Object(n)
+		p.Spec.HostNetwork = true
+		e.a.CreatePodObject(t, p)
+		e.a.SetPodReady(t, n, "node-agent", true, node)
+	}
 	e.a.CreateReadyPods(t, ns, importer("consumer", me, harness.ImportService{Name: "backend", Namespace: nsA, Alias: "be"}))
 	// A Pod with no importer label at all: enforce watches every Pod.
 	e.a.CreateReadyPods(t, nsB, harness.ReadyPod{Pod: harness.Pod{Name: "plain"}, IPs: ips(inB)})
@@ -430,11 +438,14 @@ func testEnforce(t *testing.T, e *importsEnv) {
 	} {
 		expect(t, d, q, isNXDOMAIN)
 	}
-	// Refused: clients that are no known Pod, outside the allowed CIDR.
-	for _, src := range []string{unknownIP, ""} {
+	// Refused: clients that are no known Pod, outside the allowed CIDR (a
+	// node's address among them, although hostNetwork Pods have it).
+	for _, src := range []string{unknownIP, "", node} {
 		expect(t, d, from(src, svc("backend", nsA), dns.TypeA), isNXDOMAIN)
 		expect(t, d, from(src, svc("own", ns), dns.TypeA), isNXDOMAIN)
 	}
+	// Nor is a hostNetwork Pod's alias anyone's.
+	expect(t, d, from(node, svcIn("be", nsA, zone), dns.TypeA), isNXDOMAIN)
 	// Never refused: names that are not service names.
 	expect(t, d, from(unknownIP, "dns-version."+zone, dns.TypeTXT), func(m *dns.Msg) error {
 		if got := harness.TXTs(m); len(got) != 1 || got[0] != "1.0.0" {
@@ -451,8 +462,8 @@ func testEnforce(t *testing.T, e *importsEnv) {
 	if got := refusedCount(t, metricsPort, "not_imported") - notImported; got < 7 {
 		t.Errorf("refused_total{reason=not_imported} rose by %v, want at least 7", got)
 	}
-	if got := refusedCount(t, metricsPort, "unknown_client") - unknown; got < 4 {
-		t.Errorf("refused_total{reason=unknown_client} rose by %v, want at least 4", got)
+	if got := refusedCount(t, metricsPort, "unknown_client") - unknown; got < 6 {
+		t.Errorf("refused_total{reason=unknown_client} rose by %v, want at least 6", got)
 	}
 
 	// An import added to the annotation opens the name; removed, closes it.

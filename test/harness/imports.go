@@ -62,3 +62,7 @@ func (c *Cluster) CreateClusterIPService(t T, ns, name string) string {
 	}
 	return out.Spec.ClusterIP
 }
+
+// Object is the Pod object that CreatePod would create in ns, to change
+// before creating it with CreatePodObject (for example spec.hostNetwork).
+func (p Pod) Object(ns string) *corev1.Pod { return p.object(ns) }
