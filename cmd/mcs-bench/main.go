@@ -46,6 +46,7 @@ type config struct {
 	Changes       int
 	CutFor        time.Duration
 	GoBench       bool
+	Stages        string // comma-separated subset of gobench,cold,dns,live; "" for all
 
 	Out string // BENCHMARKS.md
 	Raw string // folder for raw output
@@ -70,6 +71,7 @@ func parseFlags() config {
 	flag.IntVar(&c.Changes, "changes", 100, "annotation changes per propagation test")
 	flag.DurationVar(&c.CutFor, "cut", 10*time.Second, "how long the link to the API server stays cut in the resync test")
 	flag.BoolVar(&c.GoBench, "gobench", true, "also run the plugin's Go benchmarks (heap per endpoint, cold load, ServeDNS allocations)")
+	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, dns (throughput, latency, memory), live (propagation, resync); default all")
 	flag.StringVar(&c.Out, "out", "", "report file (default BENCHMARKS.md at the repository root; bench/raw/smoke/BENCHMARKS.md with -smoke)")
 	flag.StringVar(&c.Raw, "raw", "", "folder for raw output (default bench/raw/<UTC time>, bench/raw/smoke with -smoke)")
 	flag.Parse()
@@ -169,20 +171,43 @@ func run(ctx context.Context, b *bench, res *results) {
 	if len(res.Failures) > 0 {
 		return
 	}
-	if cfg.GoBench {
+	if cfg.GoBench && cfg.wants("gobench") {
 		stage(b, res, "Go benchmarks", func() { goBenchmarks(ctx, b, res) })
 	}
-	stage(b, res, "cold start from a snapshot", func() { coldStart(b, res) })
-
+	if cfg.wants("cold") {
+		stage(b, res, "cold start from a snapshot", func() { coldStart(b, res) })
+	}
+	if !cfg.wants("dns") && !cfg.wants("live") {
+		return
+	}
 	var env *world
 	stage(b, res, "clusters and data", func() { env = setup(b, res) })
 	if env == nil {
 		return
 	}
-	stage(b, res, "QPS and latency, pinned", func() { throughput(ctx, b, res, env, true) })
-	stage(b, res, "QPS, unpinned; heap and RSS", func() { throughput(ctx, b, res, env, false) })
-	stage(b, res, "propagation and resync", func() { liveChanges(b, res, env) })
-	checkSane(res)
+	if cfg.wants("dns") {
+		stage(b, res, "QPS and latency, pinned", func() { throughput(ctx, b, res, env, true) })
+		stage(b, res, "QPS, unpinned; heap and RSS", func() { throughput(ctx, b, res, env, false) })
+	}
+	if cfg.wants("live") {
+		stage(b, res, "propagation and resync", func() { liveChanges(b, res, env) })
+	}
+	if cfg.Stages == "" {
+		checkSane(res)
+	}
+}
+
+// wants tells whether a part is to run.
+func (c config) wants(part string) bool {
+	if c.Stages == "" {
+		return true
+	}
+	for _, s := range strings.Split(c.Stages, ",") {
+		if strings.TrimSpace(s) == part {
+			return true
+		}
+	}
+	return false
 }
 
 // stage runs one part, timing it and recording a failure.

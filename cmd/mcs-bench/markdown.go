@@ -213,6 +213,18 @@ func writeReport(r *results) error {
 			xs = append(xs, ms(d))
 		}
 		p("Runs: %s; **median %s**.", strings.Join(xs, ", "), ms(time.Duration(median(durations(c.Runs))*float64(time.Second))))
+		if len(c.EmptyRuns) > 0 {
+			p("")
+			p("The same start with an empty snapshot (the process itself: Go runtime, every in-tree plugin's init, the server) answers after a median of %s: loading the snapshot costs the difference.", ms(pct(c.EmptyRuns, 50)))
+		}
+		if c.Perf != "" {
+			p("")
+			p("Where the CPU time of one more cold start goes (`perf record -g` from exec to the first correct answer; `perf report --children --sort symbol`, top lines):")
+			p("")
+			p("```")
+			p("%s", c.Perf)
+			p("```")
+		}
 		p("")
 	}
 	if len(r.Prop) > 0 {

@@ -59,6 +59,8 @@ type coldResult struct {
 	WriteTook                           time.Duration
 	HeapEmpty, HeapLoaded, HeapRendered int64
 	Runs                                []time.Duration
+	EmptyRuns                           []time.Duration // the same start with an empty snapshot
+	Perf                                string          // perf report of one more cold start
 }
 
 type propResult struct {

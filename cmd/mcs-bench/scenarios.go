@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -390,6 +391,24 @@ func coldStart(b *bench, res *results) {
 	res.memory(b, base, "no API server, empty snapshot")
 	r.HeapEmpty = res.Mem[len(res.Mem)-1].Heap
 	base.stop(b)
+	// The same start with an empty snapshot: the process's own start-up
+	// (Go runtime, every in-tree plugin's init, the server) to any answer.
+	for k := 0; k < cfg.ColdRuns; k++ {
+		t0 := base.d.StartNoWait(b)
+		deadline := t0.Add(30 * time.Second)
+		for {
+			if _, err := base.d.Exchange(harness.Query{Name: ds.qname(0), Type: dns.TypeA, Timeout: time.Second}); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("empty start %d: no answer after 30 s:\n%s", k+1, base.d.LogTail(20))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		r.EmptyRuns = append(r.EmptyRuns, time.Since(t0))
+		base.d.Stop(b)
+	}
+	b.Logf("start with an empty snapshot to the first answer: median %s", pct(r.EmptyRuns, 50))
 
 	c := &contender{Name: ours + " (cold)", tmpl: oursCorefile, vars: map[string]string{
 		"CLUSTER": clusterA, "KUBECONFIG": kc, "PEERS": "", "SNAPSHOT": snap}}
@@ -430,6 +449,57 @@ func coldStart(b *bench, res *results) {
 	}
 	_ = os.WriteFile(filepath.Join(cfg.Raw, "cold-start-coredns.log"), []byte(c.d.Log()), 0o644)
 	res.Cold = &r
+	if _, err := exec.LookPath("perf"); err == nil {
+		r.Perf = perfColdStart(b, c, ds, probe, filepath.Join(cfg.Raw, "cold-start.perf"))
+	}
+}
+
+// perfColdStart runs one more cold start under `perf record -g` (the CPU
+// time of start-up, which pprof cannot see), until the first correct
+// answer, and returns `perf report` by symbol, children included.
+func perfColdStart(b *bench, c *contender, ds dataset, probe int, out string) string {
+	if err := harness.PortFree(c.d.Port); err != nil {
+		b.Errorf("perf cold start: %v", err)
+		return ""
+	}
+	cx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log, _ := os.Create(out + ".log")
+	defer log.Close()
+	cmd := exec.CommandContext(cx, "perf", "record", "-F", "2000", "-g", "-o", out, "--", harness.FindTools().CoreDNS, "-conf", c.d.CorefilePath)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = 20 * time.Second
+	if err := cmd.Start(); err != nil {
+		b.Errorf("perf: %v", err)
+		return ""
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for check(c, ds, probe, dns.TypeA) != "" && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT) // perf passes it on to CoreDNS and writes its file
+	_ = cmd.Wait()
+	if err := harness.PortFree(c.d.Port); err != nil {
+		b.Errorf("perf cold start: CoreDNS still there after perf ended: %v", err)
+	}
+	rep, err := exec.CommandContext(context.Background(), "perf", "report", "-i", out, "--children", "--sort", "symbol", "-g", "none", "--stdio").Output()
+	if err != nil {
+		b.Errorf("perf report: %v", err)
+		return ""
+	}
+	var lines []string
+	for _, l := range strings.Split(string(rep), "\n") {
+		if strings.HasPrefix(l, "#") || !strings.Contains(l, "%") {
+			continue
+		}
+		lines = append(lines, strings.TrimRight(l, " -"))
+		if len(lines) == 45 {
+			break
+		}
+	}
+	_ = os.WriteFile(out+".report.txt", rep, 0o644)
+	return strings.Join(lines, "\n")
 }
 
 // goBenchmarks runs the plugin's own Go benchmarks and keeps their output.
