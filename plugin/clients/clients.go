@@ -11,6 +11,7 @@ package clients
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -50,8 +51,10 @@ type Index struct {
 	byIP      sync.Map // netip.Addr -> *Client
 	importers atomic.Int64
 
-	mu  sync.Mutex // writers
-	cur map[podKey]held
+	mu       sync.Mutex // writers
+	cur      map[podKey]held
+	seeded   map[podKey]struct{} // loaded from the snapshot, not yet seen in a list
+	onChange func(namespace, name string, c *Client, ips []netip.Addr)
 }
 
 // held is what a Pod holds: its Client and the IPs it claimed.
@@ -62,7 +65,46 @@ type held struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{cur: map[podKey]held{}}
+	return &Index{cur: map[podKey]held{}, seeded: map[podKey]struct{}{}}
+}
+
+// OnChange registers f to hear every change (c nil when the Pod is
+// forgotten): the snapshot's journal. It is called with the index's write
+// lock held, so it must be quick and must not call back into the index. Set
+// it before any write.
+func (x *Index) OnChange(f func(namespace, name string, c *Client, ips []netip.Addr)) { x.onChange = f }
+
+// Seed loads a client remembered in the snapshot, so that alias names and
+// imports enforce work from the first query after a start while the API
+// server is unreachable. Seeded clients are the last known state: the first
+// complete list (DropSeeded) forgets those it did not mention.
+func (x *Index) Seed(c *Client, ips []netip.Addr) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.setLocked(c, ips) // not journaled: it comes from the snapshot
+	x.seeded[podKey{c.Namespace, c.Name}] = struct{}{}
+}
+
+// DropSeeded forgets the seeded clients that no list or watch event has
+// mentioned since, and returns how many. The watcher calls it once its first
+// list is applied.
+func (x *Index) DropSeeded() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := len(x.seeded)
+	for k := range x.seeded {
+		x.removeLocked(k)
+	}
+	return n
+}
+
+// Each calls f for every indexed Pod (to rewrite the snapshot).
+func (x *Index) Each(f func(c *Client, ips []netip.Addr)) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, h := range x.cur {
+		f(h.client, h.ips)
+	}
 }
 
 // Lookup returns the Pod using ip, or nil.
@@ -86,9 +128,17 @@ func (x *Index) Len() int {
 
 // Set records that c uses ips (replacing what was known of that Pod).
 func (x *Index) Set(c *Client, ips []netip.Addr) {
-	k := podKey{c.Namespace, c.Name}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	old, known := x.cur[podKey{c.Namespace, c.Name}]
+	x.setLocked(c, ips)
+	if x.onChange != nil && !(known && slices.Equal(old.ips, ips) && slices.Equal(old.client.Imports, c.Imports)) {
+		x.onChange(c.Namespace, c.Name, c, ips)
+	}
+}
+
+func (x *Index) setLocked(c *Client, ips []netip.Addr) {
+	k := podKey{c.Namespace, c.Name}
 	x.releaseLocked(k, ips)
 	if old := x.cur[k].client; old != nil && len(old.Imports) > 0 {
 		x.importers.Add(-1)
@@ -97,6 +147,7 @@ func (x *Index) Set(c *Client, ips []netip.Addr) {
 		x.importers.Add(1)
 	}
 	x.cur[k] = held{c, ips}
+	delete(x.seeded, k)
 	for _, ip := range ips {
 		x.byIP.Store(ip.Unmap(), c)
 	}
@@ -104,14 +155,22 @@ func (x *Index) Set(c *Client, ips []netip.Addr) {
 
 // Remove forgets the Pod namespace/name.
 func (x *Index) Remove(namespace, name string) {
-	k := podKey{namespace, name}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.removeLocked(podKey{namespace, name})
+}
+
+func (x *Index) removeLocked(k podKey) {
 	x.releaseLocked(k, nil)
-	if old := x.cur[k].client; old != nil && len(old.Imports) > 0 {
+	old, known := x.cur[k]
+	if old.client != nil && len(old.client.Imports) > 0 {
 		x.importers.Add(-1)
 	}
 	delete(x.cur, k)
+	delete(x.seeded, k)
+	if known && x.onChange != nil {
+		x.onChange(k.namespace, k.name, nil, nil)
+	}
 }
 
 // releaseLocked drops the Pod's IPs that are not in keep, where it still owns them.

@@ -27,6 +27,7 @@ type Watcher struct {
 	idx      *Index
 	all      bool
 	rejected func(namespace, name string, rej []annotation.Rejection)
+	dropped  func(n int) // hears how many remembered clients the first list dropped
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -87,6 +88,11 @@ func toSlim(obj any) (any, error) {
 	return s, nil
 }
 
+// OnDropped registers f to hear how many clients remembered from the
+// snapshot the first list did not mention (and the index forgot). Set it
+// before Start.
+func (w *Watcher) OnDropped(f func(n int)) { w.dropped = f }
+
 // Start starts the informer in the background and returns at once.
 func (w *Watcher) Start() error {
 	w.mu.Lock()
@@ -118,6 +124,15 @@ func (w *Watcher) Start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	w.factory.Start(ctx.Done())
+	go func() {
+		// The first list is applied: clients remembered from the snapshot
+		// that it did not mention are gone.
+		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			if n := w.idx.DropSeeded(); n > 0 && w.dropped != nil {
+				w.dropped(n)
+			}
+		}
+	}()
 	return nil
 }
 

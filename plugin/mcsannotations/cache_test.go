@@ -1,7 +1,6 @@
 package mcsannotations
 
 import (
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -63,17 +62,7 @@ func TestCacheKeepsAnswersPerClient(t *testing.T) {
 	}
 	defer stopServer(i)
 
-	ask := func(src, qname string) *dns.Msg {
-		t.Helper()
-		m := new(dns.Msg)
-		m.SetQuestion(qname, dns.TypeA)
-		c := &dns.Client{Timeout: 2 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(src)}}}
-		r, _, err := c.Exchange(m, udp)
-		if err != nil {
-			t.Fatalf("%s from %s: %v", qname, src, err)
-		}
-		return r
-	}
+	ask := func(src, qname string) *dns.Msg { return askFrom(t, udp, src, qname) }
 	const backend, alias = "backend.default.svc.clusterset.local.", "be.web.svc.clusterset.local."
 	deadline := time.Now().Add(10 * time.Second)
 	for len(ask(consumer, backend).Answer) != 1 {

@@ -115,10 +115,14 @@ func newMCS(cfg config) (*MCS, error) {
 		m.checkID = func(ctx context.Context) { checkClusterID(ctx, local, cluster, cfg.snapshot+clusterIDSuffix) }
 	}
 	t.OnPodChange(m.journal)
+	m.clients.OnChange(m.journalClient)
 	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(), source.Options{}))
 	// Importers are local Pods; enforcing needs every local Pod.
 	m.watcher = clients.NewWatcher(local, m.clients, cfg.enforce, func(ns, name string, rej []annotation.Rejection) {
 		logRejected(cluster, ns, name, rej)
+	})
+	m.watcher.OnDropped(func(n int) {
+		log.Infof("local Pods: the first list dropped %d DNS clients remembered from the snapshot (gone meanwhile)", n)
 	})
 	for _, p := range cfg.peers {
 		client, err := clientOf(p.name, p.kubeconfig, p.kubecontext)

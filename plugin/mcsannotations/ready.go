@@ -1,8 +1,11 @@
 package mcsannotations
 
 // Ready implements the ready plugin's Readiness interface: ready once the
-// snapshot held a complete list of some source, or once every source has
-// applied its first complete list.
+// snapshot held a complete list of some source (it then also held the local
+// Pods as DNS clients), or once every source has applied its first complete
+// list and the local Pods (the importers, or all of them with imports
+// enforce) are indexed, so that no alias or enforce answer is given before
+// the client is known.
 func (m *MCS) Ready() bool {
 	if m.snapshotLoaded.Load() {
 		return true
@@ -12,5 +15,5 @@ func (m *MCS) Ready() bool {
 			return false
 		}
 	}
-	return true
+	return m.watcher.HasSynced()
 }

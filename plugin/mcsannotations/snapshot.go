@@ -3,9 +3,11 @@ package mcsannotations
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"time"
 
+	"github.com/mcsannotations/mcsannotations/plugin/clients"
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/source"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
@@ -56,6 +58,10 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	total := 0
 	dec := table.NewDecoder() // records share their cluster, namespace and exports
 	for cluster, src := range data {
+		if cluster == clientsSource {
+			m.loadClients(st, src)
+			continue
+		}
 		s := m.sourceFor(cluster)
 		if s == nil {
 			st.DropSource(cluster)
@@ -86,6 +92,43 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	}
 	ix := m.table.Rebuild()
 	log.Infof("snapshot %s: loaded %d records, %d services, serving them now", m.snapshotPath, total, ix.Len())
+}
+
+// clientsSource is the snapshot's bucket of local Pods as DNS clients (who
+// imports what, by IP), so that alias names and imports enforce work after a
+// restart while the API server is unreachable. A cluster name cannot start
+// with "~", so it never meets a cluster's bucket.
+const clientsSource = "~clients"
+
+// loadClients seeds the client index from the snapshot; the watcher's first
+// list then forgets the clients it does not mention.
+func (m *MCS) loadClients(st *snapshot.Store, src snapshot.Source) {
+	n := 0
+	for key, b := range src.Records {
+		c, ips, err := clients.Decode(b)
+		if err != nil || key != c.Namespace+"/"+c.Name {
+			snapshotErrors.WithLabelValues("bad_record").Inc()
+			st.Delete(clientsSource, key)
+			continue
+		}
+		m.clients.Seed(c, ips)
+		n++
+	}
+	log.Infof("snapshot: %d local Pods as DNS clients (for alias names and imports)", n)
+}
+
+// journalClient is the client index's change hook: it queues the change
+// for the next batch write.
+func (m *MCS) journalClient(namespace, name string, c *clients.Client, ips []netip.Addr) {
+	st := m.store.Load()
+	if st == nil {
+		return
+	}
+	if c == nil {
+		st.Delete(clientsSource, namespace+"/"+name)
+		return
+	}
+	st.Put(clientsSource, namespace+"/"+name, clients.Encode(c, ips))
 }
 
 type mismatchError struct{}
@@ -147,6 +190,11 @@ func (m *MCS) reopenSnapshot() error {
 		}
 		st.ReplaceSource(s.Cluster(), recs, m.meta(s))
 	}
+	recs := map[string][]byte{}
+	m.clients.Each(func(c *clients.Client, ips []netip.Addr) {
+		recs[c.Namespace+"/"+c.Name] = clients.Encode(c, ips)
+	})
+	st.ReplaceSource(clientsSource, recs, snapshot.Meta{})
 	return nil
 }
 

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/wire"
 )
 
 // A persisted record starts with a version byte: a codec change gets a new
@@ -20,8 +20,7 @@ const (
 // Limits that a decoded record must respect (a damaged or hostile file must
 // not make the decoder allocate without bound).
 const (
-	maxStringLen = 1024
-	maxItems     = 256
+	maxItems = 256
 )
 
 var protocols = [...]string{annotation.TCP, annotation.UDP, annotation.SCTP}
@@ -47,12 +46,7 @@ func EncodePod(p *Pod) ([]byte, error) {
 		ready = 1
 	}
 	b = append(b, ready)
-	b = binary.AppendUvarint(b, uint64(len(p.IPs)))
-	for _, ip := range p.IPs {
-		raw := ip.AsSlice()
-		b = append(b, byte(len(raw)))
-		b = append(b, raw...)
-	}
+	b = wire.AppendAddrs(b, p.IPs)
 	b = binary.AppendUvarint(b, uint64(len(p.Exports)))
 	for _, e := range p.Exports {
 		b = appendString(b, e.Name)
@@ -78,10 +72,7 @@ func EncodePod(p *Pod) ([]byte, error) {
 	return b, nil
 }
 
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
+func appendString(b []byte, s string) []byte { return wire.AppendString(b, s) }
 
 // DecodePod reads a persisted record. It checks the shape, not the content:
 // callers check the record against the source it was stored under.
@@ -130,12 +121,12 @@ func (s *Decoder) Decode(b []byte) (*Pod, error) {
 	var p *Pod
 	switch b[0] {
 	case recordBinary:
-		d := decoder{b: b[1:], shared: s}
+		d := decoder{Reader: wire.Reader{B: b[1:]}, shared: s}
 		p = d.pod()
-		if d.err != nil {
-			return nil, d.err
+		if d.Err != nil {
+			return nil, d.Err
 		}
-		if len(d.b) != 0 {
+		if len(d.B) != 0 {
 			return nil, errors.New("data after the record")
 		}
 	case recordJSON:
@@ -155,80 +146,29 @@ func (s *Decoder) Decode(b []byte) (*Pod, error) {
 // decoder reads the binary form; the first error sticks and every later read
 // returns zero values.
 type decoder struct {
-	b      []byte
-	err    error
+	wire.Reader
 	shared *Decoder
 }
 
-var errShort = errors.New("record ends early")
-
-func (d *decoder) fail(err error) {
-	if d.err == nil {
-		d.err = err
-	}
-	d.b = nil
-}
-
-func (d *decoder) uvarint(max uint64) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail(errShort)
-		return 0
-	}
-	if v > max {
-		d.fail(fmt.Errorf("value %d over the limit %d", v, max))
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if len(d.b) < n {
-		d.fail(errShort)
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) string() string { return string(d.bytes(int(d.uvarint(maxStringLen)))) }
+func (d *decoder) uvarint(max uint64) uint64 { return d.Uvarint(max) }
+func (d *decoder) bytes(n int) []byte        { return d.Bytes(n) }
+func (d *decoder) string() string            { return d.String() }
+func (d *decoder) fail(err error)            { d.Fail(err) }
 
 // sharedString reads a string that many records repeat (cluster, namespace).
-func (d *decoder) sharedString() string { return d.shared.str(d.bytes(int(d.uvarint(maxStringLen)))) }
+func (d *decoder) sharedString() string { return d.shared.str(d.StringBytes()) }
 
 func (d *decoder) pod() *Pod {
 	p := &Pod{Cluster: d.sharedString(), Namespace: d.sharedString(), Name: d.string()}
-	d.bytes(int(d.uvarint(maxStringLen))) // the uid of older records
+	d.StringBytes() // the uid of older records
 	p.Hostname = d.string()
 	if r := d.bytes(1); r != nil {
 		p.Ready = r[0] == 1
 	}
-	if n := d.uvarint(maxItems); n > 0 {
-		p.IPs = make([]netip.Addr, 0, n)
-		for range n {
-			l := d.bytes(1)
-			if l == nil {
-				break
-			}
-			ip, ok := netip.AddrFromSlice(d.bytes(int(l[0])))
-			if !ok {
-				d.fail(errors.New("bad IP address"))
-				break
-			}
-			p.IPs = append(p.IPs, ip)
-		}
-	}
-	start := d.b
+	p.IPs = d.Addrs(maxItems)
+	start := d.B
 	n := d.uvarint(maxItems)
-	if n == 0 || d.err != nil {
+	if n == 0 || d.Err != nil {
 		return p
 	}
 	if d.shared == nil {
@@ -239,11 +179,11 @@ func (d *decoder) pod() *Pod {
 	// same bytes there share one decoded slice.
 	if e, ok := d.shared.exports[string(start)]; ok {
 		p.Exports = e
-		d.b = nil
+		d.B = nil
 		return p
 	}
 	p.Exports = d.exports(n)
-	if d.err == nil && len(d.b) == 0 && len(d.shared.exports) < maxShared {
+	if d.Err == nil && len(d.B) == 0 && len(d.shared.exports) < maxShared {
 		d.shared.exports[string(start)] = p.Exports
 	}
 	return p
@@ -267,7 +207,7 @@ func (d *decoder) exports(n uint64) []annotation.Export {
 				e.Ports = append(e.Ports, pt)
 			}
 		}
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		out = append(out, e)

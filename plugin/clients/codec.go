@@ -1,0 +1,69 @@
+package clients
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/wire"
+)
+
+// The persisted form of a client, so that alias names and imports enforce
+// work after a restart while the API server is unreachable:
+//
+//	'c' namespace name n-ips { len(1 byte: 4 or 16) bytes }
+//	    n-imports { name namespace cluster alias }
+//
+// Strings are a uvarint length and bytes; counts are uvarints. The UID is
+// not kept (nothing answers by it).
+const recordClient = 'c'
+
+// maxItems bounds every count in a decoded record: a damaged file must not
+// make the decoder allocate without bound.
+const maxItems = 256
+
+// Encode returns the persisted form of a Pod's client record and IPs.
+func Encode(c *Client, ips []netip.Addr) []byte {
+	b := make([]byte, 0, 64)
+	b = append(b, recordClient)
+	b = wire.AppendString(b, c.Namespace)
+	b = wire.AppendString(b, c.Name)
+	b = wire.AppendAddrs(b, ips)
+	b = binary.AppendUvarint(b, uint64(len(c.Imports)))
+	for _, i := range c.Imports {
+		for _, s := range []string{i.Name, i.Namespace, i.Cluster, i.Alias} {
+			b = wire.AppendString(b, s)
+		}
+	}
+	return b
+}
+
+// Decode reads what Encode wrote. It checks the shape; the caller checks
+// that the record is stored under its own namespace/name.
+func Decode(b []byte) (*Client, []netip.Addr, error) {
+	if len(b) == 0 || b[0] != recordClient {
+		return nil, nil, errors.New("not a client record")
+	}
+	d := wire.Reader{B: b[1:]}
+	c := &Client{Namespace: d.String(), Name: d.String()}
+	ips := d.Addrs(maxItems)
+	for i, ip := range ips {
+		ips[i] = ip.Unmap()
+	}
+	if n := d.Uvarint(maxItems); n > 0 {
+		c.Imports = make([]annotation.Import, 0, n)
+		for range n {
+			c.Imports = append(c.Imports, annotation.Import{Name: d.String(), Namespace: d.String(), Cluster: d.String(), Alias: d.String()})
+		}
+	}
+	switch {
+	case d.Err != nil:
+		return nil, nil, d.Err
+	case len(d.B) != 0:
+		return nil, nil, errors.New("data after the record")
+	case c.Namespace == "" || c.Name == "":
+		return nil, nil, errors.New("record without namespace or name")
+	}
+	return c, ips, nil
+}
