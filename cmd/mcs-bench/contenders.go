@@ -106,6 +106,13 @@ func (c *contender) stop(t harness.T) {
 	}
 }
 
+// keepLog copies the contender's CoreDNS log into the raw folder.
+func (c *contender) keepLog(raw, tag string) {
+	if c.d != nil {
+		_ = os.WriteFile(filepath.Join(raw, "coredns-"+tag+".log"), []byte(c.d.Log()), 0o644)
+	}
+}
+
 // pinWrapper writes a script that runs bin/coredns on CPU 0 (exec keeps the
 // PID, so the harness stops CoreDNS itself).
 func pinWrapper(t harness.T, dir string) string {

@@ -91,7 +91,7 @@ func parseFlags() config {
 		def("rate", func() { c.Rate = 1000 })
 		def("latency-duration", func() { c.LatDur = time.Second })
 		def("cold-endpoints", func() { c.ColdEndpoints = 5000 })
-		def("cold-runs", func() { c.ColdRuns = 3 })
+		def("cold-runs", func() { c.ColdRuns = 2 })
 		def("changes", func() { c.Changes = 10 })
 		def("cut", func() { c.CutFor = 2 * time.Second })
 		def("gobench", func() { c.GoBench = false })

@@ -210,7 +210,7 @@ func profile(ctx context.Context, url, bin, path string, d time.Duration, pprofA
 	}
 	base := filepath.Join(filepath.Dir(path), strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)))
 	_ = os.WriteFile(base+".top.txt", out, 0o644)
-	if cum, err := top("-cum", "-nodecount=40"); err == nil {
+	if cum, err := top("-cum", "-nodecount=80"); err == nil {
 		_ = os.WriteFile(base+".top-cum.txt", cum, 0o644)
 	}
 	return string(out), nil

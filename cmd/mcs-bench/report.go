@@ -30,6 +30,7 @@ type results struct {
 	Latency      map[string]perf   // qtype/contender
 	Mem          []memPoint
 	ProfileTop   string
+	NewStack     []newStackShare
 	GoBench      []string
 	Cold         *coldResult
 	Prop         []propResult
@@ -40,6 +41,11 @@ type stageTime struct {
 	Name string
 	Took time.Duration
 	OK   bool
+}
+
+type newStackShare struct {
+	Contender string
+	Percent   float64 // of the CPU profile, cumulative
 }
 
 type syncPoint struct {
@@ -132,6 +138,7 @@ type machineInfo struct {
 	GoVersion  string
 	DNSPerf    string
 	OtherHeavy []string // kube-apiservers and e2e test binaries not started by this run, at its start
+	Busiest    string   // the processes using the most CPU at the start (ps)
 }
 
 func (m machineInfo) summary() string {
@@ -162,6 +169,15 @@ func machine(root string) machineInfo {
 				m.OtherHeavy = append(m.OtherHeavy, f[0]+" "+f[1])
 			}
 		}
+	}
+	if out, err := exec.Command("ps", "-eo", "pcpu,comm", "--sort=-pcpu", "--no-headers").Output(); err == nil {
+		var top []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[1] != "ps" && len(top) < 5 {
+				top = append(top, f[1]+" "+f[0]+"%")
+			}
+		}
+		m.Busiest = strings.Join(top, ", ")
 	}
 	return m
 }

@@ -97,6 +97,7 @@ func throughput(ctx context.Context, b *bench, res *results, w *world, pin bool)
 	defer func() {
 		for _, c := range cs {
 			c.stop(b)
+			c.keepLog(cfg.Raw, mode+"-"+slug(c.Name))
 		}
 	}()
 	if !pin {
@@ -156,28 +157,40 @@ func throughput(ctx context.Context, b *bench, res *results, w *world, pin bool)
 				percentile(p.Latencies, 50)*1e6, percentile(p.Latencies, 99)*1e6, len(p.Latencies), p.Lost)
 		}
 	}
-	// A CPU profile of ours under an unlimited A load (not a counted point).
-	c := cs[0]
+	// A CPU profile of each under an unlimited A load (not counted points).
 	profDur := max(time.Second, cfg.Duration-2*time.Second)
-	var (
-		top     string
-		profErr error
-		wg      sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		time.Sleep(500 * time.Millisecond)
-		top, profErr = cpuProfile(ctx, c.pprof, harness.FindTools().CoreDNS, filepath.Join(cfg.Raw, "cpu-ours-A.pprof"), profDur)
-	}()
-	_, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: w.queries["A"], Duration: profDur + time.Second,
-		Clients: cfg.Clients, Pin: dnsperfPin, Raw: filepath.Join(cfg.Raw, "dnsperf-profiled-A-ours.txt")})
-	wg.Wait()
-	if err != nil || profErr != nil {
-		b.Errorf("CPU profile: dnsperf %v, profile %v", err, profErr)
-		return
+	for _, c := range cs {
+		var (
+			top     string
+			profErr error
+			wg      sync.WaitGroup
+		)
+		prof := filepath.Join(cfg.Raw, "cpu-"+slug(c.Name)+"-A.pprof")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(500 * time.Millisecond)
+			top, profErr = cpuProfile(ctx, c.pprof, harness.FindTools().CoreDNS, prof, profDur)
+		}()
+		_, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: w.queries["A"], Duration: profDur + time.Second,
+			Clients: cfg.Clients, Pin: dnsperfPin, Raw: filepath.Join(cfg.Raw, "dnsperf-profiled-A-"+slug(c.Name)+".txt")})
+		wg.Wait()
+		if err != nil || profErr != nil {
+			b.Errorf("CPU profile of %s: dnsperf %v, profile %v", c.Name, err, profErr)
+			continue
+		}
+		if c.Name == ours {
+			res.ProfileTop = top
+		}
+		// The share of CPU spent growing goroutine stacks (each query runs
+		// in a new goroutine).
+		if cum, err := os.ReadFile(strings.TrimSuffix(prof, ".pprof") + ".top-cum.txt"); err == nil {
+			if m := regexp.MustCompile(`(?m)\s([0-9.]+)%\s+runtime\.newstack$`).FindSubmatch(cum); m != nil {
+				v, _ := strconv.ParseFloat(string(m[1]), 64)
+				res.NewStack = append(res.NewStack, newStackShare{c.Name, v})
+			}
+		}
 	}
-	res.ProfileTop = top
 }
 
 func slug(s string) string { return strings.ReplaceAll(strings.Fields(s)[0], "mcsannotations", "ours") }
@@ -217,6 +230,7 @@ func liveChanges(b *bench, res *results, w *world) {
 		"PEERS":    fmt.Sprintf("        peer %s %s\n", clusterB, w.b.Kubeconfig),
 		"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
 	c.start(b, false, "", w.ds, w.sample)
+	defer c.keepLog(cfg.Raw, "live")
 	defer c.stop(b)
 
 	for _, side := range []struct {
@@ -524,7 +538,7 @@ func goBenchmarks(ctx context.Context, b *bench, res *results) {
 			b.Fatalf("go %s: %v (output in %s)", strings.Join(args, " "), err, raw)
 		}
 		for _, l := range strings.Split(string(out), "\n") {
-			if strings.HasPrefix(l, "Benchmark") || strings.HasPrefix(l, "--- PASS: TestLookup") {
+			if (strings.HasPrefix(l, "Benchmark") && strings.Contains(l, "/op")) || strings.HasPrefix(l, "--- PASS: TestLookup") {
 				res.GoBench = append(res.GoBench, strings.Join(strings.Fields(l), " "))
 			}
 		}
