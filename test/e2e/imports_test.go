@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -543,5 +544,51 @@ func testCache(t *testing.T, e *importsEnv) {
 		expect(t, d, from(me, svc("backend", svcNS), dns.TypeA), hasAddrs("10.250.7.1"))
 		expect(t, d, from(other, svcIn("web", ns, zone), dns.TypeA), isNXDOMAIN)
 		expect(t, d, from(me, svcIn("web", ns, zone), dns.TypeA), hasAddrs("10.250.7.1"))
+	}
+}
+
+// offlineImportsCorefile is imports enforce with a snapshot.
+const offlineImportsCorefile = `clusterset.local:{PORT} {
+    bind 127.0.0.1
+    mcsannotations clusterset.local {
+        cluster edge-a
+        kubeconfig {KUBECONFIG}
+        snapshot {DIR}/table.db
+        ttl 5
+        imports enforce
+    }
+}
+`
+
+// TestImportsOfflineRestart: CoreDNS restarted while the API server is
+// down still knows who imports what (the snapshot keeps the local Pods as
+// DNS clients): the importing Pod's alias and its imported service answer it
+// from the first query, and imports enforce still refuses a Pod that does
+// not import the service. Its own cluster, since it kills the API server.
+func TestImportsOfflineRestart(t *testing.T) {
+	harness.RequireTools(t)
+	c := harness.StartCluster(t, clusterID)
+	d := harness.StartCoreDNS(t, offlineImportsCorefile, map[string]string{"KUBECONFIG": c.Kubeconfig})
+	svcNS, ns := c.NewNamespace(t), c.NewNamespace(t)
+	exporters(t, c, svcNS, backend, "10.250.9.1")
+	const me, stranger = "127.0.0.91", "127.0.0.92"
+	c.CreateReadyPods(t, ns,
+		importer("consumer", me, harness.ImportService{Name: "backend", Namespace: svcNS, Alias: "be"}),
+		harness.ReadyPod{Pod: harness.Pod{Name: "stranger"}, IPs: ips(stranger)})
+	want := hasAddrs("10.250.9.1")
+	waitFor(t, d, from(me, svcIn("be", ns, zone), dns.TypeA), want)
+	waitFor(t, d, from(stranger, svc("backend", svcNS), dns.TypeA), isNXDOMAIN)
+	expect(t, d, from(me, svc("backend", svcNS), dns.TypeA), want)
+	time.Sleep(500 * time.Millisecond) // the snapshot's batch writer commits every 100 ms
+
+	c.KillAPIServer(t, syscall.SIGKILL)
+	d.Restart(t)
+	// The first answers after the restart, with no API server: no waiting.
+	expect(t, d, from(me, svcIn("be", ns, zone), dns.TypeA), want)
+	expect(t, d, from(me, svc("backend", svcNS), dns.TypeA), want)
+	expect(t, d, from(stranger, svc("backend", svcNS), dns.TypeA), isNXDOMAIN)
+	expect(t, d, from(unknownIP, svc("backend", svcNS), dns.TypeA), isNXDOMAIN)
+	if err := c.Ready(); err == nil {
+		t.Fatal("the API server answers again: the test proved nothing")
 	}
 }
