@@ -489,12 +489,20 @@ func perfColdStart(b *bench, c *contender, ds dataset, probe int, out string) st
 		b.Logf("skipping the perf profile: perf: %v", err)
 		return ""
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for check(c, ds, probe, dns.TypeA) != "" && time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			b.Logf("skipping the perf profile: perf ended early (%v); see %s.log", err, out)
+			return ""
+		default:
+		}
 		time.Sleep(time.Millisecond)
 	}
 	_ = cmd.Process.Signal(syscall.SIGINT) // perf passes it on to CoreDNS and writes its file
-	_ = cmd.Wait()
+	<-exited                               // bounded: the context's cancel and WaitDelay end perf
 	if err := harness.PortFree(c.d.Port); err != nil {
 		b.Errorf("perf cold start: CoreDNS still there after perf ended: %v", err)
 	}
