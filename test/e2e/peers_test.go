@@ -89,6 +89,7 @@ func TestPeers(t *testing.T) {
 		{"Failover", testPeersFailover},
 		{"HungPeer", testPeersHung},
 		{"CutExpireRestore", testPeersCutExpire},
+		{"RestartWhileCut", testPeersRestartWhileCut},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, d := range []*harness.CoreDNS{e.pref, e.any} {
@@ -397,6 +398,14 @@ func testPeersCutExpire(t *testing.T, e *peersEnv) {
 	waitPeers(t, e.pref, 30*time.Second, qA, hasAddrs("10.3.7.1"))
 	t.Logf("edge-b's endpoints dropped %s after the cut (expire %s)", time.Since(cut).Round(time.Millisecond), peerExpire)
 	waitPeers(t, e.pref, time.Second, qHost, isNXDOMAIN)
+
+	// A CoreDNS started while edge-b is cut (no snapshot) answers at once:
+	// edge-c's service as soon as its list is in, the cut peer's names
+	// NXDOMAIN, none of it waiting for edge-b.
+	fresh := startPeersCoreDNS(t, map[string]string{"KUBECONFIG": e.a.Kubeconfig, "PEERB": e.vars["PEERB"], "PEERC": e.c.Kubeconfig, "EXTRA": ""})
+	took := waitPeers(t, fresh, 5*time.Second, qA, hasAddrs("10.3.7.1"))
+	t.Logf("CoreDNS started while edge-b is cut: edge-c's endpoint %s after it answered", took.Round(time.Millisecond))
+	steadyWithin(t, fresh, time.Second, []harness.Query{qA, qHost}, answers(t, fresh, []harness.Query{qA, qHost}, false))
 	steadyWithin(t, e.pref, time.Second, []harness.Query{qA, {Name: clusterHost("web-c", peerC, "backend", ns), Type: dns.TypeA, Timeout: peerQueryTimeout}}, nil)
 
 	// A change on edge-b while cut shows after the link is back.
@@ -407,4 +416,39 @@ func testPeersCutExpire(t *testing.T, e *peersEnv) {
 	waitPeers(t, e.pref, 45*time.Second, qA, hasAddrs("10.2.7.1", "10.2.7.2", "10.3.7.1"))
 	waitPeers(t, e.pref, propagation, qHost, hasAddrs("10.2.7.1"))
 	t.Logf("edge-b's endpoints back %s after the link", time.Since(back).Round(time.Millisecond))
+}
+
+// With a snapshot, a CoreDNS restarted while edge-b's link is cut answers
+// edge-b's endpoints from its first answer (each source is persisted on its
+// own), beside the live ones of edge-a and edge-c; they stay when the link
+// is back.
+func testPeersRestartWhileCut(t *testing.T, e *peersEnv) {
+	ns := e.namespace(t)
+	e.a.CreateReadyPods(t, ns, exporter("web-a", "", ips("10.1.8.1"), backend))
+	e.b.CreateReadyPods(t, ns, exporter("web-b", "web-b", ips("10.2.8.1"), backend))
+	e.c.CreateReadyPods(t, ns, exporter("web-c", "", ips("10.3.8.1"), backend))
+	name := svc("backend", ns)
+	qs := []harness.Query{
+		{Name: name, Type: dns.TypeA, Timeout: peerQueryTimeout},
+		{Name: name, Type: dns.TypeSRV, UDPSize: 4096, Timeout: peerQueryTimeout},
+		{Name: clusterHost("web-b", peerID, "backend", ns), Type: dns.TypeA, Timeout: peerQueryTimeout},
+	}
+	d := startPeersCoreDNS(t, map[string]string{"KUBECONFIG": e.a.Kubeconfig, "PEERB": e.vars["PEERB"], "PEERC": e.c.Kubeconfig,
+		"EXTRA": "        locality any\n        snapshot " + snapshotPath(t) + "\n"})
+	waitPeers(t, d, initialSync, qs[0], hasAddrs("10.1.8.1", "10.2.8.1", "10.3.8.1"))
+	waitPeers(t, d, propagation, qs[2], hasAddrs("10.2.8.1"))
+	want := answers(t, d, qs, false)
+	time.Sleep(time.Second) // let the batched snapshot writer commit
+
+	e.pb.Cut(t)
+	t.Cleanup(func() { e.pb.Restore(t) })
+	d.Restart(t)
+	// The first answers, not eventually: they come from the snapshot.
+	if got := answers(t, d, qs, false); !slices.Equal(got, want) {
+		t.Fatalf("first answers after a restart with edge-b cut:\n  got  %q\n  want %q", got, want)
+	}
+	steadyWithin(t, d, 2*time.Second, qs, want)
+
+	e.pb.Restore(t)
+	steadyWithin(t, d, 2*time.Second, qs, want)
 }
