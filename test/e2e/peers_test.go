@@ -311,22 +311,36 @@ func steadyWithin(t *testing.T, d *harness.CoreDNS, dur time.Duration, qs []harn
 	}
 }
 
+// oneEach makes a fresh namespace with one backend endpoint in each
+// cluster (10.1.x.1, 10.2.x.1, 10.3.x.1, no hostname) and returns it with
+// the queries those tests ask, each bounded by peerQueryTimeout: the
+// service's A and SRV, and the per-endpoint name of named's endpoint.
+func (e *peersEnv) oneEach(t *testing.T, x int, named *harness.Cluster) (string, []harness.Query) {
+	t.Helper()
+	ns := e.namespace(t)
+	var endpoint string
+	for i, c := range []*harness.Cluster{e.a, e.b, e.c} {
+		ip := fmt.Sprintf("10.%d.%d.1", i+1, x)
+		c.CreateReadyPods(t, ns, exporter("web-"+strings.TrimPrefix(c.Name, "edge-"), "", ips(ip), backend))
+		if c == named {
+			endpoint = clusterHost(dashed(ip), c.Name, "backend", ns)
+		}
+	}
+	name := svc("backend", ns)
+	return ns, []harness.Query{
+		{Name: name, Type: dns.TypeA, Timeout: peerQueryTimeout},
+		{Name: name, Type: dns.TypeSRV, UDPSize: 4096, Timeout: peerQueryTimeout},
+		{Name: endpoint, Type: dns.TypeA, Timeout: peerQueryTimeout},
+	}
+}
+
 // A peer whose API server hangs (SIGSTOP) slows no answer: local names,
 // the other peer's, and the hung peer's last known endpoints (in the
 // instance without expire) all answer within 1 s. A CoreDNS started while
 // the peer hangs answers local names at once.
 func testPeersHung(t *testing.T, e *peersEnv) {
-	ns := e.namespace(t)
-	e.a.CreateReadyPods(t, ns, exporter("web-a", "", ips("10.1.6.1"), backend))
-	e.b.CreateReadyPods(t, ns, exporter("web-b", "", ips("10.2.6.1"), backend))
-	e.c.CreateReadyPods(t, ns, exporter("web-c", "", ips("10.3.6.1"), backend))
-	name := svc("backend", ns)
-	qs := []harness.Query{
-		{Name: name, Type: dns.TypeA, Timeout: peerQueryTimeout},
-		{Name: name, Type: dns.TypeSRV, UDPSize: 4096, Timeout: peerQueryTimeout},
-		{Name: clusterHost("10-3-6-1", peerC, "backend", ns), Type: dns.TypeA, Timeout: peerQueryTimeout},
-		{Name: svc("nothing", ns), Type: dns.TypeA, Timeout: peerQueryTimeout},
-	}
+	ns, qs := e.oneEach(t, 6, e.c)
+	qs = append(qs, harness.Query{Name: svc("nothing", ns), Type: dns.TypeA, Timeout: peerQueryTimeout})
 	waitPeers(t, e.any, propagation, qs[0], hasAddrs("10.1.6.1", "10.2.6.1", "10.3.6.1"))
 	waitPeers(t, e.pref, propagation, qs[2], hasAddrs("10.3.6.1"))
 	waitPeers(t, e.pref, propagation, qs[0], hasAddrs("10.1.6.1"))
@@ -423,16 +437,7 @@ func testPeersCutExpire(t *testing.T, e *peersEnv) {
 // own), beside the live ones of edge-a and edge-c; they stay when the link
 // is back.
 func testPeersRestartWhileCut(t *testing.T, e *peersEnv) {
-	ns := e.namespace(t)
-	e.a.CreateReadyPods(t, ns, exporter("web-a", "", ips("10.1.8.1"), backend))
-	e.b.CreateReadyPods(t, ns, exporter("web-b", "web-b", ips("10.2.8.1"), backend))
-	e.c.CreateReadyPods(t, ns, exporter("web-c", "", ips("10.3.8.1"), backend))
-	name := svc("backend", ns)
-	qs := []harness.Query{
-		{Name: name, Type: dns.TypeA, Timeout: peerQueryTimeout},
-		{Name: name, Type: dns.TypeSRV, UDPSize: 4096, Timeout: peerQueryTimeout},
-		{Name: clusterHost("web-b", peerID, "backend", ns), Type: dns.TypeA, Timeout: peerQueryTimeout},
-	}
+	_, qs := e.oneEach(t, 8, e.b)
 	d := startPeersCoreDNS(t, map[string]string{"KUBECONFIG": e.a.Kubeconfig, "PEERB": e.vars["PEERB"], "PEERC": e.c.Kubeconfig,
 		"EXTRA": "        locality any\n        snapshot " + snapshotPath(t) + "\n"})
 	waitPeers(t, d, initialSync, qs[0], hasAddrs("10.1.8.1", "10.2.8.1", "10.3.8.1"))
