@@ -83,6 +83,7 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 		}
 		m.table.ReplaceCluster(cluster, pods)
 		s.SeedLastContact(src.Meta.LastContact)
+		s.SeedLastFullSync(src.Meta.LastFullSync)
 		total += len(pods)
 		if !src.Meta.LastFullSync.IsZero() {
 			m.snapshotLoaded.Store(true)

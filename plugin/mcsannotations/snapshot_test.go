@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+
+	"github.com/mcsannotations/mcsannotations/plugin/source"
 )
 
 func snapshotCorefile(path string) string {
@@ -94,6 +96,52 @@ func TestSnapshotServesAfterRestartWhileOffline(t *testing.T) {
 	}
 	if !liveInstance(t).Ready() {
 		t.Error("not ready although the snapshot was loaded")
+	}
+}
+
+// A second restart while still offline is as good as the first: the source,
+// which never listed in the first offline run, must not have overwritten the
+// stored last full sync when it saw the API down (it did, and the plugin
+// stayed unready for good).
+func TestSnapshotSecondOfflineRestartStaysReady(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.db")
+	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno)))
+	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1"})
+	waitSynced(t)
+	synced := liveInstance(t).sources[0].LastFullSync()
+	stopServer(i)
+
+	withClient(t, deadAPI)
+	for run := 1; run <= 2; run++ {
+		i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := liveInstance(t)
+		if !m.Ready() {
+			stopServer(i)
+			t.Fatalf("offline restart %d: not ready", run)
+		}
+		if got := m.sources[0].LastFullSync(); !got.Equal(synced) {
+			t.Errorf("offline restart %d: last full sync %v, want the stored %v", run, got, synced)
+		}
+		// The dead API turns the source Disconnected, which saves its meta:
+		// the write that used to store "never".
+		for deadline := time.Now().Add(10 * time.Second); m.sources[0].State() != source.Disconnected; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				stopServer(i)
+				t.Fatalf("offline restart %d: source never saw the API down", run)
+			}
+		}
+		r := exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)
+		stopServer(i)
+		if got := addrsOf(r); !slices.Equal(got, []string{"10.0.0.1"}) {
+			t.Fatalf("offline restart %d: %v", run, r)
+		}
 	}
 }
 

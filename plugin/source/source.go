@@ -126,6 +126,15 @@ func (s *Source) SeedLastContact(t time.Time) {
 	}
 }
 
+// SeedLastFullSync sets the last full sync when none is known yet, from a
+// snapshot: a source that has not listed in this process must not write "never"
+// over the stored time, or the next offline restart would not be ready.
+func (s *Source) SeedLastFullSync(t time.Time) {
+	if !t.IsZero() {
+		s.lastSync.CompareAndSwap(0, t.UnixNano())
+	}
+}
+
 // Expired reports whether Expire dropped the records and no complete list
 // has restored them yet.
 func (s *Source) Expired() bool { return s.expired.Load() }

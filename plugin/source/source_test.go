@@ -262,6 +262,10 @@ func TestExpireRestoresOnNextList(t *testing.T) {
 	if s.LastContact().Unix() == 1 {
 		t.Error("a seed must not replace a known contact time")
 	}
+	s.SeedLastFullSync(time.Unix(1, 0))
+	if s.LastFullSync().Unix() == 1 {
+		t.Error("a seed must not replace a known full sync time")
+	}
 }
 
 // Pods with the same export annotation in one namespace share one parse;
