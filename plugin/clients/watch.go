@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
 )
 
 // Watcher feeds an Index from the local cluster's Pods: only the Pods
@@ -28,6 +30,7 @@ type Watcher struct {
 	all      bool
 	rejected func(namespace, name string, rej []annotation.Rejection)
 	dropped  func(n int) // hears how many remembered clients the first list dropped
+	stopWait time.Duration
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -38,7 +41,7 @@ type Watcher struct {
 // NewWatcher returns a watcher; rejected (may be nil) hears of bad import
 // annotations once per change.
 func NewWatcher(client kubernetes.Interface, idx *Index, all bool, rejected func(namespace, name string, rej []annotation.Rejection)) *Watcher {
-	return &Watcher{client: client, idx: idx, all: all, rejected: rejected}
+	return &Watcher{client: client, idx: idx, all: all, rejected: rejected, stopWait: informerstop.Wait}
 }
 
 // slimClient is what the informer keeps of a Pod.
@@ -93,6 +96,14 @@ func toSlim(obj any) (any, error) {
 // before Start.
 func (w *Watcher) OnDropped(f func(n int)) { w.dropped = f }
 
+// SetStopWait bounds how long Stop waits for the informer to end (default
+// informerstop.Wait). Set it before Start.
+func (w *Watcher) SetStopWait(d time.Duration) {
+	if d > 0 {
+		w.stopWait = d
+	}
+}
+
 // Start starts the informer in the background and returns at once.
 func (w *Watcher) Start() error {
 	w.mu.Lock()
@@ -110,18 +121,32 @@ func (w *Watcher) Start() error {
 	if err := inf.SetTransform(toSlim); err != nil {
 		return err
 	}
+	// An informer left to end in the background after Stop must not touch
+	// the index (a handler already running when the context ended finishes).
+	ctx, cancel := context.WithCancel(context.Background())
+	live := func() bool { return ctx.Err() == nil }
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { w.apply(nil, obj) },
-		UpdateFunc: func(old, obj any) {
-			w.apply(old, obj)
+		AddFunc: func(obj any) {
+			if live() {
+				w.apply(nil, obj)
+			}
 		},
-		DeleteFunc: w.onDelete,
+		UpdateFunc: func(old, obj any) {
+			if live() {
+				w.apply(old, obj)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if live() {
+				w.onDelete(obj)
+			}
+		},
 	})
 	if err != nil {
+		cancel()
 		return err
 	}
 	w.synced = reg.HasSynced
-	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	w.factory.Start(ctx.Done())
 	go func() {
@@ -143,16 +168,19 @@ func (w *Watcher) HasSynced() bool {
 	return w.synced != nil && w.synced()
 }
 
-// Stop stops the informer and waits for it.
-func (w *Watcher) Stop() {
+// Stop stops the informer and waits for it, for at most informerstop.Wait:
+// the error (wrapping informerstop.ErrSlow) says it is still ending in the
+// background, harmless.
+func (w *Watcher) Stop() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cancel == nil {
-		return
+		return nil
 	}
 	w.cancel()
-	w.factory.Shutdown()
+	err := informerstop.Shutdown(w.factory, w.stopWait)
 	w.cancel, w.factory, w.synced = nil, nil, nil
+	return err
 }
 
 func (w *Watcher) apply(oldObj, obj any) {

@@ -6,6 +6,7 @@ package mcsannotations
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/clients"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/source"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
@@ -57,6 +59,10 @@ type MCS struct {
 
 // snapshotCheckEvery is how often a damaged snapshot store is looked for.
 var snapshotCheckEvery = 5 * time.Second
+
+// stopWait bounds the wait for each informer on shutdown, reload and expiry;
+// tests shorten it.
+var stopWait = informerstop.Wait
 
 // clientFor builds the API client of a source; tests replace it.
 var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
@@ -116,11 +122,12 @@ func newMCS(cfg config) (*MCS, error) {
 	}
 	t.OnPodChange(m.journal)
 	m.clients.OnChange(m.journalClient)
-	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(), source.Options{}))
+	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(), source.Options{StopWait: stopWait}))
 	// Importers are local Pods; enforcing needs every local Pod.
 	m.watcher = clients.NewWatcher(local, m.clients, cfg.enforce, func(ns, name string, rej []annotation.Rejection) {
 		logRejected(cluster, ns, name, rej)
 	})
+	m.watcher.SetStopWait(stopWait)
 	m.watcher.OnDropped(func(n int) {
 		log.Infof("local Pods: the first list dropped %d DNS clients remembered from the snapshot (gone meanwhile)", n)
 	})
@@ -129,7 +136,7 @@ func newMCS(cfg config) (*MCS, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(), source.Options{}))
+		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(), source.Options{StopWait: stopWait}))
 	}
 	return m, nil
 }
@@ -213,10 +220,14 @@ func (m *MCS) stop() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	collector.remove(m)
-	m.watcher.Stop()
+	// In parallel: each may wait informerstop.Wait for an informer stuck in
+	// a retry backoff against an unreachable API server.
+	var wg sync.WaitGroup
+	wg.Go(func() { stopped("clients", m.watcher.Stop()) })
 	for _, s := range m.sources {
-		s.Stop()
+		wg.Go(func() { stopped("cluster/"+s.Cluster(), s.Stop()) })
 	}
+	wg.Wait()
 	if m.cancel != nil {
 		m.cancel()
 		m.cancel = nil
@@ -249,7 +260,12 @@ func (m *MCS) expireLoop(ctx context.Context) {
 			sourceExpirations.WithLabelValues(s.Cluster()).Inc()
 			log.Warningf("cluster %s: no contact since %s (longer than expire %s): dropping its records until it answers again",
 				s.Cluster(), stamp(last), m.expire)
-			if err := s.Expire(); err != nil {
+			// A slow stop of the old informer is a warning (the new one
+			// runs); a failed start (which cannot happen to a fresh
+			// informer) is an error. Both come back joined.
+			if err := s.Expire(); errors.Is(err, informerstop.ErrSlow) {
+				stopped("cluster/"+s.Cluster(), err)
+			} else if err != nil {
 				log.Errorf("cluster %s: restart after expiry: %v", s.Cluster(), err)
 			}
 		}
@@ -258,3 +274,16 @@ func (m *MCS) expireLoop(ctx context.Context) {
 
 // Name implements plugin.Handler.
 func (m *MCS) Name() string { return pluginName }
+
+// stopped logs and counts an informer stop that was not waited for to the end
+// (err wraps informerstop.ErrSlow); other errors are logged as they are.
+func stopped(informer string, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, informerstop.ErrSlow):
+		slowStops.WithLabelValues(informer).Inc()
+		log.Warningf("%s: %v", informer, err)
+	default:
+		log.Errorf("%s: stop: %v", informer, err)
+	}
+}

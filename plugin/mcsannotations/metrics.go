@@ -64,6 +64,13 @@ var (
 		Help:      "Times a source's records were dropped after it was out of contact for longer than expire.",
 	}, []string{"cluster"})
 
+	slowStops = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "informer_slow_stops_total",
+		Help:      "Informer stops (shutdown, reload, expiry) not waited for to the end: client-go was sleeping out a retry backoff against an unreachable API server.",
+	}, []string{"informer"})
+
 	indexBuilds = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
@@ -56,6 +57,9 @@ type Options struct {
 	// ProbeInterval is how often the API server's /readyz is checked to
 	// track contact (default 5s); ProbeTimeout bounds one check (default 3s).
 	ProbeInterval, ProbeTimeout time.Duration
+	// StopWait bounds how long Stop and Expire wait for the informer to end
+	// (default informerstop.Wait).
+	StopWait time.Duration
 }
 
 // Source is one cluster's feed into the table.
@@ -86,6 +90,9 @@ func New(cluster string, client kubernetes.Interface, t *table.Table, ev Events,
 	}
 	if opts.ProbeTimeout <= 0 {
 		opts.ProbeTimeout = 3 * time.Second
+	}
+	if opts.StopWait <= 0 {
+		opts.StopWait = informerstop.Wait
 	}
 	return &Source{cluster: cluster, client: client, table: t, ev: ev, opts: opts}
 }
@@ -146,13 +153,16 @@ func (s *Source) Started() time.Time { return time.Unix(0, s.started.Load()) }
 // informer from scratch, so that the next complete list, whenever the API
 // server answers again, restores them (a running informer's relist would
 // look unchanged and restore nothing).
+//
+// Its error may wrap informerstop.ErrSlow: the old informer is still ending
+// in the background; the records are dropped and the new one runs all the same.
 func (s *Source) Expire() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stopLocked()
+	stopErr := s.stopLocked()
 	s.table.ReplaceCluster(s.cluster, nil)
 	s.expired.Store(true)
-	return s.startLocked()
+	return errors.Join(stopErr, s.startLocked())
 }
 
 // Start starts the informer and the contact probe in the background and
@@ -183,10 +193,25 @@ func (s *Source) startLocked() error {
 	}); err != nil {
 		return err
 	}
+	// An informer left to end in the background after Stop must not touch
+	// the table (a handler already running when the context ended finishes).
+	live := func() bool { return ctx.Err() == nil }
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.onAdd,
-		UpdateFunc: s.onUpdate,
-		DeleteFunc: s.onDelete,
+		AddFunc: func(obj any) {
+			if live() {
+				s.onAdd(obj)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			if live() {
+				s.onUpdate(oldObj, newObj)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if live() {
+				s.onDelete(obj)
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -223,21 +248,24 @@ func (s *Source) startLocked() error {
 	return nil
 }
 
-// Stop stops the informer and the probe and waits for them.
-func (s *Source) Stop() {
+// Stop stops the informer and the probe and waits for them, for at most
+// informerstop.Wait for the informer: the error (wrapping
+// informerstop.ErrSlow) says it is still ending in the background, harmless.
+func (s *Source) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stopLocked()
+	return s.stopLocked()
 }
 
-func (s *Source) stopLocked() {
+func (s *Source) stopLocked() error {
 	if s.cancel == nil {
-		return
+		return nil
 	}
 	s.cancel()
-	s.factory.Shutdown()
+	err := informerstop.Shutdown(s.factory, s.opts.StopWait)
 	s.wg.Wait()
 	s.cancel, s.factory = nil, nil
+	return err
 }
 
 func (s *Source) onAdd(obj any) {

@@ -2,11 +2,15 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,10 +18,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
@@ -265,6 +272,67 @@ func TestExpireRestoresOnNextList(t *testing.T) {
 	s.SeedLastFullSync(time.Unix(1, 0))
 	if s.LastFullSync().Unix() == 1 {
 		t.Error("a seed must not replace a known full sync time")
+	}
+}
+
+// An informer that does not end when stopped (client-go's watch-list retry
+// sleeps out its backoff, 0.8 s doubling to 30 s, without looking at its
+// context) holds neither Expire nor Stop longer than StopWait. The API
+// server here answers 429 to everything, which client-go retries that way.
+func TestExpireAndStopDoNotWaitForStuckInformer(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429}`)
+	}))
+	defer srv.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	tb.Upsert(&table.Pod{Cluster: "edge-a", Namespace: "default", Name: "a", Ready: true,
+		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}})
+	s := New("edge-a", client, tb, Events{}, Options{StopWait: 50 * time.Millisecond, ProbeInterval: time.Hour})
+
+	// stuck waits for the informer's first request, after which it sleeps at
+	// least 0.8 s. It returns false when the stop came too late to be sure
+	// the informer was still asleep (a very slow machine): try again.
+	stuck := func(stop func() error, what string) bool {
+		t.Helper()
+		n := requests.Load()
+		eventually(t, what+": informer's first request", func() bool { return requests.Load() > n })
+		asleep := time.Now()
+		err := stop()
+		if errors.Is(err, informerstop.ErrSlow) {
+			t.Logf("%s: %v", what, err)
+			return true
+		}
+		if time.Since(asleep) < 700*time.Millisecond {
+			t.Fatalf("%s with an informer asleep in its retry backoff: %v, want ErrSlow", what, err)
+		}
+		return false
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !stuck(s.Expire, "Expire"); i++ {
+		if i == 3 {
+			t.Fatal("Expire waited for the informer every time (or the machine is too slow to tell)")
+		}
+	}
+	if !s.Expired() || len(answer(tb, "backend.default.svc.")) != 0 {
+		t.Fatalf("Expire kept the records: expired %v, %v", s.Expired(), answer(tb, "backend.default.svc."))
+	}
+	for i := 0; !stuck(s.Stop, "Stop"); i++ {
+		if i == 3 {
+			t.Fatal("Stop waited for the informer every time (or the machine is too slow to tell)")
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

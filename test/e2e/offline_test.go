@@ -580,6 +580,18 @@ func TestOfflineRestartFromSnapshot(t *testing.T) {
 			requireAPIDown(t, c)
 			holdSteady(t, in.d, 5*time.Second, qs, in.want)
 			logPluginLines(t, in.d, "snapshot")
+
+			// A second restart, the API server still down: by now the
+			// source has seen it down and saved its state, which must keep
+			// the stored last full sync (it once wrote "never" over it, and
+			// the next start stayed unready for good).
+			in.d.Kill(t, in.sig)
+			in.d.Start(t)
+			waitReady(t, in.readyURL, 10*time.Second)
+			if got := answers(t, in.d, qs, true); !reflect.DeepEqual(got, in.want) {
+				t.Errorf("answers after a second offline restart:\n got %q\nwant %q", got, in.want)
+			}
+			requireAPIDown(t, c)
 		})
 	}
 

@@ -1,0 +1,45 @@
+// Package informerstop stops a client-go informer factory without letting a
+// dead API server hold the caller for long.
+//
+// After its context is cancelled, an informer normally ends at once. But the
+// reflector's watch-list retry (client-go v0.37, tools/cache/reflector.go,
+// watchList) sleeps out its backoff without looking at the context: with the
+// API server unreachable for a while that backoff reaches 30 s, and
+// SharedInformerFactory.Shutdown waits for it. CoreDNS's SIGTERM, a reload and
+// an expiry would all wait with it. The sleeping reflector does nothing when it
+// wakes but return, and the event handlers have stopped with the context, so
+// it is safe to leave it to end on its own.
+package informerstop
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/informers"
+)
+
+// Wait is how long Shutdown waits for the informers to end.
+const Wait = 2 * time.Second
+
+// ErrSlow is wrapped by the error Shutdown returns when it stopped waiting.
+var ErrSlow = errors.New("informer still stopping")
+
+// Shutdown waits up to within for the informers of f to end; their context
+// must already be cancelled. It returns an error wrapping ErrSlow when they have
+// not, and leaves them to end in the background.
+func Shutdown(f informers.SharedInformerFactory, within time.Duration) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.Shutdown()
+	}()
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%w: gave up waiting after %s (client-go's watch-list retry sleeps out its backoff); it ends on its own", ErrSlow, within)
+	}
+}

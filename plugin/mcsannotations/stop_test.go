@@ -1,0 +1,77 @@
+package mcsannotations
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coretest "github.com/coredns/coredns/test"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// An API server that answers 429 to everything puts client-go's informers
+// into their watch-list retry, which sleeps out its backoff (0.8 s doubling
+// to 30 s) without looking at its context. CoreDNS's shutdown (and a reload)
+// must not wait for that: the plugin stops both informers in parallel, waits
+// stopWait at most (50 ms here, informerstop.Wait by default), and logs and
+// counts the ones left to end on their own.
+func TestStopDoesNotWaitForInformerBackoff(t *testing.T) {
+	var exporters, importers atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch sel := r.URL.Query().Get("labelSelector"); {
+		case strings.Contains(sel, "exporter"):
+			exporters.Add(1)
+		case strings.Contains(sel, "importer"):
+			importers.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429}`)
+	}))
+	defer srv.Close()
+	withClient(t, func(string, string) (kubernetes.Interface, error) {
+		return kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	})
+	path := filepath.Join(t.TempDir(), "table.db")
+	old := stopWait
+	stopWait = 50 * time.Millisecond
+	t.Cleanup(func() { stopWait = old })
+
+	for try := 1; ; try++ {
+		source0 := testutil.ToFloat64(slowStops.WithLabelValues("cluster/edge-a"))
+		clients0 := testutil.ToFloat64(slowStops.WithLabelValues("clients"))
+		e, i0 := exporters.Load(), importers.Load()
+		i, _, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Both informers have made their first request: each now sleeps
+		// at least 0.8 s.
+		for deadline := time.Now().Add(5 * time.Second); exporters.Load() == e || importers.Load() == i0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				stopServer(i)
+				t.Fatal("the informers made no request")
+			}
+		}
+		asleep := time.Now()
+		stopServer(i)
+		took := time.Since(asleep)
+		source := testutil.ToFloat64(slowStops.WithLabelValues("cluster/edge-a")) - source0
+		clients := testutil.ToFloat64(slowStops.WithLabelValues("clients")) - clients0
+		if source == 1 && clients == 1 {
+			t.Logf("stopped in %s, both informers left to end on their own", took.Round(time.Millisecond))
+			return
+		}
+		// Only a stop that began after the backoff could end has waited.
+		if took < 700*time.Millisecond || try == 3 {
+			t.Fatalf("try %d: slow stops counted: cluster/edge-a %v, clients %v (want 1 each); the stop took %s", try, source, clients, took)
+		}
+	}
+}
