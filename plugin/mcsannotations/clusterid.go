@@ -61,7 +61,8 @@ func discoverClusterID(ctx context.Context, client kubernetes.Interface) (string
 	if rc == nil {
 		return "", errors.New("no REST client")
 	}
-	raw, err := rc.Get().AbsPath(clusterPropertyPath).DoRaw(ctx)
+	// A custom resource: JSON, whatever the client prefers.
+	raw, err := rc.Get().AbsPath(clusterPropertyPath).SetHeader("Accept", "application/json").DoRaw(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/coredns/caddy"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -143,5 +144,51 @@ func TestClusterIDGarbageRemembered(t *testing.T) {
 	}
 	if id, err := readClusterID(snap + clusterIDSuffix); err != nil || id != "edge-z" {
 		t.Fatalf("garbage not replaced: %q, %v", id, err)
+	}
+}
+
+// The real clients ask for Pods in protobuf (cheaper to decode than JSON) and
+// for the ClusterProperty, a custom resource with no protobuf form, in JSON.
+func TestClientContentTypes(t *testing.T) {
+	var podsAccept, propertyAccept atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case clusterPropertyPath:
+			propertyAccept.Store(r.Header.Get("Accept"))
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"apiVersion":"about.k8s.io/v1alpha1","kind":"ClusterProperty","spec":{"value":"edge-p"}}`))
+		case "/api/v1/pods":
+			podsAccept.Store(r.Header.Get("Accept"))
+			http.NotFound(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+srv.URL+`"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client, err := clientFor(kubeconfig, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if id, err := discoverClusterID(ctx, client); err != nil || id != "edge-p" {
+		t.Fatalf("discover: %q, %v", id, err)
+	}
+	client.CoreV1().Pods("").List(ctx, metav1.ListOptions{}) // 404: only the request matters
+	if got, _ := propertyAccept.Load().(string); got != "application/json" {
+		t.Errorf("ClusterProperty Accept %q, want application/json", got)
+	}
+	if got, _ := podsAccept.Load().(string); !strings.HasPrefix(got, protobuf+",") || !strings.Contains(got, "application/json") {
+		t.Errorf("Pods Accept %q, want protobuf first, JSON as fallback", got)
 	}
 }
