@@ -121,27 +121,12 @@ func (w *Watcher) Start() error {
 	if err := inf.SetTransform(toSlim); err != nil {
 		return err
 	}
-	// An informer left to end in the background after Stop must not touch
-	// the index (a handler already running when the context ended finishes).
 	ctx, cancel := context.WithCancel(context.Background())
-	live := func() bool { return ctx.Err() == nil }
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if live() {
-				w.apply(nil, obj)
-			}
-		},
-		UpdateFunc: func(old, obj any) {
-			if live() {
-				w.apply(old, obj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if live() {
-				w.onDelete(obj)
-			}
-		},
-	})
+	reg, err := inf.AddEventHandler(informerstop.Handlers(ctx, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.apply(nil, obj) },
+		UpdateFunc: w.apply,
+		DeleteFunc: w.onDelete,
+	}))
 	if err != nil {
 		cancel()
 		return err

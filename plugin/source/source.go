@@ -193,26 +193,11 @@ func (s *Source) startLocked() error {
 	}); err != nil {
 		return err
 	}
-	// An informer left to end in the background after Stop must not touch
-	// the table (a handler already running when the context ended finishes).
-	live := func() bool { return ctx.Err() == nil }
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if live() {
-				s.onAdd(obj)
-			}
-		},
-		UpdateFunc: func(oldObj, newObj any) {
-			if live() {
-				s.onUpdate(oldObj, newObj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if live() {
-				s.onDelete(obj)
-			}
-		},
-	})
+	reg, err := inf.AddEventHandler(informerstop.Handlers(ctx, cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.onAdd,
+		UpdateFunc: s.onUpdate,
+		DeleteFunc: s.onDelete,
+	}))
 	if err != nil {
 		return err
 	}

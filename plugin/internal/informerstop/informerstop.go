@@ -12,11 +12,13 @@
 package informerstop
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Wait is how long Shutdown waits for the informers to end.
@@ -41,5 +43,28 @@ func Shutdown(f informers.SharedInformerFactory, within time.Duration) error {
 		return nil
 	case <-t.C:
 		return fmt.Errorf("%w: gave up waiting after %s (client-go's watch-list retry sleeps out its backoff); it ends on its own", ErrSlow, within)
+	}
+}
+
+// Handlers returns h with every call dropped once ctx is done, so that an
+// informer left to end in the background never touches its owner's state
+// again (a call already running when ctx ended finishes).
+func Handlers(ctx context.Context, h cache.ResourceEventHandlerFuncs) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if ctx.Err() == nil {
+				h.OnAdd(obj, false)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			if ctx.Err() == nil {
+				h.OnUpdate(oldObj, newObj)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if ctx.Err() == nil {
+				h.OnDelete(obj)
+			}
+		},
 	}
 }

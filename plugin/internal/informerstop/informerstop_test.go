@@ -74,3 +74,24 @@ func TestShutdownGivesUpOnStuckInformer(t *testing.T) {
 		t.Fatalf("the informer did not end once the call returned: %v", err)
 	}
 }
+
+// Calls pass while the context lives and are dropped once it is done.
+func TestHandlersDropCallsAfterStop(t *testing.T) {
+	var adds, updates, deletes int
+	ctx, cancel := context.WithCancel(context.Background())
+	h := Handlers(ctx, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { adds++ },
+		UpdateFunc: func(any, any) { updates++ },
+		DeleteFunc: func(any) { deletes++ },
+	})
+	h.OnAdd(1, false)
+	h.OnUpdate(1, 2)
+	h.OnDelete(2)
+	cancel()
+	h.OnAdd(3, false)
+	h.OnUpdate(3, 4)
+	h.OnDelete(4)
+	if adds != 1 || updates != 1 || deletes != 1 {
+		t.Fatalf("adds %d, updates %d, deletes %d; want 1 each (none after the stop)", adds, updates, deletes)
+	}
+}
