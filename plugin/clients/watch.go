@@ -153,9 +153,9 @@ func (w *Watcher) HasSynced() bool {
 	return w.synced != nil && w.synced()
 }
 
-// Stop stops the informer and waits for it, for at most informerstop.Wait:
-// the error (wrapping informerstop.ErrSlow) says it is still ending in the
-// background, harmless.
+// Stop stops the informer and waits for it, at most the stop wait (see
+// SetStopWait): the error (wrapping informerstop.ErrSlow) says it is still
+// ending in the background, harmless.
 func (w *Watcher) Stop() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

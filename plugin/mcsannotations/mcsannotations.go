@@ -227,8 +227,8 @@ func (m *MCS) stop() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	collector.remove(m)
-	// In parallel: each may wait informerstop.Wait for an informer stuck in
-	// a retry backoff against an unreachable API server.
+	// In parallel: each may wait stopWait for an informer asleep in a retry
+	// backoff against an unreachable API server.
 	var wg sync.WaitGroup
 	wg.Go(func() { stopped("clients", m.watcher.Stop()) })
 	for _, s := range m.sources {
@@ -282,15 +282,14 @@ func (m *MCS) expireLoop(ctx context.Context) {
 // Name implements plugin.Handler.
 func (m *MCS) Name() string { return pluginName }
 
-// stopped logs and counts an informer stop that was not waited for to the end
-// (err wraps informerstop.ErrSlow); other errors are logged as they are.
+// stopped logs an informer stop that was not waited for to the end and counts
+// it (err wraps informerstop.ErrSlow, the only error a stop returns).
 func stopped(informer string, err error) {
-	switch {
-	case err == nil:
-	case errors.Is(err, informerstop.ErrSlow):
-		slowStops.WithLabelValues(informer).Inc()
-		log.Warningf("%s: %v", informer, err)
-	default:
-		log.Errorf("%s: stop: %v", informer, err)
+	if err == nil {
+		return
 	}
+	if errors.Is(err, informerstop.ErrSlow) {
+		slowStops.WithLabelValues(informer).Inc()
+	}
+	log.Warningf("%s: %v", informer, err)
 }

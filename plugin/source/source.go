@@ -233,9 +233,9 @@ func (s *Source) startLocked() error {
 	return nil
 }
 
-// Stop stops the informer and the probe and waits for them, for at most
-// informerstop.Wait for the informer: the error (wrapping
-// informerstop.ErrSlow) says it is still ending in the background, harmless.
+// Stop stops the informer and the probe and waits for them, for the informer
+// at most Options.StopWait: the error (wrapping informerstop.ErrSlow) says it
+// is still ending in the background, harmless.
 func (s *Source) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -48,8 +48,12 @@ func TestShutdownPrompt(t *testing.T) {
 // bound, and the informer still ends once the call returns.
 func TestShutdownGivesUpOnStuckInformer(t *testing.T) {
 	c := fake.NewClientset()
-	release := make(chan struct{})
+	release, watching := make(chan struct{}), make(chan struct{}, 1)
 	c.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+		select {
+		case watching <- struct{}{}:
+		default:
+		}
 		<-release
 		return false, nil, nil
 	})
@@ -61,6 +65,13 @@ func TestShutdownGivesUpOnStuckInformer(t *testing.T) {
 		}
 	})
 	f, cancel := started(t, c)
+	// The list synced the informer; cancel only once the watch that
+	// follows it is stuck (a cancel before it would end the informer).
+	select {
+	case <-watching:
+	case <-waitCh(t, 5*time.Second):
+		t.Fatal("the informer never watched")
+	}
 	cancel()
 	start := time.Now()
 	err := Shutdown(f, 50*time.Millisecond)
