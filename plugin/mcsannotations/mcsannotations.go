@@ -169,6 +169,14 @@ func (m *MCS) sourceEvents() source.Events {
 	return source.Events{
 		Synced:   save,
 		Rejected: logRejected,
+		Restarted: func(cluster string, down time.Duration, err error) {
+			informerRestarts.WithLabelValues(cluster).Inc()
+			if err != nil {
+				log.Errorf("cluster %s: the API server answers again, %s after a check first failed: restarting the Pod informer failed: %v", cluster, down.Round(time.Millisecond), err)
+				return
+			}
+			log.Infof("cluster %s: the API server answers again, %s after a check first failed: Pod informer restarted to relist now, not after client-go's retry backoff", cluster, down.Round(time.Millisecond))
+		},
 		StateChanged: func(cluster string, from, to source.State, err error) {
 			save(cluster)
 			if err != nil {

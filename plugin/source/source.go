@@ -50,6 +50,10 @@ type Events struct {
 	StateChanged func(cluster string, from, to State, err error)
 	// Synced reports that a complete list has replaced the cluster's records.
 	Synced func(cluster string)
+	// Restarted reports that the informer was restarted because the API
+	// server answers again, down after a check first failed, with the error
+	// of the restart if it failed.
+	Restarted func(cluster string, down time.Duration, err error)
 }
 
 // Options tune a source; zero values take the defaults.
@@ -57,9 +61,17 @@ type Options struct {
 	// ProbeInterval is how often the API server's /readyz is checked to
 	// track contact (default 5s); ProbeTimeout bounds one check (default 3s).
 	ProbeInterval, ProbeTimeout time.Duration
+	// ReconnectInterval is how often the API server is checked while the
+	// last check failed (default 500ms): once it answers, the informer is
+	// restarted, rather than left to client-go's retry backoff (0.8 s
+	// doubling to 30 s), which does not know the server is back.
+	ReconnectInterval time.Duration
 	// StopWait bounds how long Stop and Expire wait for the informer to end
 	// (default informerstop.Wait).
 	StopWait time.Duration
+	// Check replaces the /readyz check (for tests: fake clientsets have no
+	// REST client).
+	Check func(context.Context) error
 }
 
 // Source is one cluster's feed into the table.
@@ -75,12 +87,32 @@ type Source struct {
 	lastSync    atomic.Int64 // unix nanoseconds of the last complete list
 	synced      atomic.Bool  // a complete list was applied once; never reset
 	expired     atomic.Bool  // records dropped by Expire; cleared by the next complete list
-	started     atomic.Int64 // unix nanoseconds of the last Start
+	started     atomic.Int64 // unix nanoseconds of the last start of the informer
+	lost        atomic.Int64 // unix nanoseconds when an outage was first seen; 0 when the last check passed
+	lastEvent   atomic.Int64 // unix nanoseconds of the informer's last event
 
-	mu      sync.Mutex // serialises Start, Stop and Expire; guards cancel and factory
+	// evMu orders the event handlers against the first list's swap, so that
+	// an event the swap's list missed is applied after it, not before.
+	evMu sync.Mutex
+
+	mu     sync.Mutex         // serialises Start, Stop, Expire and restarts; guards cancel and inf
+	cancel context.CancelFunc // of the check loop
+	inf    *informer          // the running informer; nil when stopped
+	wg     sync.WaitGroup     // the check loop
+}
+
+// informer is one run of the Pod informer; a restart replaces it.
+type informer struct {
 	cancel  context.CancelFunc
 	factory informers.SharedInformerFactory
-	wg      sync.WaitGroup
+	store   cache.Store
+	swap    sync.WaitGroup // the goroutine that applies the first complete list
+	// live is set (under Source.evMu) once the first complete list is in the
+	// table. Until then the handlers leave the table alone and the swap
+	// applies the informer's whole store in one step: applied one by one, a
+	// list after an outage would show, for a moment, the Pods created
+	// meanwhile beside those deleted meanwhile.
+	live bool
 }
 
 // New returns a source for cluster; Start starts it.
@@ -90,6 +122,9 @@ func New(cluster string, client kubernetes.Interface, t *table.Table, ev Events,
 	}
 	if opts.ProbeTimeout <= 0 {
 		opts.ProbeTimeout = 3 * time.Second
+	}
+	if opts.ReconnectInterval <= 0 {
+		opts.ReconnectInterval = 500 * time.Millisecond
 	}
 	if opts.StopWait <= 0 {
 		opts.StopWait = informerstop.Wait
@@ -146,7 +181,8 @@ func (s *Source) SeedLastFullSync(t time.Time) {
 // has restored them yet.
 func (s *Source) Expired() bool { return s.expired.Load() }
 
-// Started returns when the source was last started.
+// Started returns when the informer was last started (by Start, Expire or a
+// restart after an outage).
 func (s *Source) Started() time.Time { return time.Unix(0, s.started.Load()) }
 
 // Expire drops every record of the cluster from the table and restarts the
@@ -159,65 +195,92 @@ func (s *Source) Started() time.Time { return time.Unix(0, s.started.Load()) }
 func (s *Source) Expire() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stopErr := s.stopLocked()
+	if s.cancel == nil {
+		return errors.New("source not started")
+	}
+	var stopErr error
+	if s.inf != nil {
+		stopErr = s.inf.stop(s.opts.StopWait)
+		s.inf = nil
+	}
 	s.table.ReplaceCluster(s.cluster, nil)
 	s.expired.Store(true)
-	return errors.Join(stopErr, s.startLocked())
+	inf, err := s.startInformer()
+	s.inf = inf
+	return errors.Join(stopErr, err)
 }
 
-// Start starts the informer and the contact probe in the background and
+// Start starts the informer and the contact check in the background and
 // returns at once.
 func (s *Source) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.startLocked()
-}
-
-func (s *Source) startLocked() error {
 	if s.cancel != nil {
 		return errors.New("source already started")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.started.Store(time.Now().UnixNano())
-
-	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	s.factory = informers.NewSharedInformerFactoryWithOptions(s.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	inf := s.factory.Core().V1().Pods().Informer()
-	if err := inf.SetTransform(toSlim(s.cluster)); err != nil {
-		return err
-	}
-	if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
-		s.setState(Disconnected, err)
-	}); err != nil {
-		return err
-	}
-	reg, err := inf.AddEventHandler(informerstop.Handlers(ctx, cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.onAdd,
-		UpdateFunc: s.onUpdate,
-		DeleteFunc: s.onDelete,
-	}))
+	inf, err := s.startInformer()
 	if err != nil {
 		return err
 	}
-	s.factory.Start(ctx.Done())
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.inf = cancel, inf
+	s.wg.Go(func() { s.check(ctx) })
+	return nil
+}
 
-	s.wg.Add(2)
-	go func() {
-		defer s.wg.Done()
+// startInformer starts a new run of the Pod informer.
+func (s *Source) startInformer() (*informer, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.started.Store(time.Now().UnixNano())
+
+	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
+	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	inf := factory.Core().V1().Pods().Informer()
+	if err := inf.SetTransform(toSlim(s.cluster)); err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		if ctx.Err() == nil {
+			s.lost.CompareAndSwap(0, time.Now().UnixNano())
+			s.setState(Disconnected, err)
+		}
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	run := &informer{cancel: cancel, factory: factory, store: inf.GetStore()}
+	reg, err := inf.AddEventHandler(informerstop.Handlers(ctx, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.onAdd(run, obj) },
+		UpdateFunc: func(oldObj, newObj any) { s.onUpdate(run, oldObj, newObj) },
+		DeleteFunc: func(obj any) { s.onDelete(run, obj) },
+	}))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	factory.Start(ctx.Done())
+
+	run.swap.Go(func() {
 		if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 			return
+		}
+		s.evMu.Lock()
+		defer s.evMu.Unlock()
+		if ctx.Err() != nil {
+			return // replaced or stopped meanwhile: its list is not the newest
 		}
 		// The first complete list is the truth for this cluster: drop every
 		// record (from a snapshot, or from before a restart) that it lacks.
 		var recs []*table.Pod
-		for _, obj := range inf.GetStore().List() {
+		for _, obj := range run.store.List() {
 			if p, ok := obj.(*slimPod); ok {
 				recs = append(recs, p.rec)
 			}
 		}
 		s.table.ReplaceCluster(s.cluster, recs)
+		run.live = true
 		s.lastSync.Store(time.Now().UnixNano())
 		s.synced.Store(true)
 		s.expired.Store(false)
@@ -225,45 +288,91 @@ func (s *Source) startLocked() error {
 		if s.ev.Synced != nil {
 			s.ev.Synced(s.cluster)
 		}
-	}()
-	go func() {
-		defer s.wg.Done()
-		s.probe(ctx)
-	}()
-	return nil
+	})
+	return run, nil
 }
 
-// Stop stops the informer and the probe and waits for them, for the informer
+// stop cancels the run and waits up to within for its informer to end; the
+// error (wrapping informerstop.ErrSlow) says it is still ending in the
+// background, harmless.
+func (r *informer) stop(within time.Duration) error {
+	r.cancel()
+	err := informerstop.Shutdown(r.factory, within)
+	r.swap.Wait()
+	return err
+}
+
+// Stop stops the informer and the check and waits for them, for the informer
 // at most Options.StopWait: the error (wrapping informerstop.ErrSlow) says it
 // is still ending in the background, harmless.
 func (s *Source) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stopLocked()
-}
-
-func (s *Source) stopLocked() error {
 	if s.cancel == nil {
 		return nil
 	}
 	s.cancel()
-	err := informerstop.Shutdown(s.factory, s.opts.StopWait)
+	var err error
+	if s.inf != nil {
+		err = s.inf.stop(s.opts.StopWait)
+	}
 	s.wg.Wait()
-	s.cancel, s.factory = nil, nil
+	s.cancel, s.inf = nil, nil
 	return err
 }
 
-func (s *Source) onAdd(obj any) {
+// restart replaces the informer with a new one that lists at once. The old
+// one is not waited for: after an outage its reflector may be asleep in
+// client-go's retry backoff (see informerstop), which ends on its own; its
+// store is emptied so that it does not hold a copy of the cluster meanwhile.
+// It reports whether it ran: not while Stop or Expire (which restarts too)
+// holds the lock.
+func (s *Source) restart() (bool, error) {
+	if !s.mu.TryLock() {
+		return false, nil
+	}
+	defer s.mu.Unlock()
+	if s.cancel == nil {
+		return false, nil
+	}
+	if old := s.inf; old != nil {
+		old.cancel()
+		old.swap.Wait()
+		go old.factory.Shutdown()
+		_ = old.store.Replace(nil, "")
+		s.inf = nil
+	}
+	inf, err := s.startInformer()
+	s.inf = inf
+	return true, err
+}
+
+// event records an informer event and holds evMu for its handler; the
+// returned func releases it.
+func (s *Source) event() func() {
+	s.lastEvent.Store(time.Now().UnixNano())
+	s.evMu.Lock()
+	return s.evMu.Unlock
+}
+
+// The handlers apply a change to the table once run is live (see
+// informer.live); before, the swap will.
+
+func (s *Source) onAdd(run *informer, obj any) {
+	defer s.event()()
 	p, ok := obj.(*slimPod)
 	if !ok {
 		return
 	}
 	s.touch()
 	s.reject(p)
-	s.table.Upsert(p.rec)
+	if run.live {
+		s.table.Upsert(p.rec)
+	}
 }
 
-func (s *Source) onUpdate(oldObj, newObj any) {
+func (s *Source) onUpdate(run *informer, oldObj, newObj any) {
+	defer s.event()()
 	o, ok1 := oldObj.(*slimPod)
 	n, ok2 := newObj.(*slimPod)
 	if !ok1 || !ok2 {
@@ -276,13 +385,17 @@ func (s *Source) onUpdate(oldObj, newObj any) {
 	if o.annoHash != n.annoHash {
 		s.reject(n)
 	}
-	if o.rec.Equal(n.rec) {
+	if !run.live || o.rec.Equal(n.rec) {
 		return
 	}
 	s.table.Upsert(n.rec)
 }
 
-func (s *Source) onDelete(obj any) {
+func (s *Source) onDelete(run *informer, obj any) {
+	defer s.event()()
+	if !run.live {
+		return
+	}
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -315,10 +428,15 @@ func (s *Source) setState(to State, err error) {
 	}
 }
 
-// probe checks /readyz on an interval, so that contact is tracked (and a
-// hung API server is noticed) even when no Pod changes.
-func (s *Source) probe(ctx context.Context) {
-	t := time.NewTicker(s.opts.ProbeInterval)
+// check looks at /readyz on an interval, so that contact is tracked (and a
+// hung API server is noticed) even when no Pod changes: at once on start,
+// then every ProbeInterval, and every ReconnectInterval while the last check
+// failed. The first check that passes after an outage restarts the informer
+// if it has had no event since the outage began: its reflector is then most
+// likely asleep in client-go's retry backoff, which would hold the resync
+// back by up to 30 s more.
+func (s *Source) check(ctx context.Context) {
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
@@ -326,20 +444,46 @@ func (s *Source) probe(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rc := s.client.Discovery().RESTClient()
-		if rc == nil { // fake clientsets have none
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
-		err := rc.Get().AbsPath("/readyz").Do(pctx).Error()
-		cancel()
+		began := time.Now()
+		err := s.checkOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errNoCheck) {
+			t.Reset(s.opts.ProbeInterval)
+			continue
+		}
 		if err != nil {
+			s.lost.CompareAndSwap(0, began.UnixNano())
 			s.setState(Disconnected, err)
+			t.Reset(s.opts.ReconnectInterval)
 			continue
 		}
 		s.touch()
+		if lost := s.lost.Swap(0); lost != 0 && s.lastEvent.Load() < lost {
+			ran, err := s.restart()
+			if ran && s.ev.Restarted != nil {
+				s.ev.Restarted(s.cluster, time.Since(time.Unix(0, lost)), err)
+			}
+		}
+		t.Reset(s.opts.ProbeInterval)
 	}
+}
+
+// errNoCheck: the client cannot be checked (a fake clientset without
+// Options.Check), so contact is learned from events alone.
+var errNoCheck = errors.New("no REST client to check")
+
+// checkOnce checks /readyz once, within ProbeTimeout.
+func (s *Source) checkOnce(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
+	defer cancel()
+	if s.opts.Check != nil {
+		return s.opts.Check(cctx)
+	}
+	rc := s.client.Discovery().RESTClient()
+	if rc == nil { // fake clientsets have none
+		return errNoCheck
+	}
+	return rc.Get().AbsPath("/readyz").Do(cctx).Error()
 }

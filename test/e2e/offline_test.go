@@ -666,7 +666,7 @@ func testLinkLoss(t *testing.T, mode harness.ProxyMode, net string) {
 		}
 		return nil
 	})
-	logPluginLines(t, d, "->")
+	logPluginLines(t, d, "->", "informer restarted")
 }
 
 // 4. The API server hangs (SIGSTOP) instead of dying: answers keep coming at

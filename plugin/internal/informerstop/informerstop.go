@@ -49,22 +49,29 @@ func Shutdown(f informers.SharedInformerFactory, within time.Duration) error {
 // Handlers returns h with every call dropped once ctx is done, so that an
 // informer left to end in the background never touches its owner's state
 // again (a call already running when ctx ended finishes).
-func Handlers(ctx context.Context, h cache.ResourceEventHandlerFuncs) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if ctx.Err() == nil {
-				h.OnAdd(obj, false)
-			}
-		},
-		UpdateFunc: func(oldObj, newObj any) {
-			if ctx.Err() == nil {
-				h.OnUpdate(oldObj, newObj)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if ctx.Err() == nil {
-				h.OnDelete(obj)
-			}
-		},
+func Handlers(ctx context.Context, h cache.ResourceEventHandler) cache.ResourceEventHandler {
+	return guarded{ctx, h}
+}
+
+type guarded struct {
+	ctx context.Context
+	h   cache.ResourceEventHandler
+}
+
+func (g guarded) OnAdd(obj any, isInInitialList bool) {
+	if g.ctx.Err() == nil {
+		g.h.OnAdd(obj, isInInitialList)
+	}
+}
+
+func (g guarded) OnUpdate(oldObj, newObj any) {
+	if g.ctx.Err() == nil {
+		g.h.OnUpdate(oldObj, newObj)
+	}
+}
+
+func (g guarded) OnDelete(obj any) {
+	if g.ctx.Err() == nil {
+		g.h.OnDelete(obj)
 	}
 }
