@@ -3,6 +3,7 @@ package mcsannotations
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,13 +14,17 @@ import (
 	coretest "github.com/coredns/coredns/test"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/source"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
 func snapshotCorefile(path string) string {
@@ -312,5 +317,80 @@ func TestSnapshotDamagedWhileRunning(t *testing.T) {
 	}
 	if got := addrsOf(exchange(t, "udp", udp, "10-9-0-200.edge-a.backend.default.svc.clusterset.local.", dns.TypeA, 0)); !slices.Equal(got, []string{"10.9.0.200"}) {
 		t.Fatalf("a change made after the damage was lost: %v", got)
+	}
+}
+
+// Records that do not decode, or that disagree with their key or bucket,
+// are skipped, counted and deleted from the file; a cluster no longer
+// configured is dropped; the good records are served. The load decodes
+// straight from the file's memory map, so the good ones must survive the
+// read transaction (a record that kept a slice of the map would crash or
+// change under a later write).
+func TestSnapshotBadRecordsSkipped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "table.db")
+	st, _, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := func(name, ip string) []byte {
+		b, err := table.EncodePod(&table.Pod{Cluster: "edge-a", Namespace: "default", Name: name, Ready: true,
+			IPs:     []netip.Addr{netip.MustParseAddr(ip)},
+			Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	now := time.Now()
+	st.ReplaceSource("edge-a", map[string][]byte{
+		"default/a":     good("a", "10.0.0.1"),
+		"default/b":     good("b", "10.0.0.2"),
+		"default/other": good("c", "10.0.0.3"),          // key names another Pod
+		"default/junk":  []byte("\x01\xff\xff\xff\xff"), // does not decode
+		"default/empty": {0x7f},                         // unknown version
+	}, snapshot.Meta{ClusterID: "edge-a", LastContact: now, LastFullSync: now})
+	st.ReplaceSource("edge-gone", map[string][]byte{"default/x": good("x", "10.0.0.9")}, snapshot.Meta{})
+	st.ReplaceSource(clientsSource, map[string][]byte{"default/client": []byte("garbage")}, snapshot.Meta{})
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	before := testutil.ToFloat64(snapshotErrors.WithLabelValues("bad_record"))
+	withClient(t, deadAPI)
+	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)
+	if got := addrsOf(r); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Fatalf("answer from a snapshot with bad records: %v", got)
+	}
+	if got := testutil.ToFloat64(snapshotErrors.WithLabelValues("bad_record")) - before; got != 4 {
+		t.Errorf("bad_record counted %v times, want 4", got)
+	}
+	stopServer(i) // flushes the deletions
+
+	st, _, err = snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	data, err := st.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range data["edge-a"].Records {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"default/a", "default/b"}) {
+		t.Errorf("records left in the file: %v, want the good ones", keys)
+	}
+	if _, ok := data["edge-gone"]; ok {
+		t.Error("the unconfigured cluster's records are still in the file")
+	}
+	if n := len(data[clientsSource].Records); n != 0 {
+		t.Errorf("%d bad client records left in the file", n)
 	}
 }

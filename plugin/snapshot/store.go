@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"iter"
 	"log"
 	"os"
 	"path/filepath"
@@ -366,44 +367,64 @@ func moveAside(path string) (string, error) {
 // The returned maps and byte slices are the caller's.
 func (s *Store) Load() (map[string]Source, error) {
 	out := make(map[string]Source)
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.Scan(func(name string, meta Meta, n int, records iter.Seq2[[]byte, []byte]) error {
+		src := Source{Meta: meta, Records: make(map[string][]byte, n)}
+		for k, v := range records {
+			src.Records[string(k)] = append([]byte(nil), v...)
+		}
+		src.Meta.Records = len(src.Records)
+		out[name] = src
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Scan calls fn for every source committed to the file, with its meta, its
+// number of records and an iterator over them, all in one read transaction.
+// It copies nothing: the keys and values point into the file's memory map
+// and are valid only until the iterator's next step, so fn must copy what it
+// keeps. That is what makes a start-up load cheap: nothing is held twice.
+// fn must not call Flush or Close; Put, Delete and the other batched changes
+// are fine (they are queued).
+func (s *Store) Scan(fn func(name string, meta Meta, n int, records iter.Seq2[[]byte, []byte]) error) error {
+	return s.view(func(tx *bolt.Tx) error {
 		sources := tx.Bucket([]byte(sourcesBucket))
 		if sources == nil {
 			return fmt.Errorf("no %q bucket", sourcesBucket)
 		}
 		return sources.ForEachBucket(func(name []byte) error {
 			sb := sources.Bucket(name)
-			var src Source
+			var meta Meta
 			if mv := sb.Get([]byte(sourceMetaKey)); mv != nil {
 				m, err := decodeMeta(mv)
 				if err != nil {
 					return fmt.Errorf("source %q: meta: %w", name, err)
 				}
-				src.Meta = m
+				meta = m
 			}
 			rb := sb.Bucket([]byte(recordsBucket))
-			if rb == nil {
-				src.Records = make(map[string][]byte)
-			} else {
-				// Stats counts keys page by page, without visiting them:
-				// far cheaper than growing the map 100,000 times.
-				src.Records = make(map[string][]byte, rb.Stats().KeyN)
+			n := 0
+			if rb != nil {
+				// Stats counts keys page by page, without visiting them.
+				n = rb.Stats().KeyN
+			}
+			meta.Records = n
+			return fn(string(name), meta, n, func(yield func(k, v []byte) bool) {
+				if rb == nil {
+					return
+				}
 				c := rb.Cursor()
 				for k, v := c.First(); k != nil; k, v = c.Next() {
-					// Copy out: k and v point into the mmap, valid only
-					// until the transaction ends.
-					src.Records[string(k)] = append([]byte(nil), v...)
+					if !yield(k, v) {
+						return
+					}
 				}
-			}
-			src.Meta.Records = len(src.Records)
-			out[string(name)] = src
-			return nil
+			})
 		})
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // view runs fn in a read transaction, turning a panic or a page fault (a file
