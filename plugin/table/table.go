@@ -46,13 +46,19 @@ type Config struct {
 
 type svcKey struct{ Namespace, Name string }
 
+// nsKey groups records by cluster and namespace: the records are kept in one
+// map per group, keyed by Pod name, whose keys share the records' own name
+// strings. A single map keyed by Key (three strings, 48 bytes) took about
+// 90 bytes per record; these take about 35.
+type nsKey struct{ Cluster, Namespace string }
+
 // Table is safe for concurrent use.
 type Table struct {
 	cfg Config
 
 	mu    sync.Mutex
-	pods  map[Key]*Pod
-	bySvc map[svcKey][]*Pod // each service's exporting Pods, in no order
+	pods  map[nsKey]map[string]*Pod // by cluster and namespace, then name
+	bySvc map[svcKey][]*Pod         // each service's exporting Pods, in no order
 	dirty map[svcKey]struct{}
 	gen   uint64 // bumped by every write, under mu
 
@@ -68,7 +74,7 @@ type Table struct {
 func New(cfg Config) *Table {
 	t := &Table{
 		cfg:   cfg,
-		pods:  make(map[Key]*Pod),
+		pods:  make(map[nsKey]map[string]*Pod),
 		bySvc: make(map[svcKey][]*Pod),
 		dirty: make(map[svcKey]struct{}),
 		kick:  make(chan struct{}, 1),
@@ -115,28 +121,59 @@ func (t *Table) Delete(k Key) {
 // ReplaceCluster makes pods the complete set of records of cluster: records
 // of that cluster not in pods are deleted, the others upserted, all in one
 // step, so no index ever shows the cluster's surviving endpoints missing.
+// Records of another cluster in pods are ignored.
 func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
-	t.mu.Lock()
-	if len(t.pods) == 0 && len(pods) > 0 { // a bulk load: size the maps once
-		t.pods = make(map[Key]*Pod, len(pods))
+	// The new groups are built first, sized from a count, outside the lock.
+	counts := make(map[nsKey]int)
+	for _, p := range pods {
+		if p.Cluster == cluster {
+			counts[nsKey{p.Cluster, p.Namespace}]++
+		}
 	}
-	var keep map[Key]struct{}
-	for k := range t.pods {
-		if k.Cluster != cluster {
-			continue
-		}
-		if keep == nil {
-			keep = make(map[Key]struct{}, len(pods))
-			for _, p := range pods {
-				keep[p.Key()] = struct{}{}
-			}
-		}
-		if _, ok := keep[k]; !ok {
-			t.deleteLocked(k)
-		}
+	groups := make(map[nsKey]map[string]*Pod, len(counts))
+	for nk, n := range counts {
+		groups[nk] = make(map[string]*Pod, n)
 	}
 	for _, p := range pods {
-		t.upsertLocked(p)
+		if p.Cluster == cluster {
+			groups[nsKey{p.Cluster, p.Namespace}][p.Name] = p // a later duplicate wins, as with Upsert
+		}
+	}
+
+	t.mu.Lock()
+	// Deleted: the cluster's records that the new groups lack.
+	for nk, old := range t.pods {
+		if nk.Cluster != cluster {
+			continue
+		}
+		g := groups[nk]
+		for name, op := range old {
+			if _, ok := g[name]; !ok {
+				t.unlinkLocked(op)
+				if t.onPod != nil {
+					t.onPod(op.Key(), nil)
+				}
+			}
+		}
+		if g == nil {
+			delete(t.pods, nk)
+		}
+	}
+	// Upserted: each group replaces the old one; an unchanged record keeps
+	// its old pointer (the services' lists hold it) and marks nothing.
+	for nk, g := range groups {
+		old := t.pods[nk]
+		for name, p := range g {
+			if op, ok := old[name]; ok {
+				if op.Equal(p) {
+					g[name] = op
+					continue
+				}
+				t.unlinkLocked(op)
+			}
+			t.linkLocked(p)
+		}
+		t.pods[nk] = g
 	}
 	t.gen++
 	t.mu.Unlock()
@@ -148,9 +185,11 @@ func (t *Table) Pods(cluster string) []*Pod {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []*Pod
-	for k, p := range t.pods {
-		if cluster == "" || k.Cluster == cluster {
-			out = append(out, p)
+	for nk, g := range t.pods {
+		if cluster == "" || nk.Cluster == cluster {
+			for _, p := range g {
+				out = append(out, p)
+			}
 		}
 	}
 	return out
@@ -161,23 +200,34 @@ func (t *Table) Len() map[string]int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make(map[string]int)
-	for k := range t.pods {
-		out[k.Cluster]++
+	for nk, g := range t.pods {
+		out[nk.Cluster] += len(g)
 	}
 	return out
 }
 
 func (t *Table) upsertLocked(p *Pod) {
-	k := p.Key()
-	if old, ok := t.pods[k]; ok {
+	nk := nsKey{p.Cluster, p.Namespace}
+	g := t.pods[nk]
+	if old, ok := g[p.Name]; ok {
 		if old.Equal(p) {
 			return // nothing to rebuild or persist
 		}
 		t.unlinkLocked(old)
 	}
-	t.pods[k] = p
+	if g == nil {
+		g = make(map[string]*Pod)
+		t.pods[nk] = g
+	}
+	g[p.Name] = p
+	t.linkLocked(p)
+}
+
+// linkLocked adds the (new or changed) record p to its services' lists and
+// reports it to the journal; the caller has put it in its group.
+func (t *Table) linkLocked(p *Pod) {
 	if t.onPod != nil {
-		t.onPod(k, p)
+		t.onPod(p.Key(), p)
 	}
 	for _, e := range p.Exports {
 		sk := svcKey{e.Namespace, e.Name}
@@ -187,12 +237,17 @@ func (t *Table) upsertLocked(p *Pod) {
 }
 
 func (t *Table) deleteLocked(k Key) bool {
-	old, ok := t.pods[k]
+	nk := nsKey{k.Cluster, k.Namespace}
+	g := t.pods[nk]
+	old, ok := g[k.Name]
 	if !ok {
 		return false
 	}
 	t.unlinkLocked(old)
-	delete(t.pods, k)
+	delete(g, k.Name)
+	if len(g) == 0 {
+		delete(t.pods, nk)
+	}
 	if t.onPod != nil {
 		t.onPod(k, nil)
 	}

@@ -3,6 +3,7 @@ package table
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sync"
@@ -454,6 +455,110 @@ func TestSplitServiceName(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("%s: got %q, want %q", q, got, want)
+		}
+	}
+}
+
+// Random upserts, deletes and cluster replacements keep the table, its
+// services' lists and the journal (OnPodChange, which the snapshot follows)
+// equal to a plain map of records.
+func TestRandomOpsMatchModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	clusters := []string{"edge-a", "edge-b"}
+	namespaces := []string{"default", "prod"}
+	randPod := func(cluster string) *Pod {
+		ns := namespaces[rng.IntN(len(namespaces))]
+		name := fmt.Sprintf("p%d", rng.IntN(6))
+		ip := fmt.Sprintf("10.%d.%d.%d", rng.IntN(2), rng.IntN(2), rng.IntN(3))
+		return pod(cluster, ns, name, "", rng.IntN(4) != 0, []string{ip}, export(fmt.Sprintf("svc%d", rng.IntN(3))))
+	}
+	tb := New(cfg())
+	model := map[Key]*Pod{}
+	journal := map[Key]*Pod{}
+	tb.OnPodChange(func(k Key, p *Pod) {
+		if p == nil {
+			delete(journal, k)
+		} else {
+			journal[k] = p
+		}
+	})
+	for step := 0; step < 3000; step++ {
+		cluster := clusters[rng.IntN(len(clusters))]
+		switch op := rng.IntN(10); {
+		case op < 6:
+			p := randPod(cluster)
+			tb.Upsert(p)
+			model[p.Key()] = p
+		case op < 8:
+			p := randPod(cluster)
+			tb.Delete(p.Key())
+			delete(model, p.Key())
+		default:
+			var pods []*Pod
+			for range rng.IntN(8) {
+				pods = append(pods, randPod(cluster))
+			}
+			pods = append(pods, randPod("edge-other")) // ignored
+			tb.ReplaceCluster(cluster, pods)
+			for k := range model {
+				if k.Cluster == cluster {
+					delete(model, k)
+				}
+			}
+			for _, p := range pods {
+				if p.Cluster == cluster {
+					model[p.Key()] = p
+				}
+			}
+		}
+		got := map[Key]*Pod{}
+		for _, p := range tb.Pods("") {
+			got[p.Key()] = p
+		}
+		if len(got) != len(model) || len(journal) != len(model) {
+			t.Fatalf("step %d: %d records, %d journaled, model %d", step, len(got), len(journal), len(model))
+		}
+		for k, want := range model {
+			if !got[k].Equal(want) || !journal[k].Equal(want) {
+				t.Fatalf("step %d: %v: table %+v, journal %+v, model %+v", step, k, got[k], journal[k], want)
+			}
+		}
+		n := 0
+		for _, c := range tb.Len() {
+			n += c
+		}
+		if n != len(model) {
+			t.Fatalf("step %d: Len counts %d, model %d", step, n, len(model))
+		}
+		if step%50 != 0 {
+			continue
+		}
+		ix := tb.Rebuild()
+		for _, ns := range namespaces {
+			for s := range 3 {
+				svc := fmt.Sprintf("svc%d", s)
+				want := map[string]bool{}
+				local := false
+				for _, p := range model {
+					if p.Namespace == ns && p.Ready && p.Exports[0].Name == svc && p.Cluster == "edge-a" {
+						local = true
+					}
+				}
+				for _, p := range model {
+					if p.Namespace == ns && p.Ready && p.Exports[0].Name == svc && (!local || p.Cluster == "edge-a") {
+						want[p.IPs[0].String()] = true
+					}
+				}
+				var w []string
+				for ip := range want {
+					w = append(w, ip)
+				}
+				slices.Sort(w)
+				a := ix.Lookup(svc+"."+ns+".svc."+zone, dns.TypeA)
+				if g := slices.Compact(addrs(a)); !slices.Equal(g, w) {
+					t.Fatalf("step %d: %s.%s answers %v, model %v", step, svc, ns, g, w)
+				}
+			}
 		}
 	}
 }
