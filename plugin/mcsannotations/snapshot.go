@@ -5,6 +5,9 @@ import (
 	"errors"
 	"iter"
 	"net/netip"
+	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/plugin/clients"
@@ -50,10 +53,9 @@ func (m *MCS) openSnapshot(load bool) {
 // stored under, are skipped and counted.
 func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	total := 0
-	dec := table.NewDecoder() // records share their cluster, namespace and exports
-	// Records are decoded straight from the file's memory map, one at a
-	// time: nothing is copied out first (a start-up's cost is mostly fresh
-	// memory, at 100,000 records).
+	// Records are decoded straight from the file's memory map: nothing is
+	// copied out first (a start-up's cost is mostly fresh memory, at
+	// 100,000 records), and on every CPU.
 	err := st.Scan(func(cluster string, meta snapshot.Meta, n int, records iter.Seq2[[]byte, []byte]) error {
 		if cluster == clientsSource {
 			m.loadClients(st, records)
@@ -65,18 +67,13 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 			log.Infof("snapshot: dropping records of cluster %s, which is no longer configured", cluster)
 			return nil
 		}
-		pods := make([]*table.Pod, 0, n)
-		for k, b := range records {
-			p, err := dec.Decode(b)
-			if err == nil && (p.Cluster != cluster || !isKey(k, p) || !exportsOwn(p)) {
-				err = errMismatch
-			}
-			if err != nil {
-				snapshotErrors.WithLabelValues("bad_record").Inc()
-				st.Delete(cluster, string(k))
-				continue
-			}
-			pods = append(pods, p)
+		pods, bad, err := decodeRecords(st, cluster, n, records)
+		if err != nil {
+			return err
+		}
+		for _, k := range bad {
+			snapshotErrors.WithLabelValues("bad_record").Inc()
+			st.Delete(cluster, k)
 		}
 		m.table.ReplaceCluster(cluster, pods)
 		s.SeedLastContact(meta.LastContact)
@@ -90,12 +87,84 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 		return nil
 	})
 	if err != nil {
+		// The clusters loaded before the error are whole and stay; the
+		// others resync from their API servers.
 		snapshotErrors.WithLabelValues("load").Inc()
-		log.Errorf("snapshot %s: load: %v: starting empty", m.snapshotPath, err)
-		return
+		log.Errorf("snapshot %s: load: %v: serving the %d records loaded before it, the rest waits for the API servers", m.snapshotPath, err, total)
 	}
 	ix := m.table.Rebuild()
 	log.Infof("snapshot %s: loaded %d records, %d services, serving them now", m.snapshotPath, total, ix.Len())
+}
+
+// decodeBatch is how many records a decoding goroutine takes at a time.
+const decodeBatch = 1024
+
+type rawRecord struct{ k, v []byte }
+
+// decodeRecords decodes the records of cluster, which Scan hands out, on
+// GOMAXPROCS goroutines (each with its own decoder, under the store's fault
+// protection), and returns the good ones and the keys of the bad ones: those
+// that do not decode, or that claim another cluster or key than their own.
+func decodeRecords(st *snapshot.Store, cluster string, n int, records iter.Seq2[[]byte, []byte]) ([]*table.Pod, []string, error) {
+	workers := max(1, min(runtime.GOMAXPROCS(0), n/decodeBatch))
+	var (
+		work = make(chan []rawRecord, 2*workers)
+		free = make(chan []rawRecord, 2*workers)
+		outs = make([][]*table.Pod, workers)
+		bads = make([][]string, workers)
+		errs = make([]error, workers)
+		wg   sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			errs[w] = st.Guard(func() {
+				dec := table.NewDecoder() // records share their cluster, namespace and exports
+				out := make([]*table.Pod, 0, n/workers+decodeBatch)
+				for b := range work {
+					for _, r := range b {
+						p, err := dec.Decode(r.v)
+						if err == nil && (p.Cluster != cluster || !isKey(r.k, p) || !exportsOwn(p)) {
+							err = errMismatch
+						}
+						if err != nil {
+							bads[w] = append(bads[w], string(r.k))
+							continue
+						}
+						out = append(out, p)
+					}
+					select {
+					case free <- b[:0]:
+					default:
+					}
+				}
+				outs[w] = out
+			})
+			for range work { // after a fault: let the scan finish
+			}
+		})
+	}
+	// Also when the scan faults (the store turns that panic into an error):
+	// the workers end before the transaction does.
+	finish := sync.OnceFunc(func() { close(work); wg.Wait() })
+	defer finish()
+	b := make([]rawRecord, 0, decodeBatch)
+	for k, v := range records {
+		b = append(b, rawRecord{k, v})
+		if len(b) == decodeBatch {
+			work <- b
+			select {
+			case b = <-free:
+			default:
+				b = make([]rawRecord, 0, decodeBatch)
+			}
+		}
+	}
+	work <- b
+	finish()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return slices.Concat(outs...), slices.Concat(bads...), nil
 }
 
 // clientsSource is the snapshot's bucket of local Pods as DNS clients (who

@@ -3,9 +3,11 @@ package mcsannotations
 import (
 	"context"
 	"fmt"
+	"iter"
 	"net/netip"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"testing"
 	"time"
@@ -392,5 +394,73 @@ func TestSnapshotBadRecordsSkipped(t *testing.T) {
 	}
 	if n := len(data[clientsSource].Records); n != 0 {
 		t.Errorf("%d bad client records left in the file", n)
+	}
+}
+
+// decodeRecords spreads a cluster's records over several goroutines: every
+// good record comes back once, every bad one is reported by key, whatever
+// the number of workers (batches of decodeBatch, a partial last batch).
+func TestDecodeRecordsInParallel(t *testing.T) {
+	const n = 5*decodeBatch + 17
+	path := filepath.Join(t.TempDir(), "table.db")
+	st, _, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs := make(map[string][]byte, n)
+	wantBad := map[string]bool{}
+	for i := range n {
+		name := fmt.Sprintf("p%05d", i)
+		b, err := table.EncodePod(&table.Pod{Cluster: "edge-a", Namespace: "default", Name: name, Ready: true,
+			IPs:     []netip.Addr{netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})},
+			Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/10), Namespace: "default", Cluster: "edge-a"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case i%997 == 0:
+			b = b[:len(b)/2] // truncated
+			wantBad["default/"+name] = true
+		case i%991 == 0:
+			name += "-renamed" // key names another Pod
+			wantBad["default/"+name] = true
+		}
+		recs["default/"+name] = b
+	}
+	st.ReplaceSource("edge-a", recs, snapshot.Meta{ClusterID: "edge-a"})
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, procs := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(procs))
+			var pods []*table.Pod
+			var bad []string
+			err := st.Scan(func(cluster string, _ snapshot.Meta, n int, records iter.Seq2[[]byte, []byte]) error {
+				var err error
+				pods, bad, err = decodeRecords(st, cluster, n, records)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pods)+len(bad) != n || len(bad) != len(wantBad) {
+				t.Fatalf("%d good, %d bad of %d; want %d bad", len(pods), len(bad), n, len(wantBad))
+			}
+			for _, k := range bad {
+				if !wantBad[k] {
+					t.Errorf("good record %s reported bad", k)
+				}
+			}
+			seen := map[string]bool{}
+			for _, p := range pods {
+				k := p.Namespace + "/" + p.Name
+				if seen[k] || wantBad[k] {
+					t.Fatalf("%s returned twice or although bad", k)
+				}
+				seen[k] = true
+			}
+		})
 	}
 }

@@ -385,8 +385,9 @@ func (s *Store) Load() (map[string]Source, error) {
 // Scan calls fn for every source committed to the file, with its meta, its
 // number of records and an iterator over them, all in one read transaction.
 // It copies nothing: the keys and values point into the file's memory map
-// and are valid only until the iterator's next step, so fn must copy what it
-// keeps. That is what makes a start-up load cheap: nothing is held twice.
+// and are valid until fn returns (the transaction's life), so fn must copy
+// what it keeps. That is what makes a start-up load cheap: nothing is held
+// twice. A goroutine that fn starts to read them must do so inside Guard.
 // fn must not call Flush or Close; Put, Delete and the other batched changes
 // are fine (they are queued).
 func (s *Store) Scan(fn func(name string, meta Meta, n int, records iter.Seq2[[]byte, []byte]) error) error {
@@ -425,6 +426,21 @@ func (s *Store) Scan(fn func(name string, meta Meta, n int, records iter.Seq2[[]
 			})
 		})
 	})
+}
+
+// Guard runs f, which reads keys or values that Scan handed out, with the
+// protection Scan's own goroutine has: a file damaged under the mapping
+// faults into an error wrapping ErrDamaged (and marks the store damaged)
+// rather than crashing the process. A panic in f is turned the same way.
+func (s *Store) Guard(f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = s.markDamaged("reading", r)
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	f()
+	return nil
 }
 
 // view runs fn in a read transaction, turning a panic or a page fault (a file

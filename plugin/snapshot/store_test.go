@@ -587,3 +587,20 @@ func TestScan(t *testing.T) {
 		t.Errorf("Scan returned %v, want the callback's error", err)
 	}
 }
+
+// Guard turns a panic (as a fault in the mapped file would be) into an
+// error wrapping ErrDamaged, and the store refuses reads after it.
+func TestGuard(t *testing.T) {
+	s, _ := mustOpen(t, filepath.Join(t.TempDir(), "s.db"), Options{})
+	defer s.Close()
+	if err := s.Guard(func() {}); err != nil {
+		t.Fatalf("a calm f: %v", err)
+	}
+	err := s.Guard(func() { panic("unexpected fault address") })
+	if !errors.Is(err, ErrDamaged) {
+		t.Fatalf("Guard returned %v, want ErrDamaged", err)
+	}
+	if _, err := s.Load(); !errors.Is(err, ErrDamaged) {
+		t.Errorf("Load after a fault: %v, want ErrDamaged", err)
+	}
+}
