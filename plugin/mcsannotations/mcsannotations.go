@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/clients"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/redial"
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/source"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
@@ -86,6 +88,18 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 	// protobuf form (custom resources).
 	rc.ContentType = protobuf
 	rc.AcceptContentTypes = protobuf + ",application/json"
+	// Watches wait for an API server that refuses connections instead of
+	// failing into client-go's retry backoff: the watch resumes (no relist)
+	// within redial.Interval of the server's return.
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return redial.Wrap(rt, redial.Interval, func(waiting bool) {
+			if waiting {
+				watchesWaiting.Inc()
+			} else {
+				watchesWaiting.Dec()
+			}
+		})
+	})
 	return kubernetes.NewForConfig(rc)
 }
 
@@ -167,16 +181,14 @@ func (m *MCS) sourceEvents() source.Events {
 		}
 	}
 	return source.Events{
-		Synced:   save,
-		Rejected: logRejected,
-		Restarted: func(cluster string, down time.Duration, err error) {
-			informerRestarts.WithLabelValues(cluster).Inc()
-			if err != nil {
-				log.Errorf("cluster %s: the API server answers again, %s after a check first failed: restarting the Pod informer failed: %v", cluster, down.Round(time.Millisecond), err)
-				return
+		Synced: func(cluster string) {
+			save(cluster)
+			if s := m.sourceFor(cluster); s != nil {
+				log.Infof("cluster %s: complete list applied: %d records, %s after its informer started",
+					cluster, m.table.Len()[cluster], time.Since(s.Started()).Round(time.Millisecond))
 			}
-			log.Infof("cluster %s: the API server answers again, %s after a check first failed: Pod informer restarted to relist now, not after client-go's retry backoff", cluster, down.Round(time.Millisecond))
 		},
+		Rejected: logRejected,
 		StateChanged: func(cluster string, from, to source.State, err error) {
 			save(cluster)
 			if err != nil {

@@ -71,12 +71,12 @@ var (
 		Help:      "Informer stops (shutdown, reload, expiry) not waited for to the end: client-go was sleeping out a retry backoff against an unreachable API server.",
 	}, []string{"informer"})
 
-	informerRestarts = promauto.NewCounterVec(prometheus.CounterOpts{
+	watchesWaiting = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
-		Name:      "informer_restarts_total",
-		Help:      "Pod informers restarted when their API server answered again after an outage, instead of waiting out client-go's retry backoff.",
-	}, []string{"cluster"})
+		Name:      "watches_waiting",
+		Help:      "Watch requests waiting for an API server that refuses connections (tried again every 250 ms).",
+	})
 
 	indexBuilds = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,

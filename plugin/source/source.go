@@ -50,10 +50,6 @@ type Events struct {
 	StateChanged func(cluster string, from, to State, err error)
 	// Synced reports that a complete list has replaced the cluster's records.
 	Synced func(cluster string)
-	// Restarted reports that the informer was restarted because the API
-	// server answers again, down after a check first failed, with the error
-	// of the restart if it failed.
-	Restarted func(cluster string, down time.Duration, err error)
 }
 
 // Options tune a source; zero values take the defaults.
@@ -62,9 +58,8 @@ type Options struct {
 	// track contact (default 5s); ProbeTimeout bounds one check (default 3s).
 	ProbeInterval, ProbeTimeout time.Duration
 	// ReconnectInterval is how often the API server is checked while the
-	// last check failed (default 500ms): once it answers, the informer is
-	// restarted, rather than left to client-go's retry backoff (0.8 s
-	// doubling to 30 s), which does not know the server is back.
+	// last check failed (default 500ms), so that contact is seen soon after
+	// it comes back.
 	ReconnectInterval time.Duration
 	// StopWait bounds how long Stop and Expire wait for the informer to end
 	// (default informerstop.Wait).
@@ -88,8 +83,6 @@ type Source struct {
 	synced      atomic.Bool  // a complete list was applied once; never reset
 	expired     atomic.Bool  // records dropped by Expire; cleared by the next complete list
 	started     atomic.Int64 // unix nanoseconds of the last start of the informer
-	lost        atomic.Int64 // unix nanoseconds when an outage was first seen; 0 when the last check passed
-	lastEvent   atomic.Int64 // unix nanoseconds of the informer's last event
 
 	// evMu orders the event handlers against the first list's swap, so that
 	// an event the swap's list missed is applied after it, not before.
@@ -101,7 +94,7 @@ type Source struct {
 	wg     sync.WaitGroup     // the check loop
 }
 
-// informer is one run of the Pod informer; a restart replaces it.
+// informer is one run of the Pod informer; Expire replaces it.
 type informer struct {
 	cancel  context.CancelFunc
 	factory informers.SharedInformerFactory
@@ -110,8 +103,8 @@ type informer struct {
 	// live is set (under Source.evMu) once the first complete list is in the
 	// table. Until then the handlers leave the table alone and the swap
 	// applies the informer's whole store in one step: applied one by one, a
-	// list after an outage would show, for a moment, the Pods created
-	// meanwhile beside those deleted meanwhile.
+	// first list over a snapshot's records would show, for a moment, the
+	// Pods created meanwhile beside those deleted meanwhile.
 	live bool
 }
 
@@ -181,8 +174,7 @@ func (s *Source) SeedLastFullSync(t time.Time) {
 // has restored them yet.
 func (s *Source) Expired() bool { return s.expired.Load() }
 
-// Started returns when the informer was last started (by Start, Expire or a
-// restart after an outage).
+// Started returns when the informer was last started (by Start or Expire).
 func (s *Source) Started() time.Time { return time.Unix(0, s.started.Load()) }
 
 // Expire drops every record of the cluster from the table and restarts the
@@ -243,7 +235,6 @@ func (s *Source) startInformer() (*informer, error) {
 	}
 	if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
 		if ctx.Err() == nil {
-			s.lost.CompareAndSwap(0, time.Now().UnixNano())
 			s.setState(Disconnected, err)
 		}
 	}); err != nil {
@@ -321,36 +312,8 @@ func (s *Source) Stop() error {
 	return err
 }
 
-// restart replaces the informer with a new one that lists at once. The old
-// one is not waited for: after an outage its reflector may be asleep in
-// client-go's retry backoff (see informerstop), which ends on its own; its
-// store is emptied so that it does not hold a copy of the cluster meanwhile.
-// It reports whether it ran: not while Stop or Expire (which restarts too)
-// holds the lock.
-func (s *Source) restart() (bool, error) {
-	if !s.mu.TryLock() {
-		return false, nil
-	}
-	defer s.mu.Unlock()
-	if s.cancel == nil {
-		return false, nil
-	}
-	if old := s.inf; old != nil {
-		old.cancel()
-		old.swap.Wait()
-		go old.factory.Shutdown()
-		_ = old.store.Replace(nil, "")
-		s.inf = nil
-	}
-	inf, err := s.startInformer()
-	s.inf = inf
-	return true, err
-}
-
-// event records an informer event and holds evMu for its handler; the
-// returned func releases it.
+// event holds evMu for an event's handler; the returned func releases it.
 func (s *Source) event() func() {
-	s.lastEvent.Store(time.Now().UnixNano())
 	s.evMu.Lock()
 	return s.evMu.Unlock
 }
@@ -431,10 +394,7 @@ func (s *Source) setState(to State, err error) {
 // check looks at /readyz on an interval, so that contact is tracked (and a
 // hung API server is noticed) even when no Pod changes: at once on start,
 // then every ProbeInterval, and every ReconnectInterval while the last check
-// failed. The first check that passes after an outage restarts the informer
-// if it has had no event since the outage began: its reflector is then most
-// likely asleep in client-go's retry backoff, which would hold the resync
-// back by up to 30 s more.
+// failed.
 func (s *Source) check(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -444,7 +404,6 @@ func (s *Source) check(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		began := time.Now()
 		err := s.checkOnce(ctx)
 		if ctx.Err() != nil {
 			return
@@ -454,18 +413,11 @@ func (s *Source) check(ctx context.Context) {
 			continue
 		}
 		if err != nil {
-			s.lost.CompareAndSwap(0, began.UnixNano())
 			s.setState(Disconnected, err)
 			t.Reset(s.opts.ReconnectInterval)
 			continue
 		}
 		s.touch()
-		if lost := s.lost.Swap(0); lost != 0 && s.lastEvent.Load() < lost {
-			ran, err := s.restart()
-			if ran && s.ev.Restarted != nil {
-				s.ev.Restarted(s.cluster, time.Since(time.Unix(0, lost)), err)
-			}
-		}
 		t.Reset(s.opts.ProbeInterval)
 	}
 }

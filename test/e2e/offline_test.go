@@ -666,7 +666,7 @@ func testLinkLoss(t *testing.T, mode harness.ProxyMode, net string) {
 		}
 		return nil
 	})
-	logPluginLines(t, d, "->", "informer restarted")
+	logPluginLines(t, d, "->", "complete list")
 }
 
 // 4. The API server hangs (SIGSTOP) instead of dying: answers keep coming at
