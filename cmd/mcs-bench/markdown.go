@@ -123,7 +123,7 @@ func writeReport(r *results) error {
 		if rs.Endpoints < 100000 && (rs.Took > 5*time.Second || rs.ProbeWrong > 0) {
 			v = "**missed** already at this size (100k not measured)"
 		}
-		p("| resync 100k <= 5 s, no empty answers (here %s) | %s (%s of it reconnect backoff); %d wrong answers of %d probes | %s |", size, ms(rs.Took), ms(rs.Reconnect), rs.ProbeWrong, rs.Probes, v)
+		p("| resync 100k <= 5 s, no empty answers (here %s) | %s (%s of it until the first new connection); %d wrong answers of %d probes | %s |", size, ms(rs.Took), ms(rs.Reconnect), rs.ProbeWrong, rs.Probes, v)
 	}
 	p("")
 
@@ -254,7 +254,7 @@ func writeReport(r *results) error {
 			p("First wrong answer: `%s`", rs.FirstWrong)
 		}
 		p("")
-		p("Of that, %s passed before CoreDNS opened its first connection through the restored link (client-go's retry backoff after the cut), and %s from then to the changed answer (list or watch resumption, table update, index rebuild).",
+		p("Of that, %s passed before CoreDNS opened its first connection through the restored link (the wait for the next retry: the plugin tries refused watches again every 250 ms), and %s from then to the changed answer (list or watch resumption, table update, index rebuild).",
 			ms(rs.Reconnect), ms(rs.Took-rs.Reconnect))
 		p("")
 	}

@@ -88,7 +88,7 @@ type Source struct {
 	// an event the swap's list missed is applied after it, not before.
 	evMu sync.Mutex
 
-	mu     sync.Mutex         // serialises Start, Stop, Expire and restarts; guards cancel and inf
+	mu     sync.Mutex         // serialises Start, Stop and Expire; guards cancel and inf
 	cancel context.CancelFunc // of the check loop
 	inf    *informer          // the running informer; nil when stopped
 	wg     sync.WaitGroup     // the check loop
