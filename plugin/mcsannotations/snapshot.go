@@ -56,7 +56,7 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	// Records are decoded straight from the file's memory map: nothing is
 	// copied out first (a start-up's cost is mostly fresh memory, at
 	// 100,000 records), and on every CPU.
-	err := st.Scan(func(cluster string, meta snapshot.Meta, n int, records iter.Seq2[[]byte, []byte]) error {
+	err := st.Scan(func(cluster string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
 		if cluster == clientsSource {
 			m.loadClients(st, records)
 			return nil
@@ -67,7 +67,7 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 			log.Infof("snapshot: dropping records of cluster %s, which is no longer configured", cluster)
 			return nil
 		}
-		pods, bad, err := decodeRecords(st, cluster, n, records)
+		pods, bad, err := decodeRecords(st, cluster, meta.Records, records)
 		if err != nil {
 			return err
 		}

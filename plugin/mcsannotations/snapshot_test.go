@@ -60,6 +60,17 @@ func addrsOf(r *dns.Msg) []string {
 	return out
 }
 
+// serveSnapshot starts a CoreDNS with the plugin and the snapshot at path
+// (through the client withClient set last).
+func serveSnapshot(t *testing.T, path string) (i *caddy.Instance, udp, tcp string) {
+	t.Helper()
+	i, udp, tcp, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i, udp, tcp
+}
+
 // waitAnswer polls until qname answers with want, for at most 5 s.
 func waitAnswer(t *testing.T, udp, qname string, want []string) {
 	t.Helper()
@@ -79,19 +90,13 @@ const backendAnno = `{"services":[{"name":"backend","ports":[{"name":"http","por
 func TestSnapshotServesAfterRestartWhileOffline(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "table.db")
 	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("b", "10.0.0.2", backendAnno)))
-	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, _ := serveSnapshot(t, path)
 	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.2"})
 	waitSynced(t)
 	stopServer(i)
 
 	withClient(t, deadAPI)
-	i, udp, tcp, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, tcp := serveSnapshot(t, path)
 	defer stopServer(i)
 	r := exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)
 	if got := addrsOf(r); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) {
@@ -113,10 +118,7 @@ func TestSnapshotServesAfterRestartWhileOffline(t *testing.T) {
 func TestSnapshotSecondOfflineRestartStaysReady(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.db")
 	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno)))
-	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, _ := serveSnapshot(t, path)
 	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1"})
 	waitSynced(t)
 	synced := liveInstance(t).sources[0].LastFullSync()
@@ -124,10 +126,7 @@ func TestSnapshotSecondOfflineRestartStaysReady(t *testing.T) {
 
 	withClient(t, deadAPI)
 	for run := 1; run <= 2; run++ {
-		i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-		if err != nil {
-			t.Fatal(err)
-		}
+		i, udp, _ := serveSnapshot(t, path)
 		m := liveInstance(t)
 		if !m.Ready() {
 			stopServer(i)
@@ -183,19 +182,13 @@ func liveInstance(t *testing.T) *MCS {
 func TestSnapshotStaleRecordsDroppedOnSync(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.db")
 	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("gone", "10.0.0.9", backendAnno)))
-	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, _ := serveSnapshot(t, path)
 	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.9"})
 	waitSynced(t)
 	stopServer(i)
 
 	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("new", "10.0.0.3", backendAnno)))
-	i, udp, _, err = coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, _ = serveSnapshot(t, path)
 	defer stopServer(i)
 	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.3"})
 }
@@ -209,10 +202,7 @@ func TestSnapshotGarbageMovedAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno)))
-	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, _ := serveSnapshot(t, path)
 	defer stopServer(i)
 	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1"})
 	aside, _ := filepath.Glob(filepath.Join(dir, "table.db.corrupt-*"))
@@ -226,10 +216,7 @@ func TestSnapshotGarbageMovedAside(t *testing.T) {
 func TestSnapshotReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.db")
 	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno)))
-	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, _ := serveSnapshot(t, path)
 	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1"})
 
 	withClient(t, deadAPI) // the reloaded instance cannot reach the API: only the snapshot has the data
@@ -273,10 +260,7 @@ func TestSnapshotDamagedWhileRunning(t *testing.T) {
 	}
 	client := fake.NewClientset(objs...)
 	withClient(t, func(string, string) (kubernetes.Interface, error) { return client, nil })
-	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, _ := serveSnapshot(t, path)
 	waitSynced(t)
 	m := liveInstance(t)
 	if err := m.store.Load().Flush(); err != nil {
@@ -308,10 +292,7 @@ func TestSnapshotDamagedWhileRunning(t *testing.T) {
 	stopServer(i)
 
 	withClient(t, deadAPI)
-	i, udp, tcp, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, tcp := serveSnapshot(t, path)
 	defer stopServer(i)
 	r := exchange(t, "tcp", tcp, "bulk.default.svc.clusterset.local.", dns.TypeA, 0)
 	if len(r.Answer) != 2000 {
@@ -359,10 +340,7 @@ func TestSnapshotBadRecordsSkipped(t *testing.T) {
 
 	before := testutil.ToFloat64(snapshotErrors.WithLabelValues("bad_record"))
 	withClient(t, deadAPI)
-	i, udp, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, udp, _ := serveSnapshot(t, path)
 	r := exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)
 	if got := addrsOf(r); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) {
 		t.Fatalf("answer from a snapshot with bad records: %v", got)
@@ -437,9 +415,9 @@ func TestDecodeRecordsInParallel(t *testing.T) {
 			defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(procs))
 			var pods []*table.Pod
 			var bad []string
-			err := st.Scan(func(cluster string, _ snapshot.Meta, n int, records iter.Seq2[[]byte, []byte]) error {
+			err := st.Scan(func(cluster string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
 				var err error
-				pods, bad, err = decodeRecords(st, cluster, n, records)
+				pods, bad, err = decodeRecords(st, cluster, meta.Records, records)
 				return err
 			})
 			if err != nil {

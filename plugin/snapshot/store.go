@@ -367,8 +367,8 @@ func moveAside(path string) (string, error) {
 // The returned maps and byte slices are the caller's.
 func (s *Store) Load() (map[string]Source, error) {
 	out := make(map[string]Source)
-	err := s.Scan(func(name string, meta Meta, n int, records iter.Seq2[[]byte, []byte]) error {
-		src := Source{Meta: meta, Records: make(map[string][]byte, n)}
+	err := s.Scan(func(name string, meta Meta, records iter.Seq2[[]byte, []byte]) error {
+		src := Source{Meta: meta, Records: make(map[string][]byte, meta.Records)}
 		for k, v := range records {
 			src.Records[string(k)] = append([]byte(nil), v...)
 		}
@@ -382,15 +382,16 @@ func (s *Store) Load() (map[string]Source, error) {
 	return out, nil
 }
 
-// Scan calls fn for every source committed to the file, with its meta, its
-// number of records and an iterator over them, all in one read transaction.
+// Scan calls fn for every source committed to the file, with its meta (whose
+// Records is the number of records) and an iterator over the records, all in
+// one read transaction.
 // It copies nothing: the keys and values point into the file's memory map
 // and are valid until fn returns (the transaction's life), so fn must copy
 // what it keeps. That is what makes a start-up load cheap: nothing is held
 // twice. A goroutine that fn starts to read them must do so inside Guard.
 // fn must not call Flush or Close; Put, Delete and the other batched changes
 // are fine (they are queued).
-func (s *Store) Scan(fn func(name string, meta Meta, n int, records iter.Seq2[[]byte, []byte]) error) error {
+func (s *Store) Scan(fn func(name string, meta Meta, records iter.Seq2[[]byte, []byte]) error) error {
 	return s.view(func(tx *bolt.Tx) error {
 		sources := tx.Bucket([]byte(sourcesBucket))
 		if sources == nil {
@@ -407,13 +408,12 @@ func (s *Store) Scan(fn func(name string, meta Meta, n int, records iter.Seq2[[]
 				meta = m
 			}
 			rb := sb.Bucket([]byte(recordsBucket))
-			n := 0
+			meta.Records = 0
 			if rb != nil {
 				// Stats counts keys page by page, without visiting them.
-				n = rb.Stats().KeyN
+				meta.Records = rb.Stats().KeyN
 			}
-			meta.Records = n
-			return fn(string(name), meta, n, func(yield func(k, v []byte) bool) {
+			return fn(string(name), meta, func(yield func(k, v []byte) bool) {
 				if rb == nil {
 					return
 				}

@@ -544,7 +544,7 @@ func TestReplaceSourceIsAtomic(t *testing.T) {
 	t.Logf("%d loads, %d commits", loads, s.Stats().Commits)
 }
 
-// Scan gives each source's meta, count and records in key order, stops
+// Scan gives each source's meta (with its record count) and records in key order, stops
 // where the caller's loop stops, and returns the caller's error.
 func TestScan(t *testing.T) {
 	s, _ := mustOpen(t, filepath.Join(t.TempDir(), "s.db"), Options{})
@@ -556,13 +556,12 @@ func TestScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	type seen struct {
-		n    int
 		meta Meta
 		kv   []string
 	}
 	got := map[string]seen{}
-	err := s.Scan(func(name string, meta Meta, n int, records iter.Seq2[[]byte, []byte]) error {
-		x := seen{n: n, meta: meta}
+	err := s.Scan(func(name string, meta Meta, records iter.Seq2[[]byte, []byte]) error {
+		x := seen{meta: meta}
 		for k, v := range records {
 			x.kv = append(x.kv, string(k)+"="+string(v))
 			if len(x.kv) == 2 {
@@ -575,15 +574,15 @@ func TestScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := got["edge-a"]; a.n != 3 || a.meta.Records != 3 || a.meta.ClusterID != "edge-a" || !a.meta.LastFullSync.Equal(t1) ||
+	if a := got["edge-a"]; a.meta.Records != 3 || a.meta.ClusterID != "edge-a" || !a.meta.LastFullSync.Equal(t1) ||
 		!slices.Equal(a.kv, []string{"ns/a=1", "ns/b=2"}) {
 		t.Errorf("edge-a: %+v", a)
 	}
-	if b, ok := got["edge-b"]; !ok || b.n != 0 || len(b.kv) != 0 {
+	if b, ok := got["edge-b"]; !ok || b.meta.Records != 0 || len(b.kv) != 0 {
 		t.Errorf("edge-b: %+v (present %v)", b, ok)
 	}
 	stop := errors.New("stop")
-	if err := s.Scan(func(string, Meta, int, iter.Seq2[[]byte, []byte]) error { return stop }); !errors.Is(err, stop) {
+	if err := s.Scan(func(string, Meta, iter.Seq2[[]byte, []byte]) error { return stop }); !errors.Is(err, stop) {
 		t.Errorf("Scan returned %v, want the callback's error", err)
 	}
 }
