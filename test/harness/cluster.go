@@ -282,6 +282,41 @@ func (c *Cluster) PauseAPIServer(t T) {
 	if err := c.apiserver.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("harness: cluster %s: %v", c.Name, err)
 	}
+	// kill returns before every thread has stopped; one still running
+	// could answer a request sent right after.
+	if err := waitStopped(c.apiserver.PID(), 5*time.Second); err != nil {
+		t.Fatalf("harness: cluster %s: kube-apiserver after SIGSTOP: %v", c.Name, err)
+	}
+}
+
+// waitStopped polls /proc until every thread of pid is stopped (state T).
+func waitStopped(pid int, within time.Duration) error {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	deadline := time.Now().Add(within)
+	for {
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			if err != nil {
+				continue // the thread has exited
+			}
+			// pid (comm) state ...: comm may hold spaces, so look after the last ')'.
+			if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				running++
+			}
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d threads still not stopped after %s", running, len(tasks), within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // ResumeAPIServer sends SIGCONT after PauseAPIServer.
