@@ -78,7 +78,7 @@ func (d dataset) exportService(i int) harness.ExportService {
 // snapshot files written directly).
 func (d dataset) tablePod(i, j int) *table.Pod {
 	p := &table.Pod{
-		Cluster: d.cluster, Namespace: d.namespace(i), Name: d.pod(i, j),
+		Common: &table.Common{Cluster: d.cluster, Namespace: d.namespace(i)}, Name: d.pod(i, j),
 		IPs: []netip.Addr{d.ip(i, j)}, Ready: true,
 	}
 	e := annotation.Export{Name: d.service(i), Namespace: p.Namespace, Cluster: d.cluster}

@@ -19,7 +19,7 @@ import (
 const soa = "clusterset.local.	5	IN	SOA	ns.dns.clusterset.local. hostmaster.clusterset.local. 1 7200 1800 86400 5"
 
 func addPod(tb *table.Table, cluster, name, hostname string, ready bool, ips []string, exports ...annotation.Export) {
-	p := &table.Pod{Cluster: cluster, Namespace: "default", Name: name, Hostname: hostname, Ready: ready}
+	p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: "default"}, Name: name, Hostname: hostname, Ready: ready}
 	for _, ip := range ips {
 		p.IPs = append(p.IPs, netip.MustParseAddr(ip))
 	}

@@ -45,11 +45,10 @@ func sourcePods(cluster int, prefix string) []*table.Pod {
 		ns := fmt.Sprintf("ns-%d", s%100)
 		for e := range benchPerSvc {
 			i := s*benchPerSvc + e
-			pods = append(pods, &table.Pod{Cluster: name, Namespace: ns, Name: fmt.Sprintf("pod-%d", i),
+			pods = append(pods, &table.Pod{Common: &table.Common{Cluster: name, Namespace: ns, Exports: []annotation.Export{{Name: fmt.Sprintf("%ssvc-%d", prefix, s), Namespace: ns, Cluster: name,
+				Ports: []annotation.Port{http}}}}, Name: fmt.Sprintf("pod-%d", i),
 				IPs:   []netip.Addr{netip.AddrFrom4([4]byte{10, byte(cluster), byte(i >> 8), byte(i)})},
-				Ready: true,
-				Exports: []annotation.Export{{Name: fmt.Sprintf("%ssvc-%d", prefix, s), Namespace: ns, Cluster: name,
-					Ports: []annotation.Port{http}}}})
+				Ready: true})
 		}
 	}
 	return pods

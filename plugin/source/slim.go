@@ -44,15 +44,13 @@ func toSlim(cluster string) func(any) (any, error) {
 			return obj, nil
 		}
 		raw := pod.Annotations[annotation.ExportAnnotation]
-		exports, rejected := parsed.exports(raw, pod.Namespace)
+		common, rejected := parsed.parse(raw, pod.Namespace)
 		rec := &table.Pod{
-			Cluster:   cluster,
-			Namespace: pod.Namespace,
-			Name:      pod.Name,
-			Hostname:  pod.Spec.Hostname,
-			IPs:       podIPs(pod),
-			Ready:     podReady(pod),
-			Exports:   exports,
+			Common:   common,
+			Name:     pod.Name,
+			Hostname: pod.Spec.Hostname,
+			IPs:      podIPs(pod),
+			Ready:    podReady(pod),
 		}
 		return &slimPod{
 			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
@@ -64,9 +62,8 @@ func toSlim(cluster string) func(any) (any, error) {
 }
 
 // parseCache remembers the parse of recent export annotations, so that the
-// Pods of one service, which carry the same annotation, share one parsed
-// []annotation.Export (records are immutable) and each annotation is parsed
-// once. It holds at most maxCachedBytes of annotation text, then starts over.
+// Pods of one service, which carry the same annotation, share one
+// table.Common (records are immutable) and each annotation is parsed once. It holds at most maxCachedBytes of annotation text, then starts over.
 type parseCache struct {
 	cluster string
 	mu      sync.Mutex
@@ -77,7 +74,7 @@ type parseCache struct {
 type parseKey struct{ raw, namespace string }
 
 type parseResult struct {
-	exports  []annotation.Export
+	common   *table.Common
 	rejected []annotation.Rejection
 }
 
@@ -87,15 +84,18 @@ func newParseCache(cluster string) *parseCache {
 	return &parseCache{cluster: cluster, m: map[parseKey]parseResult{}}
 }
 
-func (c *parseCache) exports(raw, namespace string) ([]annotation.Export, []annotation.Rejection) {
+// parse returns the record part that the annotation raw on a Pod in
+// namespace gives, and what the parse rejected.
+func (c *parseCache) parse(raw, namespace string) (*table.Common, []annotation.Rejection) {
 	k := parseKey{raw, namespace}
 	c.mu.Lock()
 	r, ok := c.m[k]
 	c.mu.Unlock()
 	if ok {
-		return r.exports, r.rejected
+		return r.common, r.rejected
 	}
-	r.exports, r.rejected = annotation.ParseExports(raw, namespace, c.cluster)
+	r.common = &table.Common{Cluster: c.cluster, Namespace: namespace}
+	r.common.Exports, r.rejected = annotation.ParseExports(raw, namespace, c.cluster)
 	c.mu.Lock()
 	if c.bytes+len(raw)+len(namespace) > maxCachedBytes {
 		c.m, c.bytes = map[parseKey]parseResult{}, 0
@@ -103,7 +103,7 @@ func (c *parseCache) exports(raw, namespace string) ([]annotation.Export, []anno
 	c.m[k] = r
 	c.bytes += len(raw) + len(namespace)
 	c.mu.Unlock()
-	return r.exports, r.rejected
+	return r.common, r.rejected
 }
 
 // podReady: the Pod's Ready condition is True and it is not terminating.

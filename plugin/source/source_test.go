@@ -98,11 +98,11 @@ func TestSourceLifecycle(t *testing.T) {
 	client := fake.NewClientset(newPod("a", "10.0.0.1", backend, true))
 	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
 	// A record of this cluster from an older snapshot: gone from the API.
-	tb.Upsert(&table.Pod{Cluster: "edge-a", Namespace: "default", Name: "stale", Ready: true,
-		IPs: []netip.Addr{netip.MustParseAddr("10.9.9.9")}, Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}})
+	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "stale", Ready: true,
+		IPs: []netip.Addr{netip.MustParseAddr("10.9.9.9")}})
 	// A record of another cluster must survive this source's first list.
-	tb.Upsert(&table.Pod{Cluster: "edge-b", Namespace: "default", Name: "peer", Ready: true,
-		IPs: []netip.Addr{netip.MustParseAddr("10.1.0.1")}, Exports: []annotation.Export{{Name: "peer", Namespace: "default", Cluster: "edge-b"}}})
+	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-b", Namespace: "default", Exports: []annotation.Export{{Name: "peer", Namespace: "default", Cluster: "edge-b"}}}, Name: "peer", Ready: true,
+		IPs: []netip.Addr{netip.MustParseAddr("10.1.0.1")}})
 	rec := &recorder{rejected: map[string][]annotation.Reason{}}
 	s := New("edge-a", client, tb, rec.events(), Options{})
 	if err := s.Start(); err != nil {
@@ -296,8 +296,8 @@ func TestExpireAndStopDoNotWaitForStuckInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	tb.Upsert(&table.Pod{Cluster: "edge-a", Namespace: "default", Name: "a", Ready: true,
-		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}})
+	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "a", Ready: true,
+		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
 	s := New("edge-a", client, tb, Events{}, Options{StopWait: 50 * time.Millisecond, ProbeInterval: time.Hour})
 
 	// stuck waits for the informer's first request and a little more, so
@@ -336,28 +336,28 @@ func TestExpireAndStopDoNotWaitForStuckInformer(t *testing.T) {
 	}
 }
 
-// Pods with the same export annotation in one namespace share one parse;
-// another namespace gets its own (the namespace is part of the result), and
-// the cache stays bounded.
+// Pods with the same export annotation in one namespace share one parse (one
+// table.Common); another namespace gets its own (the namespace is part of the
+// result), and the cache stays bounded.
 func TestToSlimSharesParse(t *testing.T) {
 	f := toSlim("edge-a")
 	a, _ := f(newPod("a", "10.0.0.1", backend, true))
 	b, _ := f(newPod("b", "10.0.0.2", backend, true))
 	ra, rb := a.(*slimPod).rec, b.(*slimPod).rec
-	if len(ra.Exports) != 1 || &ra.Exports[0] != &rb.Exports[0] {
-		t.Fatalf("not shared: %+v %+v", ra.Exports, rb.Exports)
+	if len(ra.Exports) != 1 || ra.Common != rb.Common || ra.Cluster != "edge-a" || ra.Namespace != "default" {
+		t.Fatalf("not shared: %+v %+v", ra.Common, rb.Common)
 	}
 	other := newPod("c", "10.0.0.3", backend, true)
 	other.Namespace = "other"
 	rc := mustSlim(t, f, other).rec
-	if len(rc.Exports) != 1 || rc.Exports[0].Namespace != "other" {
+	if len(rc.Exports) != 1 || rc.Exports[0].Namespace != "other" || rc.Namespace != "other" {
 		t.Fatalf("other namespace: %+v", rc.Exports)
 	}
 
 	c := newParseCache("edge-a")
 	big := `{"services":[{"name":"s","ports":[{"port":80}]}],"pad":"` + strings.Repeat("x", 4096) + `"}`
 	for i := range 1000 {
-		c.exports(big, fmt.Sprintf("ns-%d", i))
+		c.parse(big, fmt.Sprintf("ns-%d", i))
 	}
 	if c.bytes > maxCachedBytes {
 		t.Fatalf("cache holds %d bytes, over %d", c.bytes, maxCachedBytes)

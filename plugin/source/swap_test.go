@@ -24,8 +24,8 @@ import (
 // 100 ms before the swap).
 func TestFirstListAppliedAtOnce(t *testing.T) {
 	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	tb.Upsert(&table.Pod{Cluster: "edge-a", Namespace: "default", Name: "a", Ready: true,
-		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}})
+	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "a", Ready: true,
+		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
 	client := fake.NewClientset(newPod("b", "10.0.0.2", backend, true))
 	s := New("edge-a", client, tb, Events{}, Options{})
 

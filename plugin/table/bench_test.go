@@ -12,20 +12,20 @@ import (
 )
 
 // benchPods makes n Pods backing n/per services (per endpoints each) in 50
-// namespaces, with one named port.
-func benchPods(n, per int) []*Pod {
+// namespaces, with one named port, spread over clusters edge-a, edge-b...
+func benchPods(n, per, clusters int) []*Pod {
 	pods := make([]*Pod, n)
 	for i := range pods {
 		ns := fmt.Sprintf("ns-%d", (i/per)%50)
-		pods[i] = &Pod{Cluster: "edge-a", Namespace: ns, Name: fmt.Sprintf("pod-%d", i),
-			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})}, Ready: true,
-			Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/per), Namespace: ns, Cluster: "edge-a",
-				Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}}}
+		cl := fmt.Sprintf("edge-%c", 'a'+i%clusters)
+		pods[i] = &Pod{Common: &Common{Cluster: cl, Namespace: ns, Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/per), Namespace: ns, Cluster: cl,
+			Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}}}, Name: fmt.Sprintf("pod-%d", i),
+			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})}, Ready: true}
 	}
 	return pods
 }
 
-func encodeAll(b *testing.B, pods []*Pod) [][]byte {
+func encodeAll(b testing.TB, pods []*Pod) [][]byte {
 	recs := make([][]byte, len(pods))
 	for i, p := range pods {
 		var err error
@@ -49,7 +49,13 @@ func loadRecords(b *testing.B, recs [][]byte) (*Table, *Index) {
 		decoded[i] = p
 	}
 	t := New(Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
-	t.ReplaceCluster("edge-a", decoded)
+	clusters := map[string]bool{}
+	for _, p := range decoded {
+		if !clusters[p.Cluster] {
+			clusters[p.Cluster] = true
+			t.ReplaceCluster(p.Cluster, decoded) // takes that cluster's records
+		}
+	}
 	return t, t.Rebuild()
 }
 
@@ -57,7 +63,7 @@ func loadRecords(b *testing.B, recs [][]byte) (*Table, *Index) {
 // 100,000 endpoints (10,000 services of 10): decode every record, load them,
 // build the index, answer.
 func BenchmarkColdLoad(b *testing.B) {
-	recs := encodeAll(b, benchPods(100000, 10))
+	recs := encodeAll(b, benchPods(100000, 10, 1))
 	b.ResetTimer()
 	for b.Loop() {
 		_, ix := loadRecords(b, recs)
@@ -69,13 +75,22 @@ func BenchmarkColdLoad(b *testing.B) {
 
 // BenchmarkIndexHeap reports the heap per endpoint of 100,000 endpoints
 // loaded as from a snapshot: the records, the table and its index
-// (B/endpoint), then with every service's answers rendered
-// (B/endpoint-rendered), for services of 10 endpoints and of 1.
+// (B/endpoint), then with every service's name asked, so its answers are
+// rendered (B/endpoint-rendered), for services of 10 endpoints and of 1, in
+// one cluster, and of 10 endpoints in two clusters.
 func BenchmarkIndexHeap(b *testing.B) {
-	for _, per := range []int{10, 1} {
-		b.Run(fmt.Sprintf("endpoints-per-service=%d", per), func(b *testing.B) {
+	for _, c := range []struct{ per, clusters int }{{10, 1}, {1, 1}, {10, 2}} {
+		name := fmt.Sprintf("endpoints-per-service=%d", c.per)
+		if c.clusters > 1 {
+			name += fmt.Sprintf(",clusters=%d", c.clusters)
+		}
+		b.Run(name, func(b *testing.B) {
 			const n = 100000
-			recs := encodeAll(b, benchPods(n, per))
+			per, want := c.per, c.per
+			if c.clusters > 1 {
+				want = per / c.clusters // prefer-local: edge-a's share
+			}
+			recs := encodeAll(b, benchPods(n, per, c.clusters))
 			for b.Loop() {
 				b.StopTimer()
 				before := heap()
@@ -84,8 +99,8 @@ func BenchmarkIndexHeap(b *testing.B) {
 				b.StopTimer()
 				b.ReportMetric(float64(heap()-before)/n, "B/endpoint")
 				for i := 0; i < n/per; i++ {
-					if a := ix.Lookup(fmt.Sprintf("svc-%d.ns-%d.svc.clusterset.local.", i, i%50), dns.TypeA); len(a.A) != per {
-						b.Fatalf("svc-%d: %d addresses, want %d", i, len(a.A), per)
+					if a := ix.Lookup(fmt.Sprintf("svc-%d.ns-%d.svc.clusterset.local.", i, i%50), dns.TypeA); len(a.A) != want {
+						b.Fatalf("svc-%d: %d addresses, want %d", i, len(a.A), want)
 					}
 				}
 				b.ReportMetric(float64(heap()-before)/n, "B/endpoint-rendered")

@@ -80,18 +80,17 @@ func DecodePod(b []byte) (*Pod, error) { return (*Decoder)(nil).Decode(b) }
 
 // Decoder reads many records and shares what they have in common: a
 // service's Pods carry the same cluster, namespace and exports, so a table
-// loaded through one Decoder holds one copy of each (about a third of a
-// record's heap). Records are immutable, so sharing is safe. A Decoder is
-// for one goroutine; drop it when the load is done. The nil Decoder shares
-// nothing.
+// loaded through one Decoder holds one Common for them all. Records are
+// immutable, so sharing is safe. A Decoder is for one goroutine; drop it when
+// the load is done. The nil Decoder shares nothing.
 type Decoder struct {
 	strings map[string]string
-	exports map[string][]annotation.Export // by their encoded bytes
+	commons map[string][]*Common // by the encoded exports; one per cluster and namespace
 }
 
 // NewDecoder returns a Decoder that shares equal values across records.
 func NewDecoder() *Decoder {
-	return &Decoder{strings: map[string]string{}, exports: map[string][]annotation.Export{}}
+	return &Decoder{strings: map[string]string{}, commons: map[string][]*Common{}}
 }
 
 // Decoders share at most this many distinct values of each kind; past it,
@@ -137,7 +136,7 @@ func (s *Decoder) Decode(b []byte) (*Pod, error) {
 	default:
 		return nil, fmt.Errorf("unknown record version %q", b[0])
 	}
-	if p.Cluster == "" || p.Namespace == "" || p.Name == "" {
+	if p.Common == nil || p.Cluster == "" || p.Namespace == "" || p.Name == "" {
 		return nil, errors.New("record without cluster, namespace or name")
 	}
 	return p, nil
@@ -159,7 +158,8 @@ func (d *decoder) fail(err error)            { d.Fail(err) }
 func (d *decoder) sharedString() string { return d.shared.str(d.StringBytes()) }
 
 func (d *decoder) pod() *Pod {
-	p := &Pod{Cluster: d.sharedString(), Namespace: d.sharedString(), Name: d.string()}
+	cluster, namespace := d.sharedString(), d.sharedString()
+	p := &Pod{Name: d.string()}
 	d.StringBytes() // the uid of older records
 	p.Hostname = d.string()
 	if r := d.bytes(1); r != nil {
@@ -167,29 +167,35 @@ func (d *decoder) pod() *Pod {
 	}
 	p.IPs = d.Addrs(maxItems)
 	start := d.B
-	n := d.uvarint(maxItems)
-	if n == 0 || d.Err != nil {
-		return p
-	}
 	if d.shared == nil {
-		p.Exports = d.exports(n)
+		p.Common = &Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
 		return p
 	}
 	// The exports run to the end of a well-formed record: records with the
-	// same bytes there share one decoded slice.
-	if e, ok := d.shared.exports[string(start)]; ok {
-		p.Exports = e
-		d.B = nil
-		return p
+	// same bytes there, cluster and namespace share one Common.
+	for _, c := range d.shared.commons[string(start)] {
+		if c.Cluster == cluster && c.Namespace == namespace {
+			p.Common = c
+			d.B = nil
+			return p
+		}
 	}
-	p.Exports = d.exports(n)
-	if d.Err == nil && len(d.B) == 0 && len(d.shared.exports) < maxShared {
-		d.shared.exports[string(start)] = p.Exports
+	p.Common = &Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
+	if d.Err == nil && len(d.B) == 0 && len(d.shared.commons) < maxShared {
+		k := string(start)
+		if cs := d.shared.commons[k]; len(cs) < maxItems {
+			d.shared.commons[k] = append(cs, p.Common)
+		}
 	}
 	return p
 }
 
-func (d *decoder) exports(n uint64) []annotation.Export {
+// exports reads the count and the exports (nil when none).
+func (d *decoder) exports() []annotation.Export {
+	n := d.uvarint(maxItems)
+	if n == 0 || d.Err != nil {
+		return nil
+	}
 	out := make([]annotation.Export, 0, n)
 	for range n {
 		e := annotation.Export{Name: d.string(), Namespace: d.sharedString(), Cluster: d.sharedString()}

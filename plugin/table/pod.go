@@ -12,14 +12,23 @@ import (
 // sources produce, what the table indexes, and what the snapshot persists.
 // A Pod is never modified once handed to the table. (It has no UID: nothing
 // in DNS depends on it, and a record is small because the table holds one
-// per endpoint.)
+// per endpoint: 80 bytes, and its name and addresses.)
 type Pod struct {
+	*Common               // shared with the other Pods of its service; never nil
+	Name     string       `json:"n"`
+	Hostname string       `json:"h,omitempty"` // spec.hostname; empty means the dashed IP
+	IPs      []netip.Addr `json:"ips,omitempty"`
+	Ready    bool         `json:"r,omitempty"`
+}
+
+// Common is what the Pods of one service in one cluster have in common: where
+// they run and the exports their annotation names. Sources and the snapshot's
+// decoder hand one Common to all the records that repeat it (records are
+// immutable, so sharing is safe); alone, the three fields took 48 of a
+// record's 128 bytes.
+type Common struct {
 	Cluster   string              `json:"c"`
 	Namespace string              `json:"ns"`
-	Name      string              `json:"n"`
-	Hostname  string              `json:"h,omitempty"` // spec.hostname; empty means the dashed IP
-	IPs       []netip.Addr        `json:"ips,omitempty"`
-	Ready     bool                `json:"r,omitempty"`
 	Exports   []annotation.Export `json:"e,omitempty"`
 }
 
@@ -34,12 +43,22 @@ func (p *Pod) Equal(o *Pod) bool {
 	if p == nil || o == nil {
 		return p == o
 	}
-	if p.Cluster != o.Cluster || p.Namespace != o.Namespace || p.Name != o.Name ||
-		p.Hostname != o.Hostname || p.Ready != o.Ready || !slices.Equal(p.IPs, o.IPs) || len(p.Exports) != len(o.Exports) {
+	if p.Name != o.Name || p.Hostname != o.Hostname || p.Ready != o.Ready || !slices.Equal(p.IPs, o.IPs) {
 		return false
 	}
-	for i := range p.Exports {
-		a, b := p.Exports[i], o.Exports[i]
+	return p.Common.Equal(o.Common)
+}
+
+// Equal reports whether two Commons carry the same data.
+func (c *Common) Equal(o *Common) bool {
+	if c == o {
+		return true
+	}
+	if c == nil || o == nil || c.Cluster != o.Cluster || c.Namespace != o.Namespace || len(c.Exports) != len(o.Exports) {
+		return false
+	}
+	for i := range c.Exports {
+		a, b := c.Exports[i], o.Exports[i]
 		if a.Name != b.Name || a.Namespace != b.Namespace || a.Cluster != b.Cluster || !slices.Equal(a.Ports, b.Ports) {
 			return false
 		}

@@ -46,10 +46,19 @@ type Config struct {
 
 type svcKey struct{ Namespace, Name string }
 
+// svcList is a service's exporting Pods, in no order. An index built from the
+// table holds the same array (up to its length then), and marks it shared: the
+// table only appends to a shared list (past the index's length, so unseen by
+// it) and copies the list before its first change in place.
+type svcList struct {
+	pods   []*Pod
+	shared bool
+}
+
 // nsKey groups records by cluster and namespace: the records are kept in one
-// map per group, keyed by Pod name, whose keys share the records' own name
-// strings. A single map keyed by Key (three strings, 48 bytes) took about
-// 30 bytes more per record (BenchmarkIndexHeap).
+// podSet per group, keyed by Pod name. A single map keyed by Key (three
+// strings, 48 bytes) took about 30 bytes more per record, and a
+// map[string]*Pod per group about 40 more than a podSet (BenchmarkIndexHeap).
 type nsKey struct{ Cluster, Namespace string }
 
 // Table is safe for concurrent use.
@@ -57,8 +66,8 @@ type Table struct {
 	cfg Config
 
 	mu    sync.Mutex
-	pods  map[nsKey]map[string]*Pod // by cluster and namespace, then name
-	bySvc map[svcKey][]*Pod         // each service's exporting Pods, in no order
+	pods  map[nsKey]*podSet  // by cluster and namespace, then name
+	bySvc map[svcKey]svcList // each service's exporting Pods
 	dirty map[svcKey]struct{}
 	gen   uint64 // bumped by every write, under mu
 
@@ -74,8 +83,8 @@ type Table struct {
 func New(cfg Config) *Table {
 	t := &Table{
 		cfg:   cfg,
-		pods:  make(map[nsKey]map[string]*Pod),
-		bySvc: make(map[svcKey][]*Pod),
+		pods:  make(map[nsKey]*podSet),
+		bySvc: make(map[svcKey]svcList),
 		dirty: make(map[svcKey]struct{}),
 		kick:  make(chan struct{}, 1),
 	}
@@ -130,13 +139,13 @@ func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
 			counts[nsKey{p.Cluster, p.Namespace}]++
 		}
 	}
-	groups := make(map[nsKey]map[string]*Pod, len(counts))
+	groups := make(map[nsKey]*podSet, len(counts))
 	for nk, n := range counts {
-		groups[nk] = make(map[string]*Pod, n)
+		groups[nk] = newPodSet(n)
 	}
 	for _, p := range pods {
 		if p.Cluster == cluster {
-			groups[nsKey{p.Cluster, p.Namespace}][p.Name] = p // a later duplicate wins, as with Upsert
+			groups[nsKey{p.Cluster, p.Namespace}].put(p) // a later duplicate wins, as with Upsert
 		}
 	}
 
@@ -147,8 +156,8 @@ func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
 			continue
 		}
 		g := groups[nk]
-		for name, op := range old {
-			if _, ok := g[name]; !ok {
+		for op := range old.all {
+			if g.get(op.Name) == nil {
 				t.unlinkLocked(op)
 				if t.onPod != nil {
 					t.onPod(op.Key(), nil)
@@ -163,10 +172,10 @@ func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
 	// its old pointer (the services' lists hold it) and marks nothing.
 	for nk, g := range groups {
 		old := t.pods[nk]
-		for name, p := range g {
-			if op, ok := old[name]; ok {
+		for p := range g.all {
+			if op := old.get(p.Name); op != nil {
 				if op.Equal(p) {
-					g[name] = op
+					g.put(op)
 					continue
 				}
 				t.unlinkLocked(op)
@@ -187,7 +196,7 @@ func (t *Table) Pods(cluster string) []*Pod {
 	var out []*Pod
 	for nk, g := range t.pods {
 		if cluster == "" || nk.Cluster == cluster {
-			for _, p := range g {
+			for p := range g.all {
 				out = append(out, p)
 			}
 		}
@@ -201,7 +210,7 @@ func (t *Table) Len() map[string]int {
 	defer t.mu.Unlock()
 	out := make(map[string]int)
 	for nk, g := range t.pods {
-		out[nk.Cluster] += len(g)
+		out[nk.Cluster] += g.len()
 	}
 	return out
 }
@@ -209,17 +218,17 @@ func (t *Table) Len() map[string]int {
 func (t *Table) upsertLocked(p *Pod) {
 	nk := nsKey{p.Cluster, p.Namespace}
 	g := t.pods[nk]
-	if old, ok := g[p.Name]; ok {
+	if g == nil {
+		g = newPodSet(1)
+		t.pods[nk] = g
+	}
+	if old := g.get(p.Name); old != nil {
 		if old.Equal(p) {
 			return // nothing to rebuild or persist
 		}
 		t.unlinkLocked(old)
 	}
-	if g == nil {
-		g = make(map[string]*Pod)
-		t.pods[nk] = g
-	}
-	g[p.Name] = p
+	g.put(p)
 	t.linkLocked(p)
 }
 
@@ -231,7 +240,9 @@ func (t *Table) linkLocked(p *Pod) {
 	}
 	for _, e := range p.Exports {
 		sk := svcKey{e.Namespace, e.Name}
-		t.bySvc[sk] = append(t.bySvc[sk], p)
+		l := t.bySvc[sk]
+		l.pods = append(l.pods, p)
+		t.bySvc[sk] = l
 		t.dirty[sk] = struct{}{}
 	}
 }
@@ -239,13 +250,15 @@ func (t *Table) linkLocked(p *Pod) {
 func (t *Table) deleteLocked(k Key) bool {
 	nk := nsKey{k.Cluster, k.Namespace}
 	g := t.pods[nk]
-	old, ok := g[k.Name]
-	if !ok {
+	if g == nil {
+		return false
+	}
+	old := g.remove(k.Name)
+	if old == nil {
 		return false
 	}
 	t.unlinkLocked(old)
-	delete(g, k.Name)
-	if len(g) == 0 {
+	if g.len() == 0 {
 		delete(t.pods, nk)
 	}
 	if t.onPod != nil {
@@ -259,20 +272,20 @@ func (t *Table) deleteLocked(k Key) bool {
 func (t *Table) unlinkLocked(old *Pod) {
 	for _, e := range old.Exports {
 		sk := svcKey{e.Namespace, e.Name}
-		ps := t.bySvc[sk]
-		for i, p := range ps {
-			if p == old {
-				last := len(ps) - 1
-				ps[i] = ps[last]
-				ps[last] = nil
-				ps = ps[:last]
-				break
+		l := t.bySvc[sk]
+		if i := slices.Index(l.pods, old); i >= 0 {
+			if l.shared {
+				l = svcList{pods: slices.Clone(l.pods)}
 			}
+			last := len(l.pods) - 1
+			l.pods[i] = l.pods[last]
+			l.pods[last] = nil
+			l.pods = l.pods[:last]
 		}
-		if len(ps) == 0 {
+		if len(l.pods) == 0 {
 			delete(t.bySvc, sk)
 		} else {
-			t.bySvc[sk] = ps
+			t.bySvc[sk] = l
 		}
 		t.dirty[sk] = struct{}{}
 	}
@@ -315,8 +328,14 @@ func (t *Table) Rebuild() *Index {
 	// later, on first use (see entry).
 	members := make(map[svcKey][]*Pod, len(dirty))
 	for sk := range dirty {
-		// A copy: the table's lists change in place, an index never does.
-		members[sk] = slices.Clone(t.bySvc[sk])
+		// The index shares the list; the table copies it before changing it
+		// in place (see svcList).
+		l := t.bySvc[sk]
+		if len(l.pods) > 0 {
+			l.shared = true
+			t.bySvc[sk] = l
+		}
+		members[sk] = l.pods
 	}
 	t.mu.Unlock()
 
