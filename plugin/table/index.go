@@ -1,6 +1,7 @@
 package table
 
 import (
+	"bytes"
 	"cmp"
 	"net"
 	"net/netip"
@@ -14,7 +15,10 @@ import (
 // Index is an immutable view of the table with every answer precomputed as
 // record templates. Owner names in templates are lower case; the handler
 // copies templates into the response (it never hands out the templates
-// themselves, so no later plugin can mutate them).
+// themselves, so no later plugin can mutate them). Answer templates (a
+// service's or an endpoint's addresses, SRV records) share memory with
+// other names' templates, so their owner names are not the name asked: the
+// handler sets the owner. Additional-section templates carry their own.
 type Index struct {
 	cfg        Config
 	serial     uint32
@@ -35,6 +39,9 @@ type Service struct {
 	AAAA []dns.AAAA
 	// SRV maps a name prefix to its records: "" for the bare service name,
 	// "_http._tcp" for a named port, "_tcp" for the empty non-terminal.
+	// Prefixes whose records are the same (a service with one named port)
+	// share one set, so the owner name of SRV templates is the service's
+	// for every prefix; responders set the owner.
 	SRV map[string]*SRVSet
 	// Hosts maps "<hostname>.<clusterid>" to that endpoint's addresses, for
 	// every ready endpoint of every cluster.
@@ -42,10 +49,14 @@ type Service struct {
 	// Endpoints counts the ready endpoints across clusters.
 	Endpoints int
 	// perCluster holds the answers limited to one cluster, for imports that
-	// name a cluster; nil when every endpoint is in one cluster (then the
-	// service itself is that cluster's answer).
+	// name a cluster, rendered from pods on the first such lookup (split);
+	// nil when every endpoint is in one cluster (then the service itself is
+	// that cluster's answer).
 	perCluster  map[string]*Service
-	onlyCluster string // the one cluster, when perCluster is nil
+	onlyCluster string // the one cluster, when every endpoint is in it
+	split       sync.Once
+	cfg         *Config
+	pods        []*Pod // only until split
 }
 
 // InCluster returns the service's answers limited to cluster's endpoints
@@ -55,12 +66,31 @@ func (s *Service) InCluster(cluster string) *Service {
 	switch {
 	case cluster == "":
 		return s
-	case s.perCluster != nil:
-		return s.perCluster[cluster]
-	case cluster == s.onlyCluster:
-		return s
+	case s.onlyCluster != "":
+		if cluster == s.onlyCluster {
+			return s
+		}
+		return nil
 	}
-	return nil
+	s.split.Do(func() {
+		one := *s.cfg
+		one.Locality = Any
+		s.perCluster = map[string]*Service{}
+		sk := svcKey{s.Namespace, s.Name}
+		eps := endpoints(sk, s.pods)
+		for start := 0; start < len(eps); {
+			end := start
+			for end < len(eps) && eps[end].cluster == eps[start].cluster {
+				end++
+			}
+			c := renderService(one, sk, eps[start:end])
+			c.onlyCluster = eps[start].cluster
+			s.perCluster[c.onlyCluster] = c
+			start = end
+		}
+		s.pods, s.cfg = nil, nil
+	})
+	return s.perCluster[cluster]
 }
 
 // SRVSet is the SRV answer of one name with its additional addresses.
@@ -91,7 +121,7 @@ type entry struct {
 
 func (e *entry) get() *Service {
 	e.once.Do(func() {
-		e.svc = buildService(*e.cfg, e.sk, e.pods)
+		e.svc = buildService(e.cfg, e.sk, e.pods)
 		e.pods = nil // the rendered answers are all that is needed now
 	})
 	return e.svc
@@ -167,7 +197,25 @@ type portRef struct {
 
 // buildService renders one service from the Pods that export it; nil when
 // none of them is ready (the name then does not exist).
-func buildService(cfg Config, sk svcKey, pods []*Pod) *Service {
+func buildService(cfg *Config, sk svcKey, pods []*Pod) *Service {
+	eps := endpoints(sk, pods)
+	if len(eps) == 0 {
+		return nil
+	}
+	s := renderService(*cfg, sk, eps)
+	if eps[0].cluster == eps[len(eps)-1].cluster { // sorted: one cluster
+		s.onlyCluster = eps[0].cluster
+	} else {
+		// Few names ask for one cluster's answers (imports that name a
+		// cluster): they are rendered when first asked (InCluster).
+		s.cfg, s.pods = cfg, pods
+	}
+	return s
+}
+
+// endpoints lists the ready endpoints of sk among pods, sorted by cluster,
+// hostname and address.
+func endpoints(sk svcKey, pods []*Pod) []endpoint {
 	var eps []endpoint
 	for _, p := range pods {
 		if !p.Ready || len(p.IPs) == 0 {
@@ -187,40 +235,59 @@ func buildService(cfg Config, sk svcKey, pods []*Pod) *Service {
 			eps = append(eps, ep)
 		}
 	}
-	if len(eps) == 0 {
-		return nil
-	}
 	slices.SortFunc(eps, func(a, b endpoint) int {
 		return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.hostname, b.hostname), a.ips[0].Compare(b.ips[0]))
 	})
-	s := renderService(cfg, sk, eps)
-	if eps[0].cluster == eps[len(eps)-1].cluster { // sorted: one cluster
-		s.onlyCluster = eps[0].cluster
-		return s
-	}
-	s.perCluster = map[string]*Service{}
-	one := cfg
-	one.Locality = Any
-	for start := 0; start < len(eps); {
-		end := start
-		for end < len(eps) && eps[end].cluster == eps[start].cluster {
-			end++
-		}
-		c := renderService(one, sk, eps[start:end])
-		c.onlyCluster = eps[start].cluster
-		s.perCluster[eps[start].cluster] = c
-		start = end
-	}
-	return s
+	return eps
 }
 
 // renderService precomputes the answers of one service from its ready
 // endpoints, sorted by cluster.
 func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
-
 	fqdn := sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone
 	s := &Service{Namespace: sk.Namespace, Name: sk.Name, SRV: map[string]*SRVSet{}, Hosts: make(map[string]*Host, len(eps)), Endpoints: len(eps)}
 	shareData(eps, fqdn)
+
+	// Every endpoint's own records, in eps order, in one array per family,
+	// sized first so that the hosts' slices into them stay put. The service's
+	// addresses and the SRV sets' additional ones are cut from these arrays
+	// when they are the same records in the same order (see cut).
+	all4, all6 := 0, 0
+	for _, ep := range eps {
+		for _, ip := range ep.raw {
+			if len(ip) == net.IPv4len {
+				all4++
+			} else {
+				all6++
+			}
+		}
+	}
+	hostA, hostAAAA := make([]dns.A, 0, all4), make([]dns.AAAA, 0, all6)
+	slab := make([]Host, 0, len(eps))
+	for _, ep := range eps {
+		key := hostKey(ep)
+		h := s.Hosts[key]
+		if h != nil {
+			// Another endpoint with this hostname in this cluster: its
+			// slices are full, so these appends copy them out of the arrays.
+			for i, ip := range ep.ips {
+				if !hasAddr(h, ip) {
+					h.A, h.AAAA = appendAddr(h.A, h.AAAA, ep.owner, cfg.TTL, ep.raw[i])
+				}
+			}
+			continue
+		}
+		slab = append(slab, Host{})
+		h = &slab[len(slab)-1]
+		s.Hosts[key] = h
+		start4, start6 := len(hostA), len(hostAAAA)
+		for i, ip := range ep.ips {
+			if !hasAddr(h, ip) {
+				hostA, hostAAAA = appendAddr(hostA, hostAAAA, ep.owner, cfg.TTL, ep.raw[i])
+				h.A, h.AAAA = full(hostA[start4:]), full(hostAAAA[start6:])
+			}
+		}
+	}
 
 	selected := eps
 	if cfg.Locality == PreferLocal {
@@ -261,20 +328,9 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 			s.A, s.AAAA = appendAddr(s.A, s.AAAA, fqdn, cfg.TTL, ep.raw[i])
 		}
 	}
-
-	for _, ep := range eps {
-		key := hostKey(ep)
-		h := s.Hosts[key]
-		if h == nil {
-			h = &Host{}
-			s.Hosts[key] = h
-		}
-		for i, ip := range ep.ips {
-			if !hasAddr(h, ip) {
-				h.A, h.AAAA = appendAddr(h.A, h.AAAA, ep.owner, cfg.TTL, ep.raw[i])
-			}
-		}
-	}
+	// The handler names the owner of these: only the addresses must match.
+	s.A = cut(hostA, s.A, func(a, b *dns.A) bool { return bytes.Equal(a.A, b.A) })
+	s.AAAA = cut(hostAAAA, s.AAAA, func(a, b *dns.AAAA) bool { return bytes.Equal(a.AAAA, b.AAAA) })
 
 	for _, ep := range selected {
 		target := ep.owner
@@ -297,15 +353,68 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 			}
 		}
 	}
-	for _, set := range s.SRV {
+	all := s.SRV[""]
+	for prefix, set := range s.SRV {
 		if n := len(set.SRV); n > 0 {
 			w := uint16(max(1, 100/n))
 			for i := range set.SRV {
 				set.SRV[i].Weight = w
 			}
 		}
+		set.ExtraA = cut(hostA, set.ExtraA, func(a, b *dns.A) bool { return a.Hdr.Name == b.Hdr.Name && bytes.Equal(a.A, b.A) })
+		set.ExtraAAAA = cut(hostAAAA, set.ExtraAAAA, func(a, b *dns.AAAA) bool { return a.Hdr.Name == b.Hdr.Name && bytes.Equal(a.AAAA, b.AAAA) })
+		if prefix != "" && sameSRV(set, all) {
+			s.SRV[prefix] = all
+		}
 	}
 	return s
+}
+
+// full is s with its capacity cut to its length (nil when empty): an append
+// to it copies, so it never writes into what s is cut from.
+func full[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s[:len(s):len(s)]
+}
+
+// cut returns the run of pool that holds the same records as got, in the same
+// order, so that got's own array can go; got itself when pool has no such run
+// (it tries the first few places where got's first record is found).
+func cut[T any](pool, got []T, same func(a, b *T) bool) []T {
+	if len(got) == 0 {
+		return got
+	}
+	tries := 0
+	for i := 0; i+len(got) <= len(pool) && tries < 4; i++ {
+		if !same(&pool[i], &got[0]) {
+			continue
+		}
+		tries++
+		j := 1
+		for j < len(got) && same(&pool[i+j], &got[j]) {
+			j++
+		}
+		if j == len(got) {
+			return full(pool[i : i+len(got)])
+		}
+	}
+	return got
+}
+
+// sameSRV reports whether two sets answer alike (owner names aside): the same
+// targets and ports in the same order, so the same additional addresses.
+func sameSRV(a, b *SRVSet) bool {
+	if a == nil || b == nil || len(a.SRV) != len(b.SRV) || len(a.SRV) == 0 {
+		return false
+	}
+	for i := range a.SRV {
+		if a.SRV[i].Target != b.SRV[i].Target || a.SRV[i].Port != b.SRV[i].Port {
+			return false
+		}
+	}
+	return true
 }
 
 func addSRV(set *SRVSet, owner, target string, port uint16, ttl uint32, h *Host) {

@@ -576,3 +576,70 @@ func TestRandomOpsMatchModel(t *testing.T) {
 		}
 	}
 }
+
+// Rendering shares what answers alike: with one named port, the service's SRV
+// answer and the port's are one set; with two ports they differ; the
+// service's addresses and the SRV additional records are the endpoints' own
+// records, and two endpoints with one hostname still answer apart from the
+// next one. One cluster's answers of a multi-cluster service are rendered on
+// first ask, once, whoever asks at the same time.
+func TestRenderSharing(t *testing.T) {
+	tb := New(cfg())
+	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("web", httpPort)))
+	tb.Upsert(pod("edge-b", "default", "b", "", true, []string{"10.1.0.1"}, export("web", httpPort)))
+	dnsPort := annotation.Port{Name: "dns", Port: 53, TargetPort: 5353, Protocol: "UDP"}
+	tb.Upsert(pod("edge-a", "default", "c", "", true, []string{"10.0.0.3"}, export("two", httpPort, dnsPort)))
+	tb.Upsert(pod("edge-a", "default", "x", "a-dup", true, []string{"10.0.3.1"}, export("dup")))
+	tb.Upsert(pod("edge-a", "default", "y", "a-dup", true, []string{"10.0.3.2"}, export("dup")))
+	tb.Upsert(pod("edge-a", "default", "z", "b", true, []string{"10.0.3.3"}, export("dup")))
+	ix := tb.Rebuild()
+
+	for host, want := range map[string][]string{"a-dup": {"10.0.3.1", "10.0.3.2"}, "b": {"10.0.3.3"}} {
+		if got := addrs(ix.Lookup(host+".edge-a.dup.default.svc."+zone, dns.TypeA)); !slices.Equal(got, want) {
+			t.Errorf("%s.edge-a.dup: %v, want %v", host, got, want)
+		}
+	}
+	if got := addrs(ix.Lookup("dup.default.svc."+zone, dns.TypeA)); !slices.Equal(got, []string{"10.0.3.1", "10.0.3.2", "10.0.3.3"}) {
+		t.Errorf("dup: %v", got)
+	}
+
+	web := ix.Service("default", "web")
+	if web.SRV[""] != web.SRV["_http._tcp"] {
+		t.Error("one named port: the service's and the port's SRV sets are not shared")
+	}
+	own := web.Hosts["10-0-0-1.edge-a"].A
+	if &web.A[0] != &own[0] || &web.SRV[""].ExtraA[0] != &own[0] {
+		t.Error("the service's addresses or the SRV additional records copy the endpoint's records")
+	}
+	two := ix.Service("default", "two")
+	if two.SRV[""] == two.SRV["_http._tcp"] || two.SRV["_http._tcp"] == two.SRV["_dns._udp"] {
+		t.Error("two named ports: sets that answer differently are shared")
+	}
+	if got := srvs(ix.Lookup("_dns._udp.two.default.svc."+zone, dns.TypeSRV)); !slices.Equal(got, []string{"5353 10-0-0-3.edge-a.two.default.svc." + zone}) {
+		t.Errorf("_dns._udp.two: %v", got)
+	}
+	if got := srvs(ix.Lookup("two.default.svc."+zone, dns.TypeSRV)); len(got) != 2 {
+		t.Errorf("two: %v", got)
+	}
+
+	if web.perCluster != nil || web.pods == nil {
+		t.Fatal("per-cluster answers rendered before anyone asked")
+	}
+	var wg sync.WaitGroup
+	got := make([]*Service, 8)
+	for i := range got {
+		wg.Go(func() { got[i] = web.InCluster("edge-b") })
+	}
+	wg.Wait()
+	for _, s := range got {
+		if s != got[0] {
+			t.Fatal("concurrent first asks rendered twice")
+		}
+	}
+	if a := addrs(got[0].lookup("", dns.TypeA)); !slices.Equal(a, []string{"10.1.0.1"}) {
+		t.Errorf("edge-b: %v", a)
+	}
+	if web.pods != nil || web.cfg != nil {
+		t.Error("the records are kept after the split")
+	}
+}
