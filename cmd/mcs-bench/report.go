@@ -114,6 +114,24 @@ func (r *results) qps(mode, qtype, name string) float64 {
 	return median(xs)
 }
 
+// cpuPerAnswer is the median CoreDNS CPU time per answered query of a point,
+// and the median share of the run's wall time that CoreDNS was on a CPU;
+// NaN when not measured.
+func (r *results) cpuPerAnswer(mode, qtype, name string) (perAnswer, busy float64) {
+	ps := r.QPS[mode+"/"+qtype+"/"+name]
+	var xs, bs []float64
+	for _, p := range ps {
+		if p.CPU > 0 && p.Completed > 0 && p.Took > 0 {
+			xs = append(xs, p.CPUPerAnswer().Seconds())
+			bs = append(bs, p.CPU.Seconds()/p.Took.Seconds())
+		}
+	}
+	if len(xs) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return median(xs), median(bs)
+}
+
 func (r *results) mem(name, when string) (memPoint, bool) {
 	for _, m := range r.Mem {
 		if m.Contender == name && m.When == when {

@@ -114,12 +114,25 @@ func throughput(ctx context.Context, b *bench, res *results, w *world, pin bool)
 					continue
 				}
 				raw := filepath.Join(cfg.Raw, fmt.Sprintf("dnsperf-%s-%s-%s-run%d.txt", mode, qtype, slug(c.Name), run+1))
+				pid := c.d.Process().PID()
+				cpu0, err := procCPU(pid)
+				if err != nil {
+					b.Fatalf("%s: %v", c.Name, err)
+				}
+				start := time.Now()
 				p, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: w.queries[qtype], Duration: cfg.Duration,
 					Clients: cfg.Clients, Pin: dnsperfPin, Raw: raw})
 				if err != nil {
 					b.Fatalf("%s %s %s: %v", mode, qtype, c.Name, err)
 				}
-				b.Logf("%s %-4s %-24s run %d: %8.0f QPS, %d lost, %s", mode, qtype, c.Name, run+1, p.QPS, p.Lost, p.Rcodes)
+				p.Took = time.Since(start)
+				cpu1, err := procCPU(pid)
+				if err != nil {
+					b.Fatalf("%s: %v", c.Name, err)
+				}
+				p.CPU = cpu1 - cpu0
+				b.Logf("%s %-4s %-24s run %d: %8.0f QPS, %d lost, %s; CoreDNS CPU %s (%.1f µs per answer)", mode, qtype, c.Name, run+1,
+					p.QPS, p.Lost, p.Rcodes, p.CPU, float64(p.CPUPerAnswer())/1e3)
 				res.addQPS(mode, qtype, c.Name, p)
 			}
 		}
