@@ -63,7 +63,8 @@ func toSlim(cluster string) func(any) (any, error) {
 
 // parseCache remembers the parse of recent export annotations, so that the
 // Pods of one service, which carry the same annotation, share one
-// table.Common (records are immutable) and each annotation is parsed once. It holds at most maxCachedBytes of annotation text, then starts over.
+// table.Common (records are immutable) and each annotation is parsed once.
+// It holds at most maxCachedBytes of annotation text, then starts over.
 type parseCache struct {
 	cluster string
 	mu      sync.Mutex
