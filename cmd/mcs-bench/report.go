@@ -231,6 +231,10 @@ func checkSane(r *results) {
 					if !(p.QPS > 0) || p.Completed == 0 {
 						bad("%s %s %s: QPS %.0f, %d completed", mode, q, c, p.QPS, p.Completed)
 					}
+					// CoreDNS worked during the run, on at most every CPU.
+					if p.CPU <= 0 || p.Took <= 0 || p.CPU.Seconds() > 1.05*p.Took.Seconds()*float64(runtime.NumCPU()) {
+						bad("%s %s %s: CoreDNS CPU %s in a run of %s", mode, q, c, p.CPU, p.Took)
+					}
 					if !strings.HasPrefix(p.Rcodes, "NOERROR") || strings.Contains(p.Rcodes, "NXDOMAIN") || strings.Contains(p.Rcodes, "SERVFAIL") {
 						bad("%s %s %s: response codes %q, want NOERROR only", mode, q, c, p.Rcodes)
 					}
