@@ -252,16 +252,7 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 	// sized first so that the hosts' slices into them stay put. The service's
 	// addresses and the SRV sets' additional ones are cut from these arrays
 	// when they are the same records in the same order (see cut).
-	all4, all6 := 0, 0
-	for _, ep := range eps {
-		for _, ip := range ep.raw {
-			if len(ip) == net.IPv4len {
-				all4++
-			} else {
-				all6++
-			}
-		}
-	}
+	all4, all6 := countAddrs(eps)
 	hostA, hostAAAA := make([]dns.A, 0, all4), make([]dns.AAAA, 0, all6)
 	slab := make([]Host, 0, len(eps))
 	for _, ep := range eps {
@@ -302,16 +293,7 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 		}
 	}
 
-	n4, n6 := 0, 0
-	for _, ep := range selected {
-		for _, ip := range ep.raw {
-			if len(ip) == net.IPv4len {
-				n4++
-			} else {
-				n6++
-			}
-		}
-	}
+	n4, n6 := countAddrs(selected)
 	if n4 > 0 {
 		s.A = make([]dns.A, 0, n4)
 	}
@@ -368,6 +350,20 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 		}
 	}
 	return s
+}
+
+// countAddrs counts the IPv4 and IPv6 addresses of eps.
+func countAddrs(eps []endpoint) (n4, n6 int) {
+	for _, ep := range eps {
+		for _, ip := range ep.raw {
+			if len(ip) == net.IPv4len {
+				n4++
+			} else {
+				n6++
+			}
+		}
+	}
+	return n4, n6
 }
 
 // full is s with its capacity cut to its length (nil when empty): an append
