@@ -369,6 +369,7 @@ func TestOnPodChangeAndCodec(t *testing.T) {
 		t.Fatalf("legacy JSON: %+v, %v", back, err)
 	}
 	bad := [][]byte{nil, []byte("x{}"), []byte("j{"), []byte(`j{"c":"edge-a"}`), []byte("j[]"),
+		[]byte(`j{"n":"p","r":true}`), // no cluster or namespace at all: no Common
 		b[:len(b)/2], append(append([]byte(nil), b...), 0), []byte("b\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")}
 	for _, x := range bad {
 		if _, err := DecodePod(x); err == nil {
