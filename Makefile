@@ -24,7 +24,7 @@ test: unit e2e bench-smoke ## All tests: unit, end-to-end and the benchmark prog
 # --- tools, e2e and demo (real etcd + kube-apiserver, no Docker) -------------
 # (owned by the e2e harness work: see test/README.md)
 .PHONY: tools e2e demo
-tools: ## Build etcd and kube-apiserver into .cache/tools; install dig and dnsperf
+tools: ## Build etcd and kube-apiserver into .cache/tools; install dig, dnsperf and valgrind
 	$(ROOT)/tools/install.sh
 e2e: build tools ## End-to-end tests against real kube-apiservers and bin/coredns
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns \

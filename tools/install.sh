@@ -3,7 +3,8 @@
 #
 #   - etcd            built from tools/etcd/go.mod  into .cache/tools/etcd-<version>/etcd
 #   - kube-apiserver  built from tools/k8s/go.mod   into .cache/tools/kube-apiserver-<version>/kube-apiserver
-#   - dig, dnsperf    Debian packages bind9-dnsutils and dnsperf (apt-get update only when needed)
+#   - dig, dnsperf,   Debian packages bind9-dnsutils, dnsperf and valgrind (apt-get update
+#     valgrind        only when needed); valgrind's callgrind counts instructions in `make bench`
 #
 # The versions come from the go.mod files, so bumping a version there makes a new
 # cache folder and a rebuild; an existing binary is never rebuilt. Binaries are
@@ -78,8 +79,9 @@ install_dns() {
 	local t0 missing=()
 	command -v dig >/dev/null || missing+=(bind9-dnsutils)
 	command -v dnsperf >/dev/null || missing+=(dnsperf)
+	command -v callgrind_control >/dev/null || missing+=(valgrind)
 	if ((${#missing[@]} == 0)); then
-		echo "tools: dig and dnsperf present"
+		echo "tools: dig, dnsperf and valgrind present"
 		return
 	fi
 	local sudo=()

@@ -46,7 +46,9 @@ type config struct {
 	Changes       int
 	CutFor        time.Duration
 	GoBench       bool
-	Stages        string // comma-separated subset of gobench,cold,dns,live; "" for all
+	InstrRuns     int    // counted callgrind runs per contender and query type
+	InstrQueries  int    // queries in one counted run (whole passes through the query file)
+	Stages        string // comma-separated subset of gobench,cold,dns,instr,live; "" for all
 
 	Out string // BENCHMARKS.md
 	Raw string // folder for raw output
@@ -71,7 +73,9 @@ func parseFlags() config {
 	flag.IntVar(&c.Changes, "changes", 100, "annotation changes per propagation test")
 	flag.DurationVar(&c.CutFor, "cut", 10*time.Second, "how long the link to the API server stays cut in the resync test")
 	flag.BoolVar(&c.GoBench, "gobench", true, "also run the plugin's Go benchmarks (heap per endpoint, cold load, ServeDNS allocations)")
-	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, dns (throughput, latency, memory), live (propagation, resync); default all")
+	flag.IntVar(&c.InstrRuns, "instr-runs", 3, "counted runs of each contender and query type under callgrind (instructions per answer)")
+	flag.IntVar(&c.InstrQueries, "instr-queries", 10000, "queries in one counted callgrind run (rounded up to whole passes through the query file)")
+	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, dns (throughput, latency, memory), instr (instructions per answer, under callgrind), live (propagation, resync); default all")
 	flag.StringVar(&c.Out, "out", "", "report file (default BENCHMARKS.md at the repository root; bench/raw/smoke/BENCHMARKS.md with -smoke)")
 	flag.StringVar(&c.Raw, "raw", "", "folder for raw output (default bench/raw/<UTC time>, bench/raw/smoke with -smoke)")
 	flag.Parse()
@@ -95,6 +99,8 @@ func parseFlags() config {
 		def("changes", func() { c.Changes = 10 })
 		def("cut", func() { c.CutFor = 2 * time.Second })
 		def("gobench", func() { c.GoBench = false })
+		def("instr-queries", func() { c.InstrQueries = 600 })
+		def("instr-runs", func() { c.InstrRuns = 2 })
 	}
 	c.Command = "go run ./cmd/mcs-bench " + strings.Join(os.Args[1:], " ")
 	return c
@@ -177,7 +183,7 @@ func run(ctx context.Context, b *bench, res *results) {
 	if cfg.wants("cold") {
 		stage(b, res, "cold start from a snapshot", func() { coldStart(b, res) })
 	}
-	if !cfg.wants("dns") && !cfg.wants("live") {
+	if !cfg.wants("dns") && !cfg.wants("instr") && !cfg.wants("live") {
 		return
 	}
 	var env *world
@@ -188,6 +194,9 @@ func run(ctx context.Context, b *bench, res *results) {
 	if cfg.wants("dns") {
 		stage(b, res, "QPS and latency, pinned", func() { throughput(ctx, b, res, env, true) })
 		stage(b, res, "QPS, unpinned; heap and RSS", func() { throughput(ctx, b, res, env, false) })
+	}
+	if cfg.wants("instr") {
+		stage(b, res, "instructions per answer (callgrind)", func() { instructions(ctx, b, res, env) })
 	}
 	if cfg.wants("live") {
 		stage(b, res, "propagation and resync", func() { liveChanges(b, res, env) })
@@ -228,9 +237,13 @@ func stage(b *bench, res *results, name string, f func()) {
 // preflight checks the tools and records the machine.
 func preflight(b *bench, res *results) {
 	harness.RequireTools(b)
-	for _, tool := range []string{"dnsperf", "taskset", "go"} {
+	tools := []string{"dnsperf", "taskset", "go"}
+	if res.Cfg.wants("instr") {
+		tools = append(tools, "valgrind", "callgrind_control", "callgrind_annotate")
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			b.Fatalf("%s not found (`make tools` installs dnsperf)", tool)
+			b.Fatalf("%s not found (`make tools` installs dnsperf and valgrind)", tool)
 		}
 	}
 	res.Machine = machine(res.Root)

@@ -78,6 +78,8 @@ type dnsperfOpts struct {
 	Clients  int
 	Pin      string // taskset CPU list for dnsperf, "" for none
 	Rate     int    // -Q: queries per second, 0 for as fast as possible
+	Passes   int    // -n: stop after this many passes through File (Duration still bounds the run); 0 for no limit
+	Window   int    // -q: most queries outstanding at once; 0 for dnsperf's default (100)
 	Verbose  bool   // -v: per-query output, for latency percentiles
 	Raw      string // where to keep the output
 }
@@ -89,6 +91,12 @@ func runDNSPerf(ctx context.Context, o dnsperfOpts) (perf, error) {
 		"-l", strconv.Itoa(int(o.Duration.Seconds())), "-c", strconv.Itoa(o.Clients), "-t", "2"}
 	if o.Rate > 0 {
 		args = append(args, "-Q", strconv.Itoa(o.Rate))
+	}
+	if o.Passes > 0 {
+		args = append(args, "-n", strconv.Itoa(o.Passes))
+	}
+	if o.Window > 0 {
+		args = append(args, "-q", strconv.Itoa(o.Window))
 	}
 	if o.Verbose {
 		args = append(args, "-v")
@@ -179,23 +187,56 @@ func vmRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS for PID %d", pid)
 }
 
-var reHeapAlloc = regexp.MustCompile(`# HeapAlloc = (\d+)`)
+var (
+	reHeapAlloc  = regexp.MustCompile(`# HeapAlloc = (\d+)`)
+	reTotalAlloc = regexp.MustCompile(`# TotalAlloc = (\d+)`)
+	reMallocs    = regexp.MustCompile(`# Mallocs = (\d+)`)
+)
 
-// heapAlloc asks CoreDNS's pprof listener for the heap in use after a GC.
-func heapAlloc(pprofAddr string) (int64, error) {
-	hc := &http.Client{Timeout: 30 * time.Second}
-	resp, err := hc.Get("http://" + pprofAddr + "/debug/pprof/heap?debug=1&gc=1")
+// memStats asks CoreDNS's pprof listener for the bytes and the number of
+// heap allocations made since the process started (no GC is forced).
+func memStats(pprofAddr string) (totalAlloc, mallocs int64, err error) {
+	b, err := getHeapDebug(pprofAddr, "")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
+	}
+	m1, m2 := reTotalAlloc.FindSubmatch(b), reMallocs.FindSubmatch(b)
+	if m1 == nil || m2 == nil {
+		return 0, 0, fmt.Errorf("no TotalAlloc or Mallocs in the heap profile")
+	}
+	totalAlloc, _ = strconv.ParseInt(string(m1[1]), 10, 64)
+	mallocs, _ = strconv.ParseInt(string(m2[1]), 10, 64)
+	return totalAlloc, mallocs, nil
+}
+
+// getHeapDebug fetches /debug/pprof/heap?debug=1 (the text form, which ends
+// with runtime.MemStats), with extra query parameters.
+func getHeapDebug(pprofAddr, extra string) ([]byte, error) {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Get("http://" + pprofAddr + "/debug/pprof/heap?debug=1" + extra)
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	return b, nil
+}
+
+// heapAlloc asks CoreDNS's pprof listener for the heap in use after a GC.
+func heapAlloc(pprofAddr string) (int64, error) {
+	b, err := getHeapDebug(pprofAddr, "&gc=1")
 	if err != nil {
 		return 0, err
 	}
 	m := reHeapAlloc.FindSubmatch(b)
 	if m == nil {
-		return 0, fmt.Errorf("no HeapAlloc in the heap profile (status %s)", resp.Status)
+		return 0, fmt.Errorf("no HeapAlloc in the heap profile")
 	}
 	return strconv.ParseInt(string(m[1]), 10, 64)
 }

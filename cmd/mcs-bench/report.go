@@ -33,6 +33,7 @@ type results struct {
 	NewStack     []newStackShare
 	GoBench      []string
 	Cold         *coldResult
+	Instr        []instrPoint
 	Prop         []propResult
 	Resync       resyncResult
 }
@@ -110,6 +111,22 @@ func (r *results) qps(mode, qtype, name string) float64 {
 	xs := make([]float64, len(ps))
 	for i, p := range ps {
 		xs[i] = p.QPS
+	}
+	return median(xs)
+}
+
+// instrPerAnswer is the median over a contender's counted callgrind runs of
+// a per-answer figure of each (instrPoint.Answering, say), NaN when not
+// measured.
+func (r *results) instrPerAnswer(qtype, name string, f func(instrPoint) float64) float64 {
+	var xs []float64
+	for _, p := range r.Instr {
+		if p.QType == qtype && p.Contender == name && p.Answers > 0 {
+			xs = append(xs, f(p))
+		}
+	}
+	if len(xs) == 0 {
+		return math.NaN()
 	}
 	return median(xs)
 }
@@ -271,6 +288,32 @@ func checkSane(r *results) {
 	}
 	if r.Resync.Took <= 0 || r.Resync.Probes == 0 {
 		bad("resync: not measured")
+	}
+	for _, q := range []string{"A", "SRV"} {
+		for _, c := range []string{ours, hosts, intree} {
+			if q == "SRV" && c == hosts {
+				continue
+			}
+			n := 0
+			for _, p := range r.Instr {
+				if p.QType != q || p.Contender != c {
+					continue
+				}
+				n++
+				// An answer takes more than a thousand instructions and
+				// fewer than a hundred million, and at least one heap
+				// allocation (the reply); every query was answered; the
+				// parts left out of "answering" are parts of the whole.
+				if pa := p.PerAnswer(); p.Lost > 0 || !(pa > 1e3 && pa < 1e8) || p.NewStack < 0 || p.GCMark < 0 ||
+					p.NewStack+p.GCMark >= p.Instr || p.Allocs < int64(p.Answers) || p.AllocBytes <= 0 {
+					bad("callgrind %s %s run %d: %d answers, %d lost, %.0f instructions per answer (%d in newstack, %d in GC marking of %d), %d allocations of %d B",
+						q, c, p.Run, p.Answers, p.Lost, pa, p.NewStack, p.GCMark, p.Instr, p.Allocs, p.AllocBytes)
+				}
+			}
+			if n != r.Cfg.InstrRuns {
+				bad("callgrind %s %s: %d counted runs, want %d", q, c, n, r.Cfg.InstrRuns)
+			}
+		}
 	}
 	if r.Cfg.GoBench && len(r.GoBench) == 0 {
 		bad("no Go benchmark output")

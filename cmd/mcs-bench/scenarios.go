@@ -90,7 +90,11 @@ func throughput(ctx context.Context, b *bench, res *results, w *world, pin bool)
 	}
 	cs := w.contenders(b)
 	for _, c := range cs {
-		took := c.start(b, pin, w.wrapper, w.ds, w.sample)
+		wrapper := ""
+		if pin {
+			wrapper = w.wrapper
+		}
+		took := c.start(b, wrapper, w.ds, w.sample, startBound)
 		b.Logf("%s (%s, PID %d) answers every sample correctly %s after start", c.Name, mode, c.d.Process().PID(), took.Round(time.Millisecond))
 		res.setSync(mode, c.Name, took)
 	}
@@ -147,7 +151,7 @@ func throughput(ctx context.Context, b *bench, res *results, w *world, pin bool)
 			"CLUSTER": clusterB, "KUBECONFIG": w.b.Kubeconfig, "PEERS": "",
 			"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
 		empty := dataset{cluster: clusterB, services: 0, endpoints: 1, namespaces: 1}
-		base.start(b, false, "", empty, nil)
+		base.start(b, "", empty, nil, startBound)
 		time.Sleep(time.Second)
 		res.memory(b, base, "loaded")
 		base.stop(b)
@@ -242,7 +246,7 @@ func liveChanges(b *bench, res *results, w *world) {
 		"CLUSTER": clusterA, "KUBECONFIG": w.a.KubeconfigVia(b, proxy),
 		"PEERS":    fmt.Sprintf("        peer %s %s\n", clusterB, w.b.Kubeconfig),
 		"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
-	c.start(b, false, "", w.ds, w.sample)
+	c.start(b, "", w.ds, w.sample, startBound)
 	defer c.keepLog(cfg.Raw, "live")
 	defer c.stop(b)
 
@@ -413,7 +417,7 @@ func coldStart(b *bench, res *results) {
 	empty := filepath.Join(dir, "empty.db")
 	base := &contender{Name: ours + " (empty snapshot)", tmpl: oursCorefile, vars: map[string]string{
 		"CLUSTER": clusterA, "KUBECONFIG": kc, "PEERS": "", "SNAPSHOT": empty}}
-	base.start(b, false, "", dataset{cluster: clusterA, endpoints: 1, namespaces: 1}, nil)
+	base.start(b, "", dataset{cluster: clusterA, endpoints: 1, namespaces: 1}, nil, startBound)
 	time.Sleep(500 * time.Millisecond)
 	res.memory(b, base, "no API server, empty snapshot")
 	r.HeapEmpty = res.Mem[len(res.Mem)-1].Heap
@@ -440,7 +444,7 @@ func coldStart(b *bench, res *results) {
 	c := &contender{Name: ours + " (cold)", tmpl: oursCorefile, vars: map[string]string{
 		"CLUSTER": clusterA, "KUBECONFIG": kc, "PEERS": "", "SNAPSHOT": snap}}
 	sample := sampleOf(ds, 25)
-	c.start(b, false, "", ds, sample)
+	c.start(b, "", ds, sample, startBound)
 	if m := regexp.MustCompile(`loaded (\d+) records`).FindStringSubmatch(c.d.Log()); m != nil {
 		r.Loaded, _ = strconv.Atoi(m[1])
 	}

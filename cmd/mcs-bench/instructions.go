@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+// Instructions per answer, counted by valgrind's callgrind: the machine
+// instructions a contender's CoreDNS executes (user space, every thread: the
+// server, the plugin, the Go runtime and its garbage collector; not the
+// kernel's share of the UDP system calls) while it answers the query file.
+// Unlike QPS and CPU time, the count does not change with what else the
+// machine is doing or how fast its virtual CPU is at the moment, so these
+// ratios repeat from run to run. It is not time: a cache miss and an add
+// count alike.
+
+// instrPoint is one counted pass of a contender over a query file.
+type instrPoint struct {
+	Contender, QType string
+	Run              int
+	Instr            int64  // instructions while the queries ran
+	Answers          int    // queries answered (dnsperf's "completed")
+	Lost             int    // queries not answered within dnsperf's timeout
+	NewStack         int64  // of Instr, in runtime.newstack (inclusive): growing the stacks of the goroutines that serve queries
+	GCMark           int64  // of Instr, in runtime.gcBgMarkWorker (inclusive): the garbage collector's background marking
+	AllocBytes       int64  // bytes the Go heap allocated during the run (TotalAlloc, from the pprof listener)
+	Allocs           int64  // heap allocations during the run (Mallocs)
+	Top              string // callgrind_annotate, the functions with the most instructions of their own
+	Dump             string // the callgrind output file
+}
+
+// perAnswer divides a count of the run by the queries answered.
+func (p instrPoint) perAnswer(n int64) float64 {
+	if p.Answers == 0 {
+		return 0
+	}
+	return float64(n) / float64(p.Answers)
+}
+
+// PerAnswer is the instructions per answered query, all of them.
+func (p instrPoint) PerAnswer() float64 { return p.perAnswer(p.Instr) }
+
+// Answering is the instructions per answer outside stack growth and the
+// garbage collector's background marking: the part that repeats from run to
+// run. The two left out depend on the runtime's state when the run starts
+// (the size new goroutines' stacks start at adapts to the stacks the last
+// GC saw; a cycle of GC falls into a run or not) and change between runs
+// of the same binary by up to a third of the total.
+func (p instrPoint) Answering() float64 { return p.perAnswer(p.Instr - p.NewStack - p.GCMark) }
+
+// instrRunBound bounds one counted run: valgrind runs CoreDNS about 20 to 50
+// times slower than natively (a little over 1,000 answers a second here).
+const instrRunBound = 10 * time.Minute
+
+// instructions starts each contender under callgrind, one after the other,
+// and counts the instructions of InstrRuns passes of about InstrQueries
+// queries each, for A and for SRV, after one pass that is not counted (so
+// that our plugin has rendered each answer once, as it does on a name's
+// first query, and every contender's caches and pools are warm).
+func instructions(ctx context.Context, b *bench, res *results, w *world) {
+	cfg := res.Cfg
+	dir := harness.TempDir(b)
+	passes := max(1, (cfg.InstrQueries+w.ds.services-1)/w.ds.services)
+	for _, c := range w.contenders(b) {
+		name := slug(c.Name)
+		out := filepath.Join(cfg.Raw, "callgrind-"+name+".out")
+		wrapper := callgrindWrapper(b, dir, name, out)
+		// Valgrind takes a few seconds to start, and every list the
+		// contender makes at start is slower by the same factor.
+		took := c.start(b, wrapper, w.ds, w.sample, 5*startBound)
+		pid := c.d.Process().PID()
+		b.Logf("%s under callgrind (PID %d) answers every sample correctly %s after start", c.Name, pid, took.Round(time.Millisecond))
+		func() {
+			defer c.stop(b)
+			defer c.keepLog(cfg.Raw, "callgrind-"+name)
+			for _, qtype := range []string{"A", "SRV"} {
+				if qtype == "SRV" && !c.SRV {
+					continue
+				}
+				warm := filepath.Join(cfg.Raw, fmt.Sprintf("dnsperf-callgrind-%s-%s-warmup.txt", qtype, name))
+				if _, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: w.queries[qtype], Duration: instrRunBound,
+					Clients: 1, Window: 20, Passes: 1, Raw: warm}); err != nil {
+					b.Fatalf("%s %s warm-up under callgrind: %v", c.Name, qtype, err)
+				}
+				for run := 1; run <= cfg.InstrRuns; run++ {
+					pt := countRun(ctx, b, c, w, cfg.Raw, qtype, run, passes, out)
+					res.Instr = append(res.Instr, pt)
+					b.Logf("callgrind %-4s %-24s run %d: %d answers (%d lost), instructions per answer %.0f: answering %.0f, stack growth %.0f, GC marking %.0f; %.0f B and %.1f allocations per answer",
+						qtype, c.Name, run, pt.Answers, pt.Lost, pt.PerAnswer(), pt.Answering(), pt.perAnswer(pt.NewStack), pt.perAnswer(pt.GCMark),
+						pt.perAnswer(pt.AllocBytes), pt.perAnswer(pt.Allocs))
+				}
+			}
+		}()
+	}
+}
+
+// countRun counts the instructions of one run of passes through the query
+// file: counters zeroed and counting switched on just before dnsperf
+// starts, off and dumped just after it ends.
+func countRun(ctx context.Context, b *bench, c *contender, w *world, raw, qtype string, run, passes int, out string) instrPoint {
+	pid := c.d.Process().PID()
+	tag := fmt.Sprintf("%s-%s-run%d", qtype, slug(c.Name), run)
+	before := callgrindDumps(out)
+	alloc0, mallocs0, err := memStats(c.pprof)
+	if err != nil {
+		b.Fatalf("%s: %v", c.Name, err)
+	}
+	callgrindControl(b, pid, "--zero")
+	callgrindControl(b, pid, "--instr=on")
+	p, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: w.queries[qtype], Duration: instrRunBound,
+		Clients: 1, Window: 20, Passes: passes, Raw: filepath.Join(raw, "dnsperf-callgrind-"+tag+".txt")})
+	callgrindControl(b, pid, "--instr=off")
+	callgrindControl(b, pid, "--dump="+tag)
+	if err != nil {
+		b.Fatalf("%s %s under callgrind: %v", c.Name, qtype, err)
+	}
+	alloc1, mallocs1, err := memStats(c.pprof)
+	if err != nil {
+		b.Fatalf("%s: %v", c.Name, err)
+	}
+	if want := passes * w.ds.services; p.Completed+p.Lost != want {
+		b.Fatalf("%s %s under callgrind: dnsperf sent %d queries, want %d (%d passes of %d): cut short by its %s bound?",
+			c.Name, qtype, p.Completed+p.Lost, want, passes, w.ds.services, instrRunBound)
+	}
+	dumps := callgrindDumps(out)
+	if len(dumps) != len(before)+1 {
+		b.Fatalf("%s: callgrind wrote %d dump files for one dump (%s*)", c.Name, len(dumps)-len(before), out)
+	}
+	dump := dumps[len(dumps)-1]
+	total, err := callgrindTotal(dump)
+	if err != nil {
+		b.Fatalf("%s: %v", c.Name, err)
+	}
+	pt := instrPoint{Contender: c.Name, QType: qtype, Run: run, Instr: total, Answers: p.Completed, Lost: p.Lost, Dump: dump,
+		AllocBytes: alloc1 - alloc0, Allocs: mallocs1 - mallocs0}
+	pt.NewStack, pt.GCMark, pt.Top, err = callgrindAnnotate(ctx, dump)
+	if err != nil {
+		b.Errorf("%s: callgrind_annotate: %v", c.Name, err)
+	}
+	return pt
+}
+
+// callgrindWrapper writes a script that execs bin/coredns under callgrind
+// (exec keeps the PID, so the harness stops valgrind, and CoreDNS in it,
+// itself). Counting starts switched off; countRun switches it on.
+// Two Go runtime settings make that work: cpu.rdtscp=off, because the
+// runtime reads the clock with RDTSCP where the CPU has it, an instruction
+// valgrind 3.19 cannot run (SIGILL; RDTSC instead); asyncpreemptoff=1,
+// because callgrind 3.19 fails an assertion on the SIGURG the runtime sends
+// to preempt a goroutine that runs long (goroutines that answer a query
+// yield long before that).
+func callgrindWrapper(t harness.T, dir, name, out string) string {
+	for _, old := range callgrindDumps(out) {
+		_ = os.Remove(old)
+	}
+	_ = os.Remove(out)
+	tools := harness.FindTools()
+	path := filepath.Join(dir, "coredns-callgrind-"+name)
+	script := fmt.Sprintf("#!/bin/sh\nGODEBUG=${GODEBUG:+$GODEBUG,}cpu.rdtscp=off,asyncpreemptoff=1 exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=%q %q \"$@\"\n", out, tools.CoreDNS)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return path
+}
+
+// callgrindControl sends a command to the callgrind running as pid and
+// waits until it has been carried out.
+func callgrindControl(t harness.T, pid int, arg string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "callgrind_control", arg, strconv.Itoa(pid)).CombinedOutput()
+	if err != nil || strings.Contains(string(out), "Error") {
+		t.Fatalf("callgrind_control %s %d: %v: %s", arg, pid, err, out)
+	}
+}
+
+// callgrindDumps lists the dump files of out (out.1, out.2, ...) in the
+// order they were written.
+func callgrindDumps(out string) []string {
+	matches, _ := filepath.Glob(out + ".*")
+	type numbered struct {
+		n    int
+		path string
+	}
+	var ds []numbered
+	for _, m := range matches {
+		if n, err := strconv.Atoi(strings.TrimPrefix(m, out+".")); err == nil {
+			ds = append(ds, numbered{n, m})
+		}
+	}
+	for i := 1; i < len(ds); i++ { // a handful of files: insertion sort
+		for j := i; j > 0 && ds[j].n < ds[j-1].n; j-- {
+			ds[j], ds[j-1] = ds[j-1], ds[j]
+		}
+	}
+	paths := make([]string, len(ds))
+	for i, d := range ds {
+		paths[i] = d.path
+	}
+	return paths
+}
+
+var reTotals = regexp.MustCompile(`(?m)^(?:totals|summary):\s+(\d+)\s*$`)
+
+// callgrindTotal is the instruction count of a callgrind dump.
+func callgrindTotal(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var best int64 = -1
+	for _, m := range reTotals.FindAllSubmatch(b, -1) {
+		n, err := strconv.ParseInt(string(m[1]), 10, 64)
+		if err == nil && n > best {
+			best = n
+		}
+	}
+	if best < 0 {
+		return 0, fmt.Errorf("%s: no totals line", path)
+	}
+	return best, nil
+}
+
+// reInclusive finds a function's inclusive count in callgrind_annotate
+// --inclusive=yes output. Both functions asked for run on the scheduler's
+// own stack and call no goroutine code, so their inclusive counts are sound
+// (the counts of functions that switch stacks, goexit and the like, are not).
+// Callgrind names a recursive call's cost NAME'2; the plain name is the
+// outermost call, which includes it.
+func reInclusive(function string) *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^\s*([0-9,]+) \(\s*[0-9.]+%\)\s+\S*:` + regexp.QuoteMeta(function) + ` \[`)
+}
+
+var (
+	reNewStack = reInclusive("runtime.newstack")
+	reGCMark   = reInclusive("runtime.gcBgMarkWorker")
+)
+
+// inclusiveCount is the count re finds, 0 when the function did not run.
+func inclusiveCount(re *regexp.Regexp, annotate []byte) int64 {
+	m := re.FindSubmatch(annotate)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.ReplaceAll(string(m[1]), ",", ""), 10, 64)
+	return n
+}
+
+// callgrindAnnotate returns the instructions of a dump in runtime.newstack
+// and in the GC's background marking, and its top functions by their own
+// instructions (both listings are kept beside the dump).
+func callgrindAnnotate(ctx context.Context, dump string) (newStack, gcMark int64, top string, err error) {
+	cx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	incl, err := exec.CommandContext(cx, "callgrind_annotate", "--inclusive=yes", dump).Output()
+	if err != nil {
+		return 0, 0, "", err
+	}
+	newStack, gcMark = inclusiveCount(reNewStack, incl), inclusiveCount(reGCMark, incl)
+	self, err := exec.CommandContext(cx, "callgrind_annotate", dump).Output()
+	if err != nil {
+		return newStack, gcMark, "", err
+	}
+	_ = os.WriteFile(dump+".top.txt", self, 0o644)
+	_ = os.WriteFile(dump+".inclusive.txt", incl, 0o644)
+	// The function lines follow the second "Ir  file:function" header.
+	var lines []string
+	in := false
+	for _, l := range strings.Split(string(self), "\n") {
+		if strings.Contains(l, "file:function") {
+			in = true
+			continue
+		}
+		if !in || strings.HasPrefix(l, "---") || strings.TrimSpace(l) == "" {
+			if in && len(lines) > 0 && strings.TrimSpace(l) == "" {
+				break
+			}
+			continue
+		}
+		lines = append(lines, shortenAnnotate(l))
+		if len(lines) == 15 {
+			break
+		}
+	}
+	return newStack, gcMark, strings.Join(lines, "\n"), nil
+}
+
+var reAnnotateLine = regexp.MustCompile(`^(\s*[0-9,]+ \(\s*[0-9.]+%\))\s+(\S*):(\S+)`)
+
+// shortenAnnotate keeps the count, share and function of an annotate line
+// (drops the file and the binary).
+func shortenAnnotate(l string) string {
+	if m := reAnnotateLine.FindStringSubmatch(l); m != nil {
+		return m[1] + "  " + m[3]
+	}
+	return l
+}
