@@ -16,12 +16,19 @@ import (
 
 // Instructions per answer, counted by valgrind's callgrind: the machine
 // instructions a contender's CoreDNS executes (user space, every thread: the
-// server, the plugin, the Go runtime and its garbage collector; not the
-// kernel's share of the UDP system calls) while it answers the query file.
-// Unlike QPS and CPU time, the count does not change with what else the
-// machine is doing or how fast its virtual CPU is at the moment, so these
-// ratios repeat from run to run. It is not time: a cache miss and an add
-// count alike.
+// server, the plugin and the Go runtime; not the kernel's share of the UDP
+// system calls) while it answers the query file. Unlike QPS and CPU time,
+// the count does not change with what else the machine is doing or how fast
+// its virtual CPU is at the moment, so these ratios repeat from run to run.
+// It is not time: a cache miss and an add count alike.
+//
+// CoreDNS runs with GOGC=off under callgrind. With the collector on, the
+// count changed by up to a third between runs of one process: a cycle fell
+// into a run or not, and the size new goroutines' stacks start at (which
+// the runtime adapts at each cycle to the stacks it saw) moved the cost of
+// growing them. With it off, every goroutine starts at the runtime's
+// smallest stack, and the collector's share is given by the heap bytes and
+// allocations per answer instead, which is what drives it.
 
 // instrPoint is one counted pass of a contender over a query file.
 type instrPoint struct {
@@ -30,8 +37,7 @@ type instrPoint struct {
 	Instr            int64  // instructions while the queries ran
 	Answers          int    // queries answered (dnsperf's "completed")
 	Lost             int    // queries not answered within dnsperf's timeout
-	NewStack         int64  // of Instr, in runtime.newstack (inclusive): growing the stacks of the goroutines that serve queries
-	GCMark           int64  // of Instr, in runtime.gcBgMarkWorker (inclusive): the garbage collector's background marking
+	StackGrowth      int64  // of Instr, in the runtime's functions that grow goroutine stacks (their own instructions)
 	AllocBytes       int64  // bytes the Go heap allocated during the run (TotalAlloc, from the pprof listener)
 	Allocs           int64  // heap allocations during the run (Mallocs)
 	Top              string // callgrind_annotate, the functions with the most instructions of their own
@@ -46,16 +52,8 @@ func (p instrPoint) perAnswer(n int64) float64 {
 	return float64(n) / float64(p.Answers)
 }
 
-// PerAnswer is the instructions per answered query, all of them.
+// PerAnswer is the instructions per answered query.
 func (p instrPoint) PerAnswer() float64 { return p.perAnswer(p.Instr) }
-
-// Answering is the instructions per answer outside stack growth and the
-// garbage collector's background marking: the part that repeats from run to
-// run. The two left out depend on the runtime's state when the run starts
-// (the size new goroutines' stacks start at adapts to the stacks the last
-// GC saw; a cycle of GC falls into a run or not) and change between runs
-// of the same binary by up to a third of the total.
-func (p instrPoint) Answering() float64 { return p.perAnswer(p.Instr - p.NewStack - p.GCMark) }
 
 // instrRunBound bounds one counted run: valgrind runs CoreDNS about 20 to 50
 // times slower than natively (a little over 1,000 answers a second here).
@@ -94,9 +92,8 @@ func instructions(ctx context.Context, b *bench, res *results, w *world) {
 				for run := 1; run <= cfg.InstrRuns; run++ {
 					pt := countRun(ctx, b, c, w, cfg.Raw, qtype, run, passes, out)
 					res.Instr = append(res.Instr, pt)
-					b.Logf("callgrind %-4s %-24s run %d: %d answers (%d lost), instructions per answer %.0f: answering %.0f, stack growth %.0f, GC marking %.0f; %.0f B and %.1f allocations per answer",
-						qtype, c.Name, run, pt.Answers, pt.Lost, pt.PerAnswer(), pt.Answering(), pt.perAnswer(pt.NewStack), pt.perAnswer(pt.GCMark),
-						pt.perAnswer(pt.AllocBytes), pt.perAnswer(pt.Allocs))
+					b.Logf("callgrind %-4s %-24s run %d: %d answers (%d lost), %.0f instructions per answer (%.0f growing stacks); %.0f B and %.1f allocations per answer",
+						qtype, c.Name, run, pt.Answers, pt.Lost, pt.PerAnswer(), pt.perAnswer(pt.StackGrowth), pt.perAnswer(pt.AllocBytes), pt.perAnswer(pt.Allocs))
 				}
 			}
 		}()
@@ -142,7 +139,7 @@ func countRun(ctx context.Context, b *bench, c *contender, w *world, raw, qtype 
 	}
 	pt := instrPoint{Contender: c.Name, QType: qtype, Run: run, Instr: total, Answers: p.Completed, Lost: p.Lost, Dump: dump,
 		AllocBytes: alloc1 - alloc0, Allocs: mallocs1 - mallocs0}
-	pt.NewStack, pt.GCMark, pt.Top, err = callgrindAnnotate(ctx, dump)
+	pt.StackGrowth, pt.Top, err = callgrindAnnotate(ctx, dump)
 	if err != nil {
 		b.Errorf("%s: callgrind_annotate: %v", c.Name, err)
 	}
@@ -152,7 +149,8 @@ func countRun(ctx context.Context, b *bench, c *contender, w *world, raw, qtype 
 // callgrindWrapper writes a script that execs bin/coredns under callgrind
 // (exec keeps the PID, so the harness stops valgrind, and CoreDNS in it,
 // itself). Counting starts switched off; countRun switches it on.
-// Two Go runtime settings make that work: cpu.rdtscp=off, because the
+// GOGC=off: see the top of this file. Two Go runtime settings make valgrind
+// work at all: cpu.rdtscp=off, because the
 // runtime reads the clock with RDTSCP where the CPU has it, an instruction
 // valgrind 3.19 cannot run (SIGILL; RDTSC instead); asyncpreemptoff=1,
 // because callgrind 3.19 fails an assertion on the SIGURG the runtime sends
@@ -165,7 +163,7 @@ func callgrindWrapper(t harness.T, dir, name, out string) string {
 	_ = os.Remove(out)
 	tools := harness.FindTools()
 	path := filepath.Join(dir, "coredns-callgrind-"+name)
-	script := fmt.Sprintf("#!/bin/sh\nGODEBUG=${GODEBUG:+$GODEBUG,}cpu.rdtscp=off,asyncpreemptoff=1 exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=%q %q \"$@\"\n", out, tools.CoreDNS)
+	script := fmt.Sprintf("#!/bin/sh\nGOGC=off GODEBUG=${GODEBUG:+$GODEBUG,}cpu.rdtscp=off,asyncpreemptoff=1 exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=%q %q \"$@\"\n", out, tools.CoreDNS)
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -230,48 +228,29 @@ func callgrindTotal(path string) (int64, error) {
 	return best, nil
 }
 
-// reInclusive finds a function's inclusive count in callgrind_annotate
-// --inclusive=yes output. Both functions asked for run on the scheduler's
-// own stack and call no goroutine code, so their inclusive counts are sound
-// (the counts of functions that switch stacks, goexit and the like, are not).
-// Callgrind names a recursive call's cost NAME'2; the plain name is the
-// outermost call, which includes it.
-func reInclusive(function string) *regexp.Regexp {
-	return regexp.MustCompile(`(?m)^\s*([0-9,]+) \(\s*[0-9.]+%\)\s+\S*:` + regexp.QuoteMeta(function) + ` \[`)
-}
+// stackGrowthFuncs are the Go runtime's functions that grow a goroutine's
+// stack: newstack copies it, walking every frame with the unwinder and the
+// PC-value tables. With the collector off nothing else walks stacks in a
+// running server (no GC scans them, nothing prints a traceback).
+var stackGrowthFuncs = regexp.MustCompile(`^runtime\.(newstack|copystack|adjust\w+|morestack\w*|pcvalue|step|findfunc|funcMaxSPDelta|funcspdelta|pcdatavalue\w*|funcdata|readvarint|stackalloc|stackfree|stackcache\w*|\(\*moduledata\)\.textAddr|\(\*stkframe\)\.\w+|\(\*unwinder\)\.\w+|funcInfo\.\w+)(\.abi0)?('\d+)?$`)
 
-var (
-	reNewStack = reInclusive("runtime.newstack")
-	reGCMark   = reInclusive("runtime.gcBgMarkWorker")
-)
+// reAnnotateLine is a function's line in callgrind_annotate's listing:
+// count and share, then file:function (and the binary's name).
+var reAnnotateLine = regexp.MustCompile(`^(\s*([0-9,]+) \(\s*[0-9.]+%\))\s+(\S*):(\S+)`)
 
-// inclusiveCount is the count re finds, 0 when the function did not run.
-func inclusiveCount(re *regexp.Regexp, annotate []byte) int64 {
-	m := re.FindSubmatch(annotate)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(strings.ReplaceAll(string(m[1]), ",", ""), 10, 64)
-	return n
-}
-
-// callgrindAnnotate returns the instructions of a dump in runtime.newstack
-// and in the GC's background marking, and its top functions by their own
-// instructions (both listings are kept beside the dump).
-func callgrindAnnotate(ctx context.Context, dump string) (newStack, gcMark int64, top string, err error) {
+// callgrindAnnotate sums a dump's instructions in the runtime's functions
+// that grow stacks (each function's own instructions: callgrind's inclusive
+// counts are not sound for Go, whose goroutines and runtime switch stacks),
+// and returns its top functions by their own instructions. The whole
+// listing is kept beside the dump.
+func callgrindAnnotate(ctx context.Context, dump string) (stackGrowth int64, top string, err error) {
 	cx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	incl, err := exec.CommandContext(cx, "callgrind_annotate", "--inclusive=yes", dump).Output()
+	self, err := exec.CommandContext(cx, "callgrind_annotate", "--threshold=100", dump).Output()
 	if err != nil {
-		return 0, 0, "", err
-	}
-	newStack, gcMark = inclusiveCount(reNewStack, incl), inclusiveCount(reGCMark, incl)
-	self, err := exec.CommandContext(cx, "callgrind_annotate", dump).Output()
-	if err != nil {
-		return newStack, gcMark, "", err
+		return 0, "", err
 	}
 	_ = os.WriteFile(dump+".top.txt", self, 0o644)
-	_ = os.WriteFile(dump+".inclusive.txt", incl, 0o644)
 	// The function lines follow the second "Ir  file:function" header.
 	var lines []string
 	in := false
@@ -280,27 +259,17 @@ func callgrindAnnotate(ctx context.Context, dump string) (newStack, gcMark int64
 			in = true
 			continue
 		}
-		if !in || strings.HasPrefix(l, "---") || strings.TrimSpace(l) == "" {
-			if in && len(lines) > 0 && strings.TrimSpace(l) == "" {
-				break
-			}
+		m := reAnnotateLine.FindStringSubmatch(l)
+		if !in || m == nil {
 			continue
 		}
-		lines = append(lines, shortenAnnotate(l))
-		if len(lines) == 15 {
-			break
+		if stackGrowthFuncs.MatchString(m[4]) {
+			n, _ := strconv.ParseInt(strings.ReplaceAll(m[2], ",", ""), 10, 64)
+			stackGrowth += n
+		}
+		if len(lines) < 15 {
+			lines = append(lines, m[1]+"  "+m[4])
 		}
 	}
-	return newStack, gcMark, strings.Join(lines, "\n"), nil
-}
-
-var reAnnotateLine = regexp.MustCompile(`^(\s*[0-9,]+ \(\s*[0-9.]+%\))\s+(\S*):(\S+)`)
-
-// shortenAnnotate keeps the count, share and function of an annotate line
-// (drops the file and the binary).
-func shortenAnnotate(l string) string {
-	if m := reAnnotateLine.FindStringSubmatch(l); m != nil {
-		return m[1] + "  " + m[3]
-	}
-	return l
+	return stackGrowth, strings.Join(lines, "\n"), nil
 }

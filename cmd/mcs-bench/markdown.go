@@ -95,12 +95,11 @@ func writeReport(r *results) error {
 		p("| ours/in-tree multicluster >= 2 (%s, pinned, by CoreDNS CPU per answer: in-tree's / ours) | %s | %s |", q, ratio(k, o), verdict(ri >= 2, !math.IsNaN(ri)))
 	}
 	if len(r.Instr) > 0 {
-		answering := instrPoint.Answering
-		h, o := r.instrPerAnswer("A", hosts, answering), r.instrPerAnswer("A", ours, answering)
-		p("| ours/hosts >= 0.95 (A, by instructions per answer under callgrind, stack growth and GC marking left out: hosts' / ours) | %s | %s |", ratio(h, o), verdict(h/o >= 0.95, !math.IsNaN(h/o)))
+		h, o := r.instrPerAnswer("A", hosts, instrPoint.PerAnswer), r.instrPerAnswer("A", ours, instrPoint.PerAnswer)
+		p("| ours/hosts >= 0.95 (A, by instructions per answer under callgrind, GC off: hosts' / ours) | %s | %s |", ratio(h, o), verdict(h/o >= 0.95, !math.IsNaN(h/o)))
 		for _, q := range []string{"A", "SRV"} {
-			k, o := r.instrPerAnswer(q, intree, answering), r.instrPerAnswer(q, ours, answering)
-			p("| ours/in-tree multicluster >= 2 (%s, by instructions per answer under callgrind, stack growth and GC marking left out: in-tree's / ours) | %s | %s |", q, ratio(k, o), verdict(k/o >= 2, !math.IsNaN(k/o)))
+			k, o := r.instrPerAnswer(q, intree, instrPoint.PerAnswer), r.instrPerAnswer(q, ours, instrPoint.PerAnswer)
+			p("| ours/in-tree multicluster >= 2 (%s, by instructions per answer under callgrind, GC off: in-tree's / ours) | %s | %s |", q, ratio(k, o), verdict(k/o >= 2, !math.IsNaN(k/o)))
 		}
 	}
 	allocs := "see the Go benchmarks below"
@@ -332,48 +331,47 @@ func writeInstr(p func(string, ...any), r *results) {
 	cfg := r.Cfg
 	p("## Instructions per answer (callgrind)")
 	p("")
-	p("Each contender's CoreDNS under `valgrind --tool=callgrind`, one after the other, counting only while dnsperf ran (`callgrind_control` switched counting on just before and off just after; `-c 1 -q 20`, whole passes through the same query file, about %d queries a run, %d runs, after one pass that is not counted). The count covers every thread in user space: the server, the plugin, the Go runtime and its garbage collector; not the kernel's share of the UDP system calls. It does not change with what else the machine is doing; it is not time (a cache miss and an add count alike).", cfg.InstrQueries, cfg.InstrRuns)
+	p("Each contender's CoreDNS under `valgrind --tool=callgrind` with `GOGC=off`, one after the other, counting only while dnsperf ran (`callgrind_control` switched counting on just before and off just after; `-c 1 -q 20`, whole passes through the same query file, about %d queries a run, %d runs, after one pass that is not counted). The count covers every thread in user space: the server, the plugin and the Go runtime; not the kernel's share of the UDP system calls. It does not change with what else the machine is doing; it is not time (a cache miss and an add count alike).", cfg.InstrQueries, cfg.InstrRuns)
 	p("")
-	p("Two parts of the count change from run to run of the same binary, by up to a third of the whole, and are shown apart: **stack growth** (`runtime.newstack`: each query is served by a new goroutine, whose stack starts at a size the runtime adapts to the stacks its last GC saw, and is copied each time it doubles) and **GC marking** (`runtime.gcBgMarkWorker`: a cycle of the collector falls into a run or not). **Answering** is the rest, which repeats within a few per cent; the ratios are taken on it. The heap bytes and allocations per answer (`TotalAlloc` and `Mallocs` from the pprof listener, before and after each run) are what drives the GC's share in the long run.")
+	p("Why the collector is off: with it on, the count of one process changed by up to a third from run to run, as a GC cycle fell into a run or not, and as the size new goroutines' stacks start at (the runtime adapts it at each cycle) moved the cost of growing them. With it off, each query's goroutine starts at the smallest stack and grows it the same way every time; the collector's share is given by the heap bytes and allocations per answer (`TotalAlloc` and `Mallocs` from the pprof listener around each run), which is what drives it. Stack growth is the instructions of the runtime's functions that grow a stack (`newstack`, `copystack`, the unwinder and PC-value tables they use).")
 	p("")
-	p("| query | contender | answering | stack growth | GC marking | whole (min-max) | heap per answer |")
-	p("|---|---|---|---|---|---|---|")
+	p("| query | contender | instructions per answer (min-max) | of them growing stacks | heap per answer |")
+	p("|---|---|---|---|---|")
 	for _, q := range []string{"A", "SRV"} {
 		for _, c := range []string{ours, hosts, intree} {
-			if math.IsNaN(r.instrPerAnswer(q, c, instrPoint.PerAnswer)) {
+			med := func(f func(instrPoint) float64) float64 { return r.instrPerAnswer(q, c, f) }
+			if math.IsNaN(med(instrPoint.PerAnswer)) {
 				continue
 			}
-			med := func(f func(instrPoint) float64) string { return num(r.instrPerAnswer(q, c, f)) }
 			lo, hi := math.Inf(1), math.Inf(-1)
 			for _, x := range r.Instr {
 				if x.QType == q && x.Contender == c {
 					lo, hi = math.Min(lo, x.PerAnswer()), math.Max(hi, x.PerAnswer())
 				}
 			}
-			p("| %s | %s | %s | %s | %s | %s (%.0f-%.0f) | %s B, %s allocations |", q, c, med(instrPoint.Answering),
-				med(func(x instrPoint) float64 { return x.perAnswer(x.NewStack) }),
-				med(func(x instrPoint) float64 { return x.perAnswer(x.GCMark) }),
-				med(instrPoint.PerAnswer), lo, hi,
-				med(func(x instrPoint) float64 { return x.perAnswer(x.AllocBytes) }),
-				fmt.Sprintf("%.1f", r.instrPerAnswer(q, c, func(x instrPoint) float64 { return x.perAnswer(x.Allocs) })))
+			p("| %s | %s | %s (%.0f-%.0f) | %s | %s B in %.1f allocations |", q, c, num(med(instrPoint.PerAnswer)), lo, hi,
+				num(med(func(x instrPoint) float64 { return x.perAnswer(x.StackGrowth) })),
+				num(med(func(x instrPoint) float64 { return x.perAnswer(x.AllocBytes) })),
+				med(func(x instrPoint) float64 { return x.perAnswer(x.Allocs) }))
 		}
 	}
 	p("")
-	p("| query | hosts/ours, answering | in-tree/ours, answering | in-tree/ours, whole | in-tree/ours, heap bytes per answer |")
+	p("| query | hosts/ours, instructions | in-tree/ours, instructions | in-tree/ours, the same without stack growth | in-tree/ours, heap bytes per answer |")
 	p("|---|---|---|---|---|")
 	for _, q := range []string{"A", "SRV"} {
 		rat := func(c string, f func(instrPoint) float64) string {
 			return ratio(r.instrPerAnswer(q, c, f), r.instrPerAnswer(q, ours, f))
 		}
-		p("| %s | %s | %s | %s | %s |", q, rat(hosts, instrPoint.Answering), rat(intree, instrPoint.Answering), rat(intree, instrPoint.PerAnswer),
+		p("| %s | %s | %s | %s | %s |", q, rat(hosts, instrPoint.PerAnswer), rat(intree, instrPoint.PerAnswer),
+			rat(intree, func(x instrPoint) float64 { return x.perAnswer(x.Instr - x.StackGrowth) }),
 			rat(intree, func(x instrPoint) float64 { return x.perAnswer(x.AllocBytes) }))
 	}
 	p("")
-	p("Every counted run (instructions per answer: whole = answering + stack growth + GC marking):")
+	p("Every counted run:")
 	p("")
 	for _, x := range r.Instr {
-		p("- %s %s run %d: %.0f = %.0f + %.0f + %.0f (%d answers, %d lost; %.0f B in %.1f allocations per answer)", x.QType, x.Contender, x.Run,
-			x.PerAnswer(), x.Answering(), x.perAnswer(x.NewStack), x.perAnswer(x.GCMark), x.Answers, x.Lost, x.perAnswer(x.AllocBytes), x.perAnswer(x.Allocs))
+		p("- %s %s run %d: %.0f instructions per answer, %.0f of them growing stacks (%d answers, %d lost; %.0f B in %.1f allocations per answer)", x.QType, x.Contender, x.Run,
+			x.PerAnswer(), x.perAnswer(x.StackGrowth), x.Answers, x.Lost, x.perAnswer(x.AllocBytes), x.perAnswer(x.Allocs))
 	}
 	for _, x := range r.Instr {
 		if x.Contender == ours && x.QType == "A" && x.Top != "" {

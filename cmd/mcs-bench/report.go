@@ -116,7 +116,7 @@ func (r *results) qps(mode, qtype, name string) float64 {
 }
 
 // instrPerAnswer is the median over a contender's counted callgrind runs of
-// a per-answer figure of each (instrPoint.Answering, say), NaN when not
+// a per-answer figure of each (instrPoint.PerAnswer, say), NaN when not
 // measured.
 func (r *results) instrPerAnswer(qtype, name string, f func(instrPoint) float64) float64 {
 	var xs []float64
@@ -302,12 +302,12 @@ func checkSane(r *results) {
 				n++
 				// An answer takes more than a thousand instructions and
 				// fewer than a hundred million, and at least one heap
-				// allocation (the reply); every query was answered; the
-				// parts left out of "answering" are parts of the whole.
-				if pa := p.PerAnswer(); p.Lost > 0 || !(pa > 1e3 && pa < 1e8) || p.NewStack < 0 || p.GCMark < 0 ||
-					p.NewStack+p.GCMark >= p.Instr || p.Allocs < int64(p.Answers) || p.AllocBytes <= 0 {
-					bad("callgrind %s %s run %d: %d answers, %d lost, %.0f instructions per answer (%d in newstack, %d in GC marking of %d), %d allocations of %d B",
-						q, c, p.Run, p.Answers, p.Lost, pa, p.NewStack, p.GCMark, p.Instr, p.Allocs, p.AllocBytes)
+				// allocation (the reply); every query was answered; stack
+				// growth is a part of the whole.
+				if pa := p.PerAnswer(); p.Lost > 0 || !(pa > 1e3 && pa < 1e8) || p.StackGrowth < 0 || p.StackGrowth >= p.Instr ||
+					p.Allocs < int64(p.Answers) || p.AllocBytes <= 0 {
+					bad("callgrind %s %s run %d: %d answers, %d lost, %.0f instructions per answer (%d of %d growing stacks), %d allocations of %d B",
+						q, c, p.Run, p.Answers, p.Lost, pa, p.StackGrowth, p.Instr, p.Allocs, p.AllocBytes)
 				}
 			}
 			if n != r.Cfg.InstrRuns {
