@@ -36,5 +36,5 @@ demo: build tools ## Two local clusters, sample workloads, our CoreDNS, a cut li
 .PHONY: bench bench-smoke
 bench: build tools ## Ours vs hosts and in-tree multicluster, offline figures; writes BENCHMARKS.md (~20 min)
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench $(BENCH_FLAGS)
-bench-smoke: build tools ## The benchmark program end to end at tiny sizes (about 1 min; report in bench/raw/smoke/)
+bench-smoke: build tools ## The benchmark program end to end at tiny sizes (about 2 min; report in bench/raw/smoke/)
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench -smoke
