@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -195,11 +196,7 @@ func callgrindDumps(out string) []string {
 			ds = append(ds, numbered{n, m})
 		}
 	}
-	for i := 1; i < len(ds); i++ { // a handful of files: insertion sort
-		for j := i; j > 0 && ds[j].n < ds[j-1].n; j-- {
-			ds[j], ds[j-1] = ds[j-1], ds[j]
-		}
-	}
+	slices.SortFunc(ds, func(a, b numbered) int { return a.n - b.n })
 	paths := make([]string, len(ds))
 	for i, d := range ds {
 		paths[i] = d.path
