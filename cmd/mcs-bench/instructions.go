@@ -57,7 +57,7 @@ func (p instrPoint) perAnswer(n int64) float64 {
 func (p instrPoint) PerAnswer() float64 { return p.perAnswer(p.Instr) }
 
 // instrRunBound bounds one counted run: valgrind runs CoreDNS about 20 to 50
-// times slower than natively (a little over 1,000 answers a second here).
+// times slower than natively (700 to 1,000 answers a second here).
 const instrRunBound = 10 * time.Minute
 
 // instructions starts each contender under callgrind, one after the other,
@@ -151,12 +151,11 @@ func countRun(ctx context.Context, b *bench, c *contender, w *world, raw, qtype 
 // (exec keeps the PID, so the harness stops valgrind, and CoreDNS in it,
 // itself). Counting starts switched off; countRun switches it on.
 // GOGC=off: see the top of this file. Two Go runtime settings make valgrind
-// work at all: cpu.rdtscp=off, because the
-// runtime reads the clock with RDTSCP where the CPU has it, an instruction
-// valgrind 3.19 cannot run (SIGILL; RDTSC instead); asyncpreemptoff=1,
-// because callgrind 3.19 fails an assertion on the SIGURG the runtime sends
-// to preempt a goroutine that runs long (goroutines that answer a query
-// yield long before that).
+// work at all: cpu.rdtscp=off, because the runtime reads the clock with
+// RDTSCP where the CPU has it, an instruction valgrind 3.19 cannot run
+// (SIGILL; RDTSC instead); asyncpreemptoff=1, because callgrind 3.19 fails
+// an assertion on the SIGURG the runtime sends to preempt a goroutine that
+// runs long (goroutines that answer a query yield long before that).
 func callgrindWrapper(t harness.T, dir, name, out string) string {
 	for _, old := range callgrindDumps(out) {
 		_ = os.Remove(old)
@@ -235,38 +234,50 @@ var stackGrowthFuncs = regexp.MustCompile(`^runtime\.(newstack|copystack|adjust\
 // count and share, then file:function (and the binary's name).
 var reAnnotateLine = regexp.MustCompile(`^(\s*([0-9,]+) \(\s*[0-9.]+%\))\s+(\S*):(\S+)`)
 
-// callgrindAnnotate sums a dump's instructions in the runtime's functions
-// that grow stacks (each function's own instructions: callgrind's inclusive
-// counts are not sound for Go, whose goroutines and runtime switch stacks),
-// and returns its top functions by their own instructions. The whole
-// listing is kept beside the dump.
+// callgrindAnnotate runs callgrind_annotate on a dump (its whole listing
+// kept beside the dump) and parses it with parseAnnotate.
 func callgrindAnnotate(ctx context.Context, dump string) (stackGrowth int64, top string, err error) {
 	cx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	self, err := exec.CommandContext(cx, "callgrind_annotate", "--threshold=100", dump).Output()
+	self, err := exec.CommandContext(cx, "callgrind_annotate", "--threshold=100", "--auto=no", dump).Output()
 	if err != nil {
 		return 0, "", err
 	}
 	_ = os.WriteFile(dump+".top.txt", self, 0o644)
-	// The function lines follow the second "Ir  file:function" header.
+	stackGrowth, top = parseAnnotate(self)
+	return stackGrowth, top, nil
+}
+
+// parseAnnotate sums the instructions of the runtime's functions that grow
+// stacks in a callgrind_annotate listing (each function's own instructions:
+// callgrind's inclusive counts are not sound for Go, whose goroutines and
+// runtime switch stacks), and returns its first 15 functions.
+func parseAnnotate(listing []byte) (stackGrowth int64, top string) {
 	var lines []string
-	in := false
-	for _, l := range strings.Split(string(self), "\n") {
+	in := false // inside the function list, which follows the "Ir  file:function" header
+	for _, l := range strings.Split(string(listing), "\n") {
 		if strings.Contains(l, "file:function") {
 			in = true
 			continue
 		}
-		m := reAnnotateLine.FindStringSubmatch(l)
-		if !in || m == nil {
+		if !in {
 			continue
+		}
+		m := reAnnotateLine.FindStringSubmatch(l)
+		if m == nil {
+			if len(lines) > 0 {
+				break // the list ends at its first other line
+			}
+			continue // the header's rule
 		}
 		if stackGrowthFuncs.MatchString(m[4]) {
 			n, _ := strconv.ParseInt(strings.ReplaceAll(m[2], ",", ""), 10, 64)
 			stackGrowth += n
 		}
-		if len(lines) < 15 {
-			lines = append(lines, m[1]+"  "+m[4])
-		}
+		lines = append(lines, m[1]+"  "+m[4])
 	}
-	return stackGrowth, strings.Join(lines, "\n"), nil
+	if len(lines) > 15 {
+		lines = lines[:15]
+	}
+	return stackGrowth, strings.Join(lines, "\n")
 }
