@@ -170,6 +170,7 @@ func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
 	}
 	// Upserted: each group replaces the old one; an unchanged record keeps
 	// its old pointer (the services' lists hold it) and marks nothing.
+	fresh := make([]*Pod, 0, len(pods))
 	for nk, g := range groups {
 		old := t.pods[nk]
 		for p := range g.all {
@@ -180,10 +181,11 @@ func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
 				}
 				t.unlinkLocked(op)
 			}
-			t.linkLocked(p)
+			fresh = append(fresh, p)
 		}
 		t.pods[nk] = g
 	}
+	t.linkAllLocked(fresh)
 	t.gen++
 	t.mu.Unlock()
 	t.signal()
@@ -244,6 +246,60 @@ func (t *Table) linkLocked(p *Pod) {
 		l.pods = append(l.pods, p)
 		t.bySvc[sk] = l
 		t.dirty[sk] = struct{}{}
+	}
+}
+
+// linkAllLocked links many records at once. The records of one service
+// share a Common (sources and the snapshot's decoder hand them out that way),
+// so they are grouped by it and each group joins its services' lists in one
+// append: linking 100,000 records one at a time hashed two strings three times
+// a record and grew every list from one element by doubling (about 50,000
+// allocations and 6 MB of garbage at a cold start). Records with equal but
+// separate Commons only make smaller groups.
+func (t *Table) linkAllLocked(ps []*Pod) {
+	if len(ps) == 0 {
+		return
+	}
+	// Group by Common: number the Commons, count each one's records, and
+	// lay the records out in one array, a run per Common.
+	group := make(map[*Common]int32)
+	of := make([]int32, len(ps)) // each record's group
+	var start []int              // each group's count, then where its run starts
+	for i, p := range ps {
+		g, ok := group[p.Common]
+		if !ok {
+			g = int32(len(start))
+			group[p.Common] = g
+			start = append(start, 0)
+		}
+		of[i] = g
+		start[g]++
+	}
+	n := 0
+	for g, count := range start {
+		start[g] = n
+		n += count
+	}
+	end := slices.Clone(start) // where each run ends, once filled
+	runs := make([]*Pod, len(ps))
+	for i, p := range ps {
+		runs[end[of[i]]] = p
+		end[of[i]]++
+	}
+	for g, lo := range start {
+		run := runs[lo:end[g]]
+		if t.onPod != nil {
+			for _, p := range run {
+				t.onPod(p.Key(), p)
+			}
+		}
+		for _, e := range run[0].Exports {
+			sk := svcKey{e.Namespace, e.Name}
+			l := t.bySvc[sk]
+			l.pods = append(l.pods, run...)
+			t.bySvc[sk] = l
+			t.dirty[sk] = struct{}{}
+		}
 	}
 }
 

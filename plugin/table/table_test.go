@@ -242,6 +242,49 @@ func TestReplaceCluster(t *testing.T) {
 	}
 }
 
+// ReplaceCluster links records in groups of one Common: a group whose
+// records export two services joins both, records with equal but separate
+// Commons join as well, and a second replace keeps, adds and drops records
+// of a shared Common one by one.
+func TestReplaceClusterSharedCommons(t *testing.T) {
+	both := &Common{Cluster: "edge-b", Namespace: "default", Exports: []annotation.Export{
+		{Name: "backend", Namespace: "default", Cluster: "edge-b", Ports: []annotation.Port{httpPort}},
+		{Name: "frontend", Namespace: "default", Cluster: "edge-b", Ports: []annotation.Port{httpPort}},
+	}}
+	rec := func(name, ip string, c *Common) *Pod {
+		return &Pod{Common: c, Name: name, Ready: true, IPs: []netip.Addr{netip.MustParseAddr(ip)}}
+	}
+	own := func(name, ip string) *Pod {
+		return pod("edge-b", "default", name, "", true, []string{ip}, export("backend", httpPort))
+	}
+	lookup := func(ix *Index, svc string) []string {
+		return addrs(ix.Lookup(svc+".default.svc."+zone, dns.TypeA))
+	}
+	tb := New(cfg())
+	tb.ReplaceCluster("edge-b", []*Pod{
+		rec("s1", "10.1.0.1", both), own("o1", "10.1.0.11"), rec("s2", "10.1.0.2", both),
+		own("o2", "10.1.0.12"), rec("s3", "10.1.0.3", both),
+	})
+	ix := tb.Rebuild()
+	if got, want := lookup(ix, "backend"), []string{"10.1.0.1", "10.1.0.11", "10.1.0.12", "10.1.0.2", "10.1.0.3"}; !slices.Equal(got, want) {
+		t.Errorf("backend: %v, want %v", got, want)
+	}
+	if got, want := lookup(ix, "frontend"), []string{"10.1.0.1", "10.1.0.2", "10.1.0.3"}; !slices.Equal(got, want) {
+		t.Errorf("frontend: %v, want %v", got, want)
+	}
+	// s1 unchanged, s2 moved, s3 gone, s4 new; o1 gone.
+	tb.ReplaceCluster("edge-b", []*Pod{
+		rec("s1", "10.1.0.1", both), rec("s2", "10.1.0.22", both), rec("s4", "10.1.0.4", both), own("o2", "10.1.0.12"),
+	})
+	ix = tb.Rebuild()
+	if got, want := lookup(ix, "backend"), []string{"10.1.0.1", "10.1.0.12", "10.1.0.22", "10.1.0.4"}; !slices.Equal(got, want) {
+		t.Errorf("backend after the second replace: %v, want %v", got, want)
+	}
+	if got, want := lookup(ix, "frontend"), []string{"10.1.0.1", "10.1.0.22", "10.1.0.4"}; !slices.Equal(got, want) {
+		t.Errorf("frontend after the second replace: %v, want %v", got, want)
+	}
+}
+
 // While writers churn, every index a reader sees answers with the endpoint
 // that never changes: no reader ever sees the service empty.
 func TestRunNoGapUnderChurn(t *testing.T) {
@@ -468,11 +511,25 @@ func TestRandomOpsMatchModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	clusters := []string{"edge-a", "edge-b"}
 	namespaces := []string{"default", "prod"}
+	// Half the records share their Common with the others of their
+	// service, as sources and the snapshot's decoder hand them out; the
+	// rest have their own.
+	commons := map[string]*Common{}
 	randPod := func(cluster string) *Pod {
 		ns := namespaces[rng.IntN(len(namespaces))]
 		name := fmt.Sprintf("p%d", rng.IntN(6))
 		ip := fmt.Sprintf("10.%d.%d.%d", rng.IntN(2), rng.IntN(2), rng.IntN(3))
-		return pod(cluster, ns, name, "", rng.IntN(4) != 0, []string{ip}, export(fmt.Sprintf("svc%d", rng.IntN(3))))
+		svc := fmt.Sprintf("svc%d", rng.IntN(3))
+		p := pod(cluster, ns, name, "", rng.IntN(4) != 0, []string{ip}, export(svc))
+		if rng.IntN(2) == 0 {
+			k := cluster + "/" + ns + "/" + svc
+			if c := commons[k]; c != nil {
+				p.Common = c
+			} else {
+				commons[k] = p.Common
+			}
+		}
+		return p
 	}
 	tb := New(cfg())
 	model := map[Key]*Pod{}
