@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -74,6 +75,62 @@ func TestDecoderBounded(t *testing.T) {
 	}
 	if len(dec.strings) > maxShared || len(dec.commons) > maxShared {
 		t.Fatalf("maps grew past the bound: %d strings, %d commons", len(dec.strings), len(dec.commons))
+	}
+}
+
+// Records cut from a Decoder's chunks stay what they were decoded as while
+// more records fill the chunks and start new ones: names and addresses of all
+// lengths (some names near the limit, some records with more addresses than
+// a chunk hands out), damaged records in between, and no record's addresses can be
+// appended to in place.
+func TestDecoderChunks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	dec := NewDecoder()
+	var want, got []*Pod
+	for i := range 5 * chunkRecords {
+		name := fmt.Sprintf("p-%d-", i) + strings.Repeat("x", rng.IntN(40))
+		if i%97 == 0 {
+			name += strings.Repeat("y", 960) // near the longest a record may hold
+		}
+		host := ""
+		if i%3 == 0 {
+			host = fmt.Sprintf("host-%d", i)
+		}
+		var ips []string
+		n := rng.IntN(4)
+		if i%89 == 0 {
+			n = chunkRecords/4 + 1 // more than a chunk hands out
+		}
+		for j := range n {
+			if j%2 == 0 {
+				ips = append(ips, fmt.Sprintf("10.%d.%d.%d", i>>8&255, i&255, j))
+			} else {
+				ips = append(ips, fmt.Sprintf("fd00::%x:%x", i, j))
+			}
+		}
+		p := pod("edge-a", "default", name, host, i%5 != 0, ips, export("backend", httpPort))
+		raw, err := EncodePod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 { // a damaged record first: refused, and it harms no other
+			if _, err := dec.Decode(raw[:len(raw)-3]); err == nil {
+				t.Fatalf("record %d: truncated record accepted", i)
+			}
+		}
+		back, err := dec.Decode(raw)
+		if err != nil || !back.Equal(p) {
+			t.Fatalf("record %d: %+v, %v", i, back, err)
+		}
+		want, got = append(want, p), append(got, back)
+	}
+	for i, p := range got {
+		if !p.Equal(want[i]) {
+			t.Fatalf("record %d changed after later records were decoded: %+v, want %+v", i, p, want[i])
+		}
+		if cap(p.IPs) != len(p.IPs) {
+			t.Fatalf("record %d: %d addresses with room for %d: an append would write into another record's", i, len(p.IPs), cap(p.IPs))
+		}
 	}
 }
 

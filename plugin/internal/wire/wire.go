@@ -93,7 +93,13 @@ func (r *Reader) Addrs(max uint64) []netip.Addr {
 	if n == 0 {
 		return nil
 	}
-	ips := make([]netip.Addr, 0, n)
+	return r.AddrsInto(make([]netip.Addr, 0, n), int(n))
+}
+
+// AddrsInto reads n addresses, the rest of what AppendAddrs wrote after its
+// count, into dst (which has room for them) and returns it, or nil on an
+// error.
+func (r *Reader) AddrsInto(dst []netip.Addr, n int) []netip.Addr {
 	for range n {
 		l := r.Bytes(1)
 		if l == nil {
@@ -104,7 +110,7 @@ func (r *Reader) Addrs(max uint64) []netip.Addr {
 			r.Fail(errors.New("bad IP address"))
 			return nil
 		}
-		ips = append(ips, ip)
+		dst = append(dst, ip)
 	}
-	return ips
+	return dst
 }
