@@ -123,7 +123,11 @@ func writeReport(r *results) error {
 		if c.Endpoints < 100000 {
 			at = fmt.Sprintf(" (only %d endpoints)", c.Endpoints)
 		}
-		p("| cold start at 100k <= 300 ms%s | %s median of %d | %s |", at, ms(med), len(c.Runs), verdict(med <= 300*time.Millisecond, len(c.Runs) > 0 && c.Endpoints >= 100000))
+		share := ""
+		if d, ok := c.snapshotShare(); ok {
+			share = fmt.Sprintf(" (the process's own start, timed in turns with it: %s; the snapshot's share: %s)", ms(pct(c.EmptyRuns, 50)), ms(d))
+		}
+		p("| cold start at 100k <= 300 ms%s | %s median of %d%s | %s |", at, ms(med), len(c.Runs), share, verdict(med <= 300*time.Millisecond, len(c.Runs) > 0 && c.Endpoints >= 100000))
 	}
 	for _, pr := range r.Prop {
 		limit := 200 * time.Millisecond
@@ -250,9 +254,13 @@ func writeReport(r *results) error {
 			xs = append(xs, ms(d))
 		}
 		p("Runs: %s; **median %s**.", strings.Join(xs, ", "), ms(time.Duration(median(durations(c.Runs))*float64(time.Second))))
-		if len(c.EmptyRuns) > 0 {
+		if d, ok := c.snapshotShare(); ok {
+			var es []string
+			for _, d := range c.EmptyRuns {
+				es = append(es, ms(d))
+			}
 			p("")
-			p("The same start with an empty snapshot (the process itself: Go runtime, every in-tree plugin's init, the server) answers after a median of %s: loading the snapshot costs the difference.", ms(pct(c.EmptyRuns, 50)))
+			p("Before each of them, the same start with an empty snapshot (the process itself: Go runtime, every in-tree plugin's init, the server): %s; median %s. The snapshot's share, the median of each pair's difference: **%s**. It is the part of a cold start that this project's code decides, and the one to compare between runs: this machine's speed moves both starts by tens of milliseconds from one quarter hour to the next.", strings.Join(es, ", "), ms(pct(c.EmptyRuns, 50)), ms(d))
 		}
 		if c.Perf != "" {
 			p("")

@@ -66,8 +66,22 @@ type coldResult struct {
 	WriteTook                           time.Duration
 	HeapEmpty, HeapLoaded, HeapRendered int64
 	Runs                                []time.Duration
-	EmptyRuns                           []time.Duration // the same start with an empty snapshot
+	EmptyRuns                           []time.Duration // the same start with an empty snapshot, just before each of Runs
 	Perf                                string          // perf report of one more cold start
+}
+
+// snapshotShare is the median of each cold start's time less the empty start
+// timed just before it: the cost of loading the snapshot, with the machine's
+// speed of the moment mostly taken out.
+func (c *coldResult) snapshotShare() (time.Duration, bool) {
+	if len(c.Runs) == 0 || len(c.EmptyRuns) != len(c.Runs) {
+		return 0, false
+	}
+	d := make([]time.Duration, len(c.Runs))
+	for i := range c.Runs {
+		d[i] = c.Runs[i] - c.EmptyRuns[i]
+	}
+	return pct(d, 50), true
 }
 
 type propResult struct {
@@ -275,7 +289,7 @@ func checkSane(r *results) {
 			bad("no heap/RSS for %s", c)
 		}
 	}
-	if r.Cold == nil || len(r.Cold.Runs) != r.Cfg.ColdRuns || r.Cold.HeapLoaded <= r.Cold.HeapEmpty {
+	if r.Cold == nil || len(r.Cold.Runs) != r.Cfg.ColdRuns || len(r.Cold.EmptyRuns) != r.Cfg.ColdRuns || r.Cold.HeapLoaded <= r.Cold.HeapEmpty {
 		bad("cold start: incomplete")
 	}
 	if len(r.Prop) != 2 {
