@@ -158,7 +158,9 @@ func (s *Decoder) name(b []byte) string {
 }
 
 // addrsFor returns room for n addresses, cut from the current chunk (its
-// capacity ends at n, so nothing can append into the next record's).
+// capacity ends at n, so nothing can append into the next record's). A
+// record with more than a quarter chunk's worth gets its own, rather than
+// leaving most of a chunk unused.
 func (s *Decoder) addrsFor(n int) []netip.Addr {
 	if s == nil || n > chunkRecords/4 {
 		return make([]netip.Addr, 0, n)
