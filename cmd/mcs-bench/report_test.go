@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 	"time"
 )
@@ -31,4 +32,30 @@ func TestSnapshotShare(t *testing.T) {
 			t.Errorf("%+v: share %v from unpaired runs", c, d)
 		}
 	}
+}
+
+// procCPU reads this process's own CPU time, which grows as it spins, and
+// fails on a process that does not exist.
+func TestProcCPU(t *testing.T) {
+	if _, err := procCPU(1 << 30); err == nil {
+		t.Error("no error for a PID that does not exist")
+	}
+	pid := os.Getpid()
+	before, err := procCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		after, err := procCPU(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			return
+		}
+		for i := 0; i < 1e7; i++ { // spin
+			_ = i * i
+		}
+	}
+	t.Error("CPU time did not grow in 5 s of spinning")
 }
