@@ -89,8 +89,13 @@ func TestCluster(t *testing.T) {
 		_, err := viaProxy.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err
 	}
+	before := p.Received()
 	if err := list(); err != nil {
 		t.Fatalf("list through the proxy: %v", err)
+	}
+	// At least the TLS records of the list's answer came back through it.
+	if got := p.Received() - before; got < 100 {
+		t.Errorf("the proxy counted %d bytes from the API server for a list", got)
 	}
 	p.Cut(t)
 	if err := list(); err == nil {

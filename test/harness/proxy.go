@@ -52,6 +52,7 @@ type Proxy struct {
 	wg      sync.WaitGroup
 
 	accepted atomic.Int64
+	received atomic.Int64 // bytes forwarded from the target to clients
 }
 
 // StartProxy starts a proxy to target (host:port) on a free port, and stops it
@@ -77,6 +78,10 @@ func (p *Proxy) Port() int { return p.port }
 
 // Accepted counts the connections accepted so far.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
+// Received counts the bytes forwarded from the target to clients so far: a
+// test can tell a full list (megabytes) from a resumed watch (kilobytes).
+func (p *Proxy) Received() int64 { return p.received.Load() }
 
 // Open counts the connections open now (client and target sides together).
 func (p *Proxy) Open() int {
@@ -259,8 +264,8 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(upstream)
 	done := make(chan struct{}, 2)
-	go func() { p.pipe(upstream, client); done <- struct{}{} }()
-	go func() { p.pipe(client, upstream); done <- struct{}{} }()
+	go func() { p.pipe(upstream, client, nil); done <- struct{}{} }()
+	go func() { p.pipe(client, upstream, &p.received); done <- struct{}{} }()
 	<-done
 	// One side ended: end both, so the other pipe returns too.
 	client.Close()
@@ -270,7 +275,8 @@ func (p *Proxy) serve(client net.Conn) {
 
 // pipe copies src to dst chunk by chunk, holding each chunk while blackholed,
 // until either side fails or ends (no half-close: serve then closes both).
-func (p *Proxy) pipe(dst, src net.Conn) {
+// It adds the bytes written to count when count is not nil.
+func (p *Proxy) pipe(dst, src net.Conn, count *atomic.Int64) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -278,7 +284,11 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			if !p.gate() {
 				return
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			w, werr := dst.Write(buf[:n])
+			if count != nil {
+				count.Add(int64(w))
+			}
+			if werr != nil {
 				return
 			}
 		}
