@@ -23,6 +23,12 @@ func writeReport(r *results) error {
 	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 	mb := func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
+	kbmb := func(b int64) string { // a resumed watch's kilobytes beside a list's megabytes
+		if b < 1e6 {
+			return fmt.Sprintf("%.1f kB", float64(b)/1e3)
+		}
+		return mb(b)
+	}
 
 	title := "Benchmarks"
 	if cfg.Smoke {
@@ -48,9 +54,13 @@ func writeReport(r *results) error {
 		p("- Busiest processes at the start (`ps`, CPU %% over each one's life): %s", m.Busiest)
 	}
 	p("- Tools: %s, dnsperf %s, CoreDNS 1.15.0 (`bin/coredns`, every in-tree plugin plus ours), kube-apiserver v1.34.4, etcd v3.6.16", m.GoVersion, m.DNSPerf)
-	p("- Data: %d services in %d namespaces, %d endpoints each (%d exporter Pods), created in a real kube-apiserver (cluster `%s`) in %s (%.0f Pods/s, %d concurrent requests; each Pod is a create and a status patch); the same services as %d Headless ServiceImports + %d EndpointSlices in %s, and as a hosts file",
+	mcs := "no ServiceImports (this run does not measure the in-tree plugin)"
+	if r.Create.Imports > 0 {
+		mcs = fmt.Sprintf("the same services as %d Headless ServiceImports + %d EndpointSlices in %s", r.Create.Imports, r.Create.Slices, r.Create.MCSTook.Round(time.Second))
+	}
+	p("- Data: %d services in %d namespaces, %d endpoints each (%d exporter Pods), created in a real kube-apiserver (cluster `%s`) in %s (%.0f Pods/s, %d concurrent requests; each Pod is a create and a status patch); %s, and as a hosts file",
 		cfg.Services, cfg.Namespaces, cfg.Endpoints, r.Create.Pods, clusterA, r.Create.PodsTook.Round(time.Second),
-		float64(r.Create.Pods)/math.Max(r.Create.PodsTook.Seconds(), 1e-9), cfg.Workers, r.Create.Imports, r.Create.Slices, r.Create.MCSTook.Round(time.Second))
+		float64(r.Create.Pods)/math.Max(r.Create.PodsTook.Seconds(), 1e-9), cfg.Workers, mcs)
 	p("- Stages:")
 	for _, s := range r.Stages {
 		state := ""
@@ -136,13 +146,15 @@ func writeReport(r *results) error {
 		}
 		p("| propagation p99 <= %s (%s) | p99 %s (p50 %s) over %d changes | %s |", limit, pr.Source, ms(pct(pr.Lat, 99)), ms(pct(pr.Lat, 50)), len(pr.Lat), verdict(pct(pr.Lat, 99) <= limit, len(pr.Lat) > 0))
 	}
-	if rs := r.Resync; rs.Probes > 0 {
-		size := fmt.Sprintf("%d endpoints", rs.Endpoints)
+	for _, rs := range []resyncResult{r.Resync, r.Relist} {
+		if rs.Probes == 0 {
+			continue
+		}
 		v := verdict(rs.Took <= 5*time.Second && rs.ProbeWrong == 0, rs.Endpoints >= 100000)
 		if rs.Endpoints < 100000 && (rs.Took > 5*time.Second || rs.ProbeWrong > 0) {
 			v = "**missed** already at this size (100k not measured)"
 		}
-		p("| resync 100k <= 5 s, no empty answers (here %s) | %s (%s of it until the first new connection); %d wrong answers of %d probes | %s |", size, ms(rs.Took), ms(rs.Reconnect), rs.ProbeWrong, rs.Probes, v)
+		p("| resync 100k <= 5 s, no empty answers (%s; here %d endpoints) | %s (%s of it until the first new connection; %s from the API server); %d wrong answers of %d probes | %s |", rs.kind(), rs.Endpoints, ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received), rs.ProbeWrong, rs.Probes, v)
 	}
 	p("")
 
@@ -284,17 +296,31 @@ func writeReport(r *results) error {
 		}
 		p("")
 	}
-	if rs := r.Resync; rs.Probes > 0 {
+	if r.Resync.Probes > 0 || r.Relist.Probes > 0 {
 		p("## Resync after a cut link")
 		p("")
-		p("The link between CoreDNS and `%s`'s API server (%d endpoints) cut for %s (harness proxy: connections closed, new ones refused); while cut, one Pod's annotation changed. Time from restoring the link to the changed answer: **%s**. A prober asked A for %d existing services throughout (every 2 ms, cut and restore included, until 2 s after the change showed): %d queries, **%d wrong answers** (empty, NXDOMAIN or other IPs), %d timeouts or refusals.",
-			clusterA, rs.Endpoints, rs.CutFor, ms(rs.Took), 25, rs.Probes, rs.ProbeWrong, rs.ProbeErrors)
-		if rs.FirstWrong != "" {
-			p("First wrong answer: `%s`", rs.FirstWrong)
+		p("The link between CoreDNS and `%s`'s API server cut (harness proxy: connections closed, new ones refused); while cut, one Pod's annotation changed. The time runs from restoring the link to the changed answer. A prober asked A for %d existing services throughout (every 2 ms, cut and restore included, until 2 s after the change showed) and counted every answer that was empty, NXDOMAIN or other IPs as wrong. Two cases:", clusterA, 25)
+		p("")
+		p("- **the watch resumes**: the API server kept running, so its watch cache still holds the change, and CoreDNS's informer resumes its watch from the last version it saw and receives just that change;")
+		p("- **every Pod listed again**: the API server was also killed (SIGKILL) and started again while cut, as after a crash, a reboot or an upgrade of the control plane (or a cut longer than the watch cache's window of changes). Its watch cache begins after the last version CoreDNS saw, the watch fails with \"too old resource version\", and the informer lists every Pod again; the records keep being served meanwhile, and the list's changes are applied to them one by one.")
+		p("")
+		p("| case | endpoints | cut | resync | of it, until the first new connection | bytes from the API server | CPU time meanwhile: CoreDNS, kube-apiserver | probes | wrong | timeouts or refusals |")
+		p("|---|---|---|---|---|---|---|---|---|---|")
+		for _, rs := range []resyncResult{r.Resync, r.Relist} {
+			if rs.Probes == 0 {
+				continue
+			}
+			p("| %s | %d | %s | **%s** | %s | %s | %s, %s | %d | **%d** | %d |", rs.kind(), rs.Endpoints, rs.CutFor.Round(time.Millisecond), ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received),
+				ms(rs.CPUCoreDNS), ms(rs.CPUAPIServer), rs.Probes, rs.ProbeWrong, rs.ProbeErrors)
 		}
 		p("")
-		p("Of that, %s passed before CoreDNS opened its first connection through the restored link (the wait for the next retry: the plugin tries refused watches again every 250 ms), and %s from then to the changed answer (list or watch resumption, table update, index rebuild).",
-			ms(rs.Reconnect), ms(rs.Took-rs.Reconnect))
+		for _, rs := range []resyncResult{r.Resync, r.Relist} {
+			if rs.FirstWrong != "" {
+				p("First wrong answer (%s): `%s`", rs.kind(), rs.FirstWrong)
+				p("")
+			}
+		}
+		p("The wait until the first new connection is the plugin's retry of refused watches (every 250 ms). After it, a resumed watch brings one event; a list brings every Pod, decoded, cut down to a record and compared with the one the table holds. CoreDNS's CPU profile through the list (%s from the restore) is `%s`.", relistProfile, rel(filepath.Join(cfg.Raw, "cpu-ours-relist.pprof")))
 		p("")
 	}
 	if r.ProfileTop != "" {

@@ -35,7 +35,8 @@ type results struct {
 	Cold         *coldResult
 	Instr        []instrPoint
 	Prop         []propResult
-	Resync       resyncResult
+	Resync       resyncResult // the watch resumes
+	Relist       resyncResult // the API server restarted while cut: every Pod listed again
 }
 
 type stageTime struct {
@@ -91,10 +92,24 @@ type propResult struct {
 
 type resyncResult struct {
 	Endpoints                       int
+	Restart                         bool // the API server restarted while cut: a full list, not a resumed watch
 	CutFor, Took                    time.Duration
+	Received                        int64         // bytes from the API server through the proxy, restore to the changed answer
+	CPUCoreDNS, CPUAPIServer        time.Duration // CPU time of each process, restore to the changed answer
 	Reconnect                       time.Duration // restore to the first connection through the proxy; -1 if none
 	Probes, ProbeWrong, ProbeErrors int
 	FirstWrong                      string
+}
+
+// minPodBytes is less than any exporter Pod takes in a list (about 2.4 kB).
+const minPodBytes = 500
+
+// kind names the case, as the report's rows say it.
+func (rs resyncResult) kind() string {
+	if rs.Restart {
+		return "API server restarted while cut: every Pod listed again"
+	}
+	return "the watch resumes"
 }
 
 func (r *results) setSync(mode, name string, d time.Duration) {
@@ -302,6 +317,12 @@ func checkSane(r *results) {
 	}
 	if r.Resync.Took <= 0 || r.Resync.Probes == 0 {
 		bad("resync: not measured")
+	}
+	if r.Relist.Took <= 0 || r.Relist.Probes == 0 {
+		bad("resync after an API server restart: not measured")
+	} else if r.Relist.Received < int64(r.Relist.Endpoints)*minPodBytes {
+		// A Pod is a few kilobytes on the wire; less means the watch resumed.
+		bad("resync after an API server restart: %d bytes from the API server for %d Pods, not a full list", r.Relist.Received, r.Relist.Endpoints)
 	}
 	for _, q := range []string{"A", "SRV"} {
 		for _, c := range []string{ours, hosts, intree} {

@@ -47,7 +47,9 @@ func setup(b *bench, res *results) *world {
 	cs := harness.StartClusters(b, clusterA, clusterB)
 	w.a, w.b = cs[0], cs[1]
 	res.ClustersTook = time.Since(start)
-	res.Create = w.ds.load(b, w.a, cfg.Workers, true)
+	// The in-tree plugin's ServiceImports and EndpointSlices serve the DNS
+	// comparisons only (2 min at 100,000 endpoints).
+	res.Create = w.ds.load(b, w.a, cfg.Workers, cfg.wants("dns") || cfg.wants("instr"))
 
 	w.hostsFile = filepath.Join(w.dir, "hosts")
 	if err := w.ds.writeHostsFile(w.hostsFile); err != nil {
@@ -260,7 +262,8 @@ func liveChanges(b *bench, res *results, w *world) {
 		b.Logf("propagation %s: %d changes, p50 %s, p99 %s (the PATCH itself: p50 %s)", side.name, len(lat),
 			pct(lat, 50), pct(lat, 99), pct(api, 50))
 	}
-	res.Resync = resync(b, c, w, proxy, cfg.CutFor)
+	res.Resync = resync(b, c, w, proxy, cfg, false)
+	res.Relist = resync(b, c, w, proxy, cfg, true)
 }
 
 // propagate makes n annotation changes on one Pod of cluster cl, each
@@ -306,15 +309,32 @@ func waitName(t harness.T, c *contender, name, ip string, bound time.Duration) {
 // changes a Pod while cut, restores the link and times how long the change
 // takes to show, while a prober asks for names that exist throughout and
 // counts every answer that is not the full, correct one.
-func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cutFor time.Duration) resyncResult {
+//
+// With restart, the API server is also killed and started again while the
+// link is cut (a crash, a reboot or an upgrade of the control plane). Its new
+// watch cache begins after the last change CoreDNS saw, so CoreDNS's watch
+// cannot resume ("too old resource version") and its informer lists every
+// Pod again: the resync an outage longer than the watch cache's window needs.
+// Without restart the watch resumes and brings the one change.
+func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, restart bool) resyncResult {
+	cutFor := cfg.CutFor
 	ns := "resync"
+	if restart {
+		ns = "relist"
+	}
 	w.a.CreateNamespace(b, ns)
-	const ip = "10.252.0.1"
+	ip := "10.252.0.1"
+	if restart {
+		ip = "10.252.0.2"
+	}
 	pod := harness.ExporterPod("marker", "", harness.ExportService{Name: "before"})
 	w.a.CreateReadyPods(b, ns, harness.ReadyPod{Pod: pod, IPs: []string{ip}})
 	waitName(b, c, "before."+ns+".svc."+zone, ip, 60*time.Second)
 
-	r := resyncResult{Endpoints: w.ds.total() + 1, CutFor: cutFor}
+	r := resyncResult{Endpoints: w.ds.total() + 1, CutFor: cutFor, Restart: restart}
+	if restart {
+		r.Endpoints++ // the marker of the resync without restart
+	}
 	var (
 		stop atomic.Bool
 		wg   sync.WaitGroup
@@ -348,11 +368,28 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cutFor time.
 	cutAt := time.Now()
 	after := harness.ExportJSON(harness.ExportService{Name: "after"})
 	w.a.SetPodAnnotation(b, ns, "marker", harness.ExportAnnotation, after)
+	if restart {
+		w.a.KillAPIServer(b, syscall.SIGKILL)
+		w.a.StartAPIServer(b)
+	}
 	time.Sleep(time.Until(cutAt.Add(cutFor)))
+	r.CutFor = time.Since(cutAt)
 	if m, err := c.d.Exchange(harness.Query{Name: "after." + ns + ".svc." + zone, Type: dns.TypeA}); err != nil || m.Rcode != dns.RcodeNameError {
 		b.Fatalf("while cut, the change already shows (or no answer): %v %v", m, err)
 	}
-	accepted := proxy.Accepted()
+	accepted, received := proxy.Accepted(), proxy.Received()
+	cpu0 := cpuOf(b, c.d.Process().PID(), w.a.APIServer().PID())
+	// A CPU profile of CoreDNS through the list (the pprof listener takes whole
+	// seconds; a resumed watch takes milliseconds, so only the list).
+	var prof sync.WaitGroup
+	if restart {
+		prof.Go(func() {
+			path := filepath.Join(cfg.Raw, "cpu-ours-relist.pprof")
+			if _, err := cpuProfile(context.Background(), c.pprof, harness.FindTools().CoreDNS, path, relistProfile); err != nil {
+				b.Logf("CPU profile of the relist: %v", err)
+			}
+		})
+	}
 	restore := time.Now()
 	proxy.Restore(b)
 	reconnected := make(chan time.Duration, 1)
@@ -367,13 +404,34 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cutFor time.
 	}()
 	waitName(b, c, "after."+ns+".svc."+zone, ip, 5*time.Minute)
 	r.Took = time.Since(restore)
+	r.Received = proxy.Received() - received
+	cpu1 := cpuOf(b, c.d.Process().PID(), w.a.APIServer().PID())
+	r.CPUCoreDNS, r.CPUAPIServer = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1]
+	prof.Wait()
 	r.Reconnect = <-reconnected
 	time.Sleep(2 * time.Second) // keep probing after the resync
 	stop.Store(true)
 	wg.Wait()
-	b.Logf("resync of %d endpoints after a %s cut: %s (first new connection after %s); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
-		r.Endpoints, cutFor, r.Took.Round(time.Millisecond), r.Reconnect.Round(time.Millisecond), r.Probes, r.ProbeWrong, r.ProbeErrors)
+	b.Logf("resync of %d endpoints after a %s cut (API server restarted: %v): %s (first new connection after %s; %.1f MB from the API server; CPU: CoreDNS %s, kube-apiserver %s); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
+		r.Endpoints, r.CutFor.Round(time.Millisecond), restart, r.Took.Round(time.Millisecond), r.Reconnect.Round(time.Millisecond), float64(r.Received)/1e6,
+		r.CPUCoreDNS.Round(time.Millisecond), r.CPUAPIServer.Round(time.Millisecond), r.Probes, r.ProbeWrong, r.ProbeErrors)
 	return r
+}
+
+// relistProfile is how long the CPU profile of a relist runs from the restore.
+const relistProfile = 15 * time.Second
+
+// cpuOf reads the CPU time (user + system) of each process.
+func cpuOf(t harness.T, pids ...int) []time.Duration {
+	out := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		d, err := procCPU(pid)
+		if err != nil {
+			t.Fatalf("CPU time of PID %d: %v", pid, err)
+		}
+		out[i] = d
+	}
+	return out
 }
 
 // coldStart writes a snapshot of ColdEndpoints endpoints with the plugin's
