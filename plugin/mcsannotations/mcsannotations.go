@@ -25,6 +25,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/plugin/clients"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/redial"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/watchread"
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/source"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
@@ -91,8 +92,11 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 	// Watches wait for an API server that refuses connections instead of
 	// failing into client-go's retry backoff: the watch resumes (no relist)
 	// within redial.Interval of the server's return.
+	//
+	// Watch streams are read in large chunks: over HTTP/2 every read returns
+	// flow-control credit with a write of its own (see watchread).
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return redial.Wrap(rt, redial.Interval, func(waiting bool) {
+		return redial.Wrap(watchread.Wrap(rt), redial.Interval, func(waiting bool) {
 			if waiting {
 				watchesWaiting.Inc()
 			} else {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+
+	"github.com/mcsannotations/mcsannotations/plugin/internal/watchread"
 )
 
 // Interval is how often a refused watch request is tried again.
@@ -39,7 +41,7 @@ type roundTripper struct {
 
 func (r *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := r.rt.RoundTrip(req)
-	if err == nil || !isWatch(req) || !utilnet.IsConnectionRefused(err) {
+	if err == nil || !watchread.IsWatch(req) || !utilnet.IsConnectionRefused(err) {
 		return resp, err
 	}
 	if r.waiting != nil {
@@ -60,17 +62,4 @@ func (r *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		t.Reset(r.interval)
 	}
-}
-
-// isWatch reports whether req is a watch (GET with watch=true or =1): it has
-// no body, so it can be sent again as it is.
-func isWatch(req *http.Request) bool {
-	if req.Method != http.MethodGet || req.Body != nil && req.Body != http.NoBody {
-		return false
-	}
-	switch req.URL.Query().Get("watch") {
-	case "true", "1":
-		return true
-	}
-	return false
 }
