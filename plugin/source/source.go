@@ -229,7 +229,7 @@ func (s *Source) startInformer() (*informer, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	inf := factory.Core().V1().Pods().Informer()
-	if err := inf.SetTransform(toSlim(s.cluster)); err != nil {
+	if err := inf.SetTransform(toSlim(s.cluster, inf.GetStore())); err != nil {
 		cancel()
 		return nil, err
 	}

@@ -184,7 +184,7 @@ func TestSourceLifecycle(t *testing.T) {
 func TestOnDeleteTombstone(t *testing.T) {
 	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
 	s := New("edge-a", fake.NewClientset(), tb, Events{}, Options{})
-	slim, _ := toSlim("edge-a")(newPod("a", "10.0.0.1", backend, true))
+	slim, _ := toSlim("edge-a", nil)(newPod("a", "10.0.0.1", backend, true))
 	run := &informer{live: true}
 	s.onAdd(run, slim)
 	if got := answer(tb, "backend.default.svc."); len(got) != 1 {
@@ -207,7 +207,7 @@ func TestToSlim(t *testing.T) {
 	p.Spec.Hostname = "web-0"
 	p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}, {IP: "not-an-ip"}, {IP: "10.0.0.1"}}
 	p.Spec.Containers = []v1.Container{{Name: "big", Image: "x"}}
-	obj, err := toSlim("edge-a")(p)
+	obj, err := toSlim("edge-a", nil)(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestToSlim(t *testing.T) {
 	} {
 		q := newPod("a", "10.0.0.1", backend, true)
 		mut(q)
-		obj, _ := toSlim("edge-a")(q)
+		obj, _ := toSlim("edge-a", nil)(q)
 		if obj.(*slimPod).rec.Ready {
 			t.Errorf("%+v must not be ready", q.Status)
 		}
@@ -239,12 +239,12 @@ func TestToSlim(t *testing.T) {
 	// Only podIP set (old API servers).
 	q := newPod("a", "10.0.0.1", backend, true)
 	q.Status.PodIPs = nil
-	obj, _ = toSlim("edge-a")(q)
+	obj, _ = toSlim("edge-a", nil)(q)
 	if ips := obj.(*slimPod).rec.IPs; len(ips) != 1 {
 		t.Errorf("podIP fallback: %v", ips)
 	}
 	// Non-Pod objects pass through.
-	if o, _ := toSlim("edge-a")("x"); o != "x" {
+	if o, _ := toSlim("edge-a", nil)("x"); o != "x" {
 		t.Error("passthrough")
 	}
 }
@@ -340,7 +340,7 @@ func TestExpireAndStopDoNotWaitForStuckInformer(t *testing.T) {
 // table.Common); another namespace gets its own (the namespace is part of the
 // result), and the cache stays bounded.
 func TestToSlimSharesParse(t *testing.T) {
-	f := toSlim("edge-a")
+	f := toSlim("edge-a", nil)
 	a, _ := f(newPod("a", "10.0.0.1", backend, true))
 	b, _ := f(newPod("b", "10.0.0.2", backend, true))
 	ra, rb := a.(*slimPod).rec, b.(*slimPod).rec
@@ -361,6 +361,37 @@ func TestToSlimSharesParse(t *testing.T) {
 	}
 	if c.bytes > maxCachedBytes {
 		t.Fatalf("cache holds %d bytes, over %d", c.bytes, maxCachedBytes)
+	}
+}
+
+// A Pod the informer's store already holds at the same UID and resource
+// version (a relist) gets the stored slim object back, not a new parse; any
+// other version, a new UID or no version at all is transformed afresh.
+func TestToSlimReusesUnchanged(t *testing.T) {
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	f := toSlim("edge-a", store)
+	first := mustSlim(t, f, newPod("a", "10.0.0.1", backend, true))
+	if err := store.Add(first); err != nil {
+		t.Fatal(err)
+	}
+	if again := mustSlim(t, f, newPod("a", "10.0.0.1", backend, true)); again != first {
+		t.Fatalf("the same version was transformed again: %+v", again.rec)
+	}
+	for name, mut := range map[string]func(*v1.Pod){
+		"new version": func(p *v1.Pod) { p.ResourceVersion = "2"; p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.9"}} },
+		"new UID":     func(p *v1.Pod) { p.UID = "uid-a2"; p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.9"}} },
+		"no version":  func(p *v1.Pod) { p.ResourceVersion = ""; p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.9"}} },
+	} {
+		p := newPod("a", "10.0.0.1", backend, true)
+		mut(p)
+		got := mustSlim(t, f, p)
+		if got == first || len(got.rec.IPs) != 1 || got.rec.IPs[0] != netip.MustParseAddr("10.0.0.9") {
+			t.Errorf("%s: got the stored object or a stale record: %+v", name, got.rec)
+		}
+	}
+	other := newPod("b", "10.0.0.2", backend, true) // same version, another Pod
+	if got := mustSlim(t, f, other); got == first || got.Name != "b" {
+		t.Errorf("another Pod got the stored object of a")
 	}
 }
 
