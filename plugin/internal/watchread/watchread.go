@@ -7,10 +7,9 @@
 // watch decoder reads one event at a time, and a Pod event is a few kilobytes,
 // so a relist of 100,000 Pods (about 230 MB) made some 30,000 such writes in
 // CoreDNS (the test here measures one per 8 KB read) and as many reads in the
-// API server. Reading the body through a
-// large buffer instead takes whatever the stream has received so far, up to
-// Size, in one read: one pair of updates per read, and no event waits for more
-// data than the stream already holds.
+// API server. Reading the body through a large buffer instead takes whatever
+// the stream has received so far, up to Size, in one read: one pair of updates
+// per read, and no event waits for more data than the stream already holds.
 package watchread
 
 import (

@@ -111,8 +111,8 @@ func TestOtherResponsesUntouched(t *testing.T) {
 
 // Over a real HTTP/2 connection (golang.org/x/net/http2, as client-go sets
 // it up), a consumer reading a streamed response a few kilobytes at a time
-// makes the client write flow-control updates for every 4 KB; through Wrap it
-// writes far fewer.
+// makes the client write flow-control updates every few kilobytes; through
+// Wrap it writes far fewer.
 func TestFewerFlowControlWritesOverHTTP2(t *testing.T) {
 	const total = 8 << 20
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
