@@ -19,6 +19,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/reuse"
 )
 
 // Watcher feeds an Index from the local cluster's Pods: only the Pods
@@ -118,7 +119,9 @@ func (w *Watcher) Start() error {
 	}
 	w.factory = informers.NewSharedInformerFactoryWithOptions(w.client, 0, opts...)
 	inf := w.factory.Core().V1().Pods().Informer()
-	if err := inf.SetTransform(toSlim); err != nil {
+	// A relist's unchanged Pods keep their slim objects (see reuse): with
+	// imports enforce, that is every Pod of the cluster.
+	if err := inf.SetTransform(reuse.Unchanged(inf.GetStore(), toSlim)); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
@@ -37,20 +36,12 @@ func (p *slimPod) DeepCopyObject() runtime.Object {
 // toSlim is the informer's transform: it runs before anything is stored, so
 // the full Pod is dropped at once. Objects that are already slim, and
 // tombstones, pass through.
-//
-// known is the informer's store (nil for none). A Pod it already holds at the
-// same resource version, as almost every Pod of a relist is, gets the stored
-// slim object back: the same version of an object is the same content, so
-// nothing is parsed or allocated again, and the handler sees no change.
-func toSlim(cluster string, known cache.Store) func(any) (any, error) {
+func toSlim(cluster string) func(any) (any, error) {
 	parsed := newParseCache(cluster)
 	return func(obj any) (any, error) {
 		pod, ok := obj.(*v1.Pod)
 		if !ok {
 			return obj, nil
-		}
-		if old := unchanged(known, pod); old != nil {
-			return old, nil
 		}
 		raw := pod.Annotations[annotation.ExportAnnotation]
 		common, rejected := parsed.parse(raw, pod.Namespace)
@@ -68,22 +59,6 @@ func toSlim(cluster string, known cache.Store) func(any) (any, error) {
 			rejected:   rejected,
 		}, nil
 	}
-}
-
-// unchanged returns the slim object known holds for pod when it has pod's
-// UID and resource version, else nil.
-func unchanged(known cache.Store, pod *v1.Pod) *slimPod {
-	if known == nil || pod.ResourceVersion == "" {
-		return nil
-	}
-	obj, ok, err := known.GetByKey(pod.Namespace + "/" + pod.Name)
-	if err != nil || !ok {
-		return nil
-	}
-	if old, ok := obj.(*slimPod); ok && old.UID == pod.UID && old.ResourceVersion == pod.ResourceVersion {
-		return old
-	}
-	return nil
 }
 
 // parseCache remembers the parse of recent export annotations, so that the

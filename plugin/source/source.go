@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/reuse"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
@@ -229,7 +230,8 @@ func (s *Source) startInformer() (*informer, error) {
 	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	inf := factory.Core().V1().Pods().Informer()
-	if err := inf.SetTransform(toSlim(s.cluster, inf.GetStore())); err != nil {
+	// A relist's unchanged Pods keep their slim objects (see reuse).
+	if err := inf.SetTransform(reuse.Unchanged(inf.GetStore(), toSlim(s.cluster))); err != nil {
 		cancel()
 		return nil, err
 	}

@@ -18,9 +18,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
@@ -184,7 +186,7 @@ func TestSourceLifecycle(t *testing.T) {
 func TestOnDeleteTombstone(t *testing.T) {
 	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
 	s := New("edge-a", fake.NewClientset(), tb, Events{}, Options{})
-	slim, _ := toSlim("edge-a", nil)(newPod("a", "10.0.0.1", backend, true))
+	slim, _ := toSlim("edge-a")(newPod("a", "10.0.0.1", backend, true))
 	run := &informer{live: true}
 	s.onAdd(run, slim)
 	if got := answer(tb, "backend.default.svc."); len(got) != 1 {
@@ -207,7 +209,7 @@ func TestToSlim(t *testing.T) {
 	p.Spec.Hostname = "web-0"
 	p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}, {IP: "not-an-ip"}, {IP: "10.0.0.1"}}
 	p.Spec.Containers = []v1.Container{{Name: "big", Image: "x"}}
-	obj, err := toSlim("edge-a", nil)(p)
+	obj, err := toSlim("edge-a")(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +233,7 @@ func TestToSlim(t *testing.T) {
 	} {
 		q := newPod("a", "10.0.0.1", backend, true)
 		mut(q)
-		obj, _ := toSlim("edge-a", nil)(q)
+		obj, _ := toSlim("edge-a")(q)
 		if obj.(*slimPod).rec.Ready {
 			t.Errorf("%+v must not be ready", q.Status)
 		}
@@ -239,12 +241,12 @@ func TestToSlim(t *testing.T) {
 	// Only podIP set (old API servers).
 	q := newPod("a", "10.0.0.1", backend, true)
 	q.Status.PodIPs = nil
-	obj, _ = toSlim("edge-a", nil)(q)
+	obj, _ = toSlim("edge-a")(q)
 	if ips := obj.(*slimPod).rec.IPs; len(ips) != 1 {
 		t.Errorf("podIP fallback: %v", ips)
 	}
 	// Non-Pod objects pass through.
-	if o, _ := toSlim("edge-a", nil)("x"); o != "x" {
+	if o, _ := toSlim("edge-a")("x"); o != "x" {
 		t.Error("passthrough")
 	}
 }
@@ -273,6 +275,56 @@ func TestExpireRestoresOnNextList(t *testing.T) {
 	s.SeedLastFullSync(time.Unix(1, 0))
 	if s.LastFullSync().Unix() == 1 {
 		t.Error("a seed must not replace a known full sync time")
+	}
+}
+
+// A relist (here after the watch ends with "too old resource version")
+// brings every Pod again: the ones at the version the informer holds keep
+// their slim objects (reuse.Unchanged is the informer's transform), and a
+// changed one is applied.
+func TestRelistKeepsUnchangedObjects(t *testing.T) {
+	b := newPod("b", "10.0.0.2", backend, true)
+	client := fake.NewClientset(newPod("a", "10.0.0.1", backend, true), b)
+	watches := make(chan *watch.RaceFreeFakeWatcher, 10)
+	client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+		w := watch.NewRaceFreeFake()
+		watches <- w
+		return true, w, nil
+	})
+	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	s := New("edge-a", client, tb, Events{}, Options{})
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	eventually(t, "first sync", s.HasSynced)
+	stored := func(name string) any {
+		obj, ok, err := s.inf.store.GetByKey("default/" + name)
+		if err != nil || !ok {
+			t.Fatalf("%s not in the store: %v", name, err)
+		}
+		return obj
+	}
+	a := stored("a")
+
+	// b changes where the informer's watch does not see it; then the watch
+	// fails as after an API server restart, and the informer lists again.
+	b = b.DeepCopy()
+	b.ResourceVersion = "2"
+	b.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.9"}}
+	if err := client.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), b, "default"); err != nil {
+		t.Fatal(err)
+	}
+	w := <-watches
+	w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
+	eventually(t, "the relist's change", func() bool {
+		return slices.Equal(answer(tb, "backend.default.svc."), []string{"10.0.0.1", "10.0.0.9"})
+	})
+	if stored("a") != a {
+		t.Error("the relist made a new object for a Pod whose version did not change")
+	}
+	if stored("b").(*slimPod).ResourceVersion != "2" {
+		t.Error("the changed Pod kept its old object")
 	}
 }
 
@@ -340,7 +392,7 @@ func TestExpireAndStopDoNotWaitForStuckInformer(t *testing.T) {
 // table.Common); another namespace gets its own (the namespace is part of the
 // result), and the cache stays bounded.
 func TestToSlimSharesParse(t *testing.T) {
-	f := toSlim("edge-a", nil)
+	f := toSlim("edge-a")
 	a, _ := f(newPod("a", "10.0.0.1", backend, true))
 	b, _ := f(newPod("b", "10.0.0.2", backend, true))
 	ra, rb := a.(*slimPod).rec, b.(*slimPod).rec
@@ -361,37 +413,6 @@ func TestToSlimSharesParse(t *testing.T) {
 	}
 	if c.bytes > maxCachedBytes {
 		t.Fatalf("cache holds %d bytes, over %d", c.bytes, maxCachedBytes)
-	}
-}
-
-// A Pod the informer's store already holds at the same UID and resource
-// version (a relist) gets the stored slim object back, not a new parse; any
-// other version, a new UID or no version at all is transformed afresh.
-func TestToSlimReusesUnchanged(t *testing.T) {
-	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-	f := toSlim("edge-a", store)
-	first := mustSlim(t, f, newPod("a", "10.0.0.1", backend, true))
-	if err := store.Add(first); err != nil {
-		t.Fatal(err)
-	}
-	if again := mustSlim(t, f, newPod("a", "10.0.0.1", backend, true)); again != first {
-		t.Fatalf("the same version was transformed again: %+v", again.rec)
-	}
-	for name, mut := range map[string]func(*v1.Pod){
-		"new version": func(p *v1.Pod) { p.ResourceVersion = "2"; p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.9"}} },
-		"new UID":     func(p *v1.Pod) { p.UID = "uid-a2"; p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.9"}} },
-		"no version":  func(p *v1.Pod) { p.ResourceVersion = ""; p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.9"}} },
-	} {
-		p := newPod("a", "10.0.0.1", backend, true)
-		mut(p)
-		got := mustSlim(t, f, p)
-		if got == first || len(got.rec.IPs) != 1 || got.rec.IPs[0] != netip.MustParseAddr("10.0.0.9") {
-			t.Errorf("%s: got the stored object or a stale record: %+v", name, got.rec)
-		}
-	}
-	other := newPod("b", "10.0.0.2", backend, true) // same version, another Pod
-	if got := mustSlim(t, f, other); got == first || got.Name != "b" {
-		t.Errorf("another Pod got the stored object of a")
 	}
 }
 
