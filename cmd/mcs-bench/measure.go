@@ -173,18 +173,27 @@ func durations(ds []time.Duration) []float64 {
 }
 
 // vmRSS is VmRSS of a process in bytes.
-func vmRSS(pid int) (int64, error) {
+func vmRSS(pid int) (int64, error) { return procStatusBytes(pid, "VmRSS") }
+
+// procStatusBytes reads a size (VmRSS, VmHWM) from /proc/PID/status, in bytes.
+func procStatusBytes(pid int, key string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == key+":" {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for PID %d", pid)
+	return 0, fmt.Errorf("no %s for PID %d", key, pid)
+}
+
+// resetPeakRSS sets a process's VmHWM (its peak RSS) back to its RSS now, so
+// that a later VmHWM is the peak since this call (Linux: clear_refs, 5).
+func resetPeakRSS(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
 var (

@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 )
@@ -58,4 +60,45 @@ func TestProcCPU(t *testing.T) {
 		}
 	}
 	t.Error("CPU time did not grow in 5 s of spinning")
+}
+
+// The peak RSS of this process, once reset, falls back to its RSS (after a
+// large buffer was freed) and grows again with what it touches after.
+func TestPeakRSS(t *testing.T) {
+	pid := os.Getpid()
+	peak := func() int64 {
+		t.Helper()
+		n, err := procStatusBytes(pid, "VmHWM")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	touch := func() []byte {
+		b := make([]byte, 64<<20)
+		for i := range b {
+			b[i] = 1
+		}
+		return b
+	}
+	b := touch()
+	high := peak()
+	b = nil
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := resetPeakRSS(pid); err != nil {
+		t.Fatal(err)
+	}
+	low := peak()
+	if low > high-32<<20 {
+		t.Fatalf("peak %d after the reset, %d before it with 64 MB more in use", low, high)
+	}
+	b = touch()
+	if again := peak(); again < low+32<<20 {
+		t.Errorf("peak %d after touching 64 MB, %d before", again, low)
+	}
+	if _, err := procStatusBytes(pid, "NoSuchField"); err == nil {
+		t.Error("a missing field gave no error")
+	}
+	runtime.KeepAlive(b)
 }

@@ -379,6 +379,14 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, 
 	}
 	accepted, received := proxy.Accepted(), proxy.Received()
 	cpu0 := cpuOf(b, c.d.Process().PID(), w.a.APIServer().PID())
+	rss, err := vmRSS(c.d.Process().PID())
+	if err == nil {
+		err = resetPeakRSS(c.d.Process().PID())
+	}
+	if err != nil {
+		b.Fatalf("CoreDNS's RSS: %v", err)
+	}
+	r.RSSBefore = rss
 	// A CPU profile of CoreDNS through the list (the pprof listener takes whole
 	// seconds; a resumed watch takes milliseconds, so only the list).
 	var prof sync.WaitGroup
@@ -412,9 +420,12 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, 
 	time.Sleep(2 * time.Second) // keep probing after the resync
 	stop.Store(true)
 	wg.Wait()
-	b.Logf("resync of %d endpoints after a %s cut (API server restarted: %v): %s (first new connection after %s; %.1f MB from the API server; CPU: CoreDNS %s, kube-apiserver %s); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
+	if r.RSSPeak, err = procStatusBytes(c.d.Process().PID(), "VmHWM"); err != nil {
+		b.Fatalf("CoreDNS's peak RSS: %v", err)
+	}
+	b.Logf("resync of %d endpoints after a %s cut (API server restarted: %v): %s (first new connection after %s; %.1f MB from the API server; CPU: CoreDNS %s, kube-apiserver %s; CoreDNS RSS %.1f MB, peak %.1f MB); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
 		r.Endpoints, r.CutFor.Round(time.Millisecond), restart, r.Took.Round(time.Millisecond), r.Reconnect.Round(time.Millisecond), float64(r.Received)/1e6,
-		r.CPUCoreDNS.Round(time.Millisecond), r.CPUAPIServer.Round(time.Millisecond), r.Probes, r.ProbeWrong, r.ProbeErrors)
+		r.CPUCoreDNS.Round(time.Millisecond), r.CPUAPIServer.Round(time.Millisecond), float64(r.RSSBefore)/1e6, float64(r.RSSPeak)/1e6, r.Probes, r.ProbeWrong, r.ProbeErrors)
 	return r
 }
 
