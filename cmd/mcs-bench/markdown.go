@@ -304,14 +304,14 @@ func writeReport(r *results) error {
 		p("- **the watch resumes**: the API server kept running, so its watch cache still holds the change, and CoreDNS's informer resumes its watch from the last version it saw and receives just that change;")
 		p("- **every Pod listed again**: the API server was also killed (SIGKILL) and started again while cut, as after a crash, a reboot or an upgrade of the control plane (or a cut longer than the watch cache's window of changes). Its watch cache begins after the last version CoreDNS saw, the watch fails with \"too old resource version\", and the informer lists every Pod again; the records keep being served meanwhile, and the list's changes are applied to them one by one.")
 		p("")
-		p("| case | endpoints | cut | resync | of it, until the first new connection | bytes from the API server | CPU time meanwhile: CoreDNS, kube-apiserver | CoreDNS RSS: before, peak | probes | wrong | timeouts or refusals |")
+		p("| case | endpoints | cut | resync | of it, until the first new connection | bytes from the API server | CPU time meanwhile: CoreDNS, kube-apiserver | CoreDNS RSS: before, peak (anonymous: before, after) | probes | wrong | timeouts or refusals |")
 		p("|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, rs := range []resyncResult{r.Resync, r.Relist} {
 			if rs.Probes == 0 {
 				continue
 			}
-			p("| %s | %d | %s | **%s** | %s | %s | %s, %s | %s, %s | %d | **%d** | %d |", rs.kind(), rs.Endpoints, rs.CutFor.Round(time.Millisecond), ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received),
-				ms(rs.CPUCoreDNS), ms(rs.CPUAPIServer), mb(rs.RSSBefore), mb(rs.RSSPeak), rs.Probes, rs.ProbeWrong, rs.ProbeErrors)
+			p("| %s | %d | %s | **%s** | %s | %s | %s, %s | %s, %s (%s, %s) | %d | **%d** | %d |", rs.kind(), rs.Endpoints, rs.CutFor.Round(time.Millisecond), ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received),
+				ms(rs.CPUCoreDNS), ms(rs.CPUAPIServer), mb(rs.RSSBefore), mb(rs.RSSPeak), mb(rs.AnonBefore), mb(rs.AnonAfter), rs.Probes, rs.ProbeWrong, rs.ProbeErrors)
 		}
 		p("")
 		for _, rs := range []resyncResult{r.Resync, r.Relist} {
@@ -320,7 +320,7 @@ func writeReport(r *results) error {
 				p("")
 			}
 		}
-		p("The wait until the first new connection is the plugin's retry of refused watches (every 250 ms). After it, a resumed watch brings one event; a list brings every Pod, decoded, cut down to a record and compared with the one the table holds. The peak RSS is VmHWM, reset (`clear_refs`) at the restore and read 2 s after the change showed; the manifests limit CoreDNS to 170 Mi. CoreDNS's CPU profile through the list (%s from the restore) is `%s`.", relistProfile, rel(filepath.Join(cfg.Raw, "cpu-ours-relist.pprof")))
+		p("The wait until the first new connection is the plugin's retry of refused watches (every 250 ms). After it, a resumed watch brings one event; a list brings every Pod, decoded, cut down to a record and compared with the one the table holds. The peak RSS is VmHWM, reset (`clear_refs`) at the restore and read 2 s after the change showed; the anonymous part (`RssAnon`: heap, stacks; not the binary's pages or the snapshot's memory map) has no peak counter. The manifests limit CoreDNS to 170 Mi. CoreDNS's CPU profile through the list (%s from the restore) is `%s`.", relistProfile, rel(filepath.Join(cfg.Raw, "cpu-ours-relist.pprof")))
 		p("")
 	}
 	if r.ProfileTop != "" {

@@ -97,6 +97,7 @@ type resyncResult struct {
 	Received                        int64         // bytes from the API server through the proxy, restore to the changed answer
 	CPUCoreDNS, CPUAPIServer        time.Duration // CPU time of each process, restore to the changed answer
 	RSSBefore, RSSPeak              int64         // CoreDNS's RSS at the restore and its peak until the end of the probing
+	AnonBefore, AnonAfter           int64         // its anonymous RSS (the heap and stacks, not the binary or the snapshot's map) at the restore and at the end
 	Reconnect                       time.Duration // restore to the first connection through the proxy; -1 if none
 	Probes, ProbeWrong, ProbeErrors int
 	FirstWrong                      string

@@ -379,9 +379,13 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, 
 	}
 	accepted, received := proxy.Accepted(), proxy.Received()
 	cpu0 := cpuOf(b, c.d.Process().PID(), w.a.APIServer().PID())
-	rss, err := vmRSS(c.d.Process().PID())
+	pid := c.d.Process().PID()
+	rss, err := vmRSS(pid)
 	if err == nil {
-		err = resetPeakRSS(c.d.Process().PID())
+		r.AnonBefore, err = procStatusBytes(pid, "RssAnon")
+	}
+	if err == nil {
+		err = resetPeakRSS(pid)
 	}
 	if err != nil {
 		b.Fatalf("CoreDNS's RSS: %v", err)
@@ -420,12 +424,15 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, 
 	time.Sleep(2 * time.Second) // keep probing after the resync
 	stop.Store(true)
 	wg.Wait()
-	if r.RSSPeak, err = procStatusBytes(c.d.Process().PID(), "VmHWM"); err != nil {
+	if r.RSSPeak, err = procStatusBytes(pid, "VmHWM"); err == nil {
+		r.AnonAfter, err = procStatusBytes(pid, "RssAnon")
+	}
+	if err != nil {
 		b.Fatalf("CoreDNS's peak RSS: %v", err)
 	}
-	b.Logf("resync of %d endpoints after a %s cut (API server restarted: %v): %s (first new connection after %s; %.1f MB from the API server; CPU: CoreDNS %s, kube-apiserver %s; CoreDNS RSS %.1f MB, peak %.1f MB); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
+	b.Logf("resync of %d endpoints after a %s cut (API server restarted: %v): %s (first new connection after %s; %.1f MB from the API server; CPU: CoreDNS %s, kube-apiserver %s; CoreDNS RSS %.1f MB, peak %.1f MB, anonymous %.1f MB then %.1f MB); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
 		r.Endpoints, r.CutFor.Round(time.Millisecond), restart, r.Took.Round(time.Millisecond), r.Reconnect.Round(time.Millisecond), float64(r.Received)/1e6,
-		r.CPUCoreDNS.Round(time.Millisecond), r.CPUAPIServer.Round(time.Millisecond), float64(r.RSSBefore)/1e6, float64(r.RSSPeak)/1e6, r.Probes, r.ProbeWrong, r.ProbeErrors)
+		r.CPUCoreDNS.Round(time.Millisecond), r.CPUAPIServer.Round(time.Millisecond), float64(r.RSSBefore)/1e6, float64(r.RSSPeak)/1e6, float64(r.AnonBefore)/1e6, float64(r.AnonAfter)/1e6, r.Probes, r.ProbeWrong, r.ProbeErrors)
 	return r
 }
 
