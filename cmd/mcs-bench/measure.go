@@ -175,7 +175,8 @@ func durations(ds []time.Duration) []float64 {
 // vmRSS is VmRSS of a process in bytes.
 func vmRSS(pid int) (int64, error) { return procStatusBytes(pid, "VmRSS") }
 
-// procStatusBytes reads a size (VmRSS, VmHWM) from /proc/PID/status, in bytes.
+// procStatusBytes reads a size (VmRSS, VmHWM, RssAnon) from /proc/PID/status,
+// in bytes.
 func procStatusBytes(pid int, key string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
