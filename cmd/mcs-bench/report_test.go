@@ -89,8 +89,10 @@ func TestPeakRSS(t *testing.T) {
 	if err := resetPeakRSS(pid); err != nil {
 		t.Fatal(err)
 	}
+	// A peak never falls unless reset; how far it falls depends on what the
+	// runtime (and the race detector's shadow memory) gave back.
 	low := peak()
-	if low > high-32<<20 {
+	if low > high-8<<20 {
 		t.Fatalf("peak %d after the reset, %d before it with 64 MB more in use", low, high)
 	}
 	b = touch()
