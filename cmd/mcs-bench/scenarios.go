@@ -378,8 +378,8 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, 
 		b.Fatalf("while cut, the change already shows (or no answer): %v %v", m, err)
 	}
 	accepted, received := proxy.Accepted(), proxy.Received()
-	cpu0 := cpuOf(b, c.d.Process().PID(), w.a.APIServer().PID())
 	pid := c.d.Process().PID()
+	cpu0 := cpuOf(b, pid, w.a.APIServer().PID())
 	rss, err := vmRSS(pid)
 	if err == nil {
 		r.AnonBefore, err = procStatusBytes(pid, "RssAnon")
@@ -417,7 +417,7 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, 
 	waitName(b, c, "after."+ns+".svc."+zone, ip, 5*time.Minute)
 	r.Took = time.Since(restore)
 	r.Received = proxy.Received() - received
-	cpu1 := cpuOf(b, c.d.Process().PID(), w.a.APIServer().PID())
+	cpu1 := cpuOf(b, pid, w.a.APIServer().PID())
 	r.CPUCoreDNS, r.CPUAPIServer = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1]
 	prof.Wait()
 	r.Reconnect = <-reconnected

@@ -251,17 +251,24 @@ func TestToSlim(t *testing.T) {
 	}
 }
 
-// Expire drops the records, and the restarted informer's first list brings
-// them back as soon as the API server answers.
-func TestExpireRestoresOnNextList(t *testing.T) {
-	client := fake.NewClientset(newPod("a", "10.0.0.1", backend, true))
+// startSynced starts a source of cluster edge-a over client, stopped at the
+// end of the test, and waits for its first complete list.
+func startSynced(t *testing.T, client kubernetes.Interface) (*Source, *table.Table) {
+	t.Helper()
 	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
 	s := New("edge-a", client, tb, Events{}, Options{})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop()
+	t.Cleanup(func() { s.Stop() })
 	eventually(t, "first sync", s.HasSynced)
+	return s, tb
+}
+
+// Expire drops the records, and the restarted informer's first list brings
+// them back as soon as the API server answers.
+func TestExpireRestoresOnNextList(t *testing.T) {
+	s, tb := startSynced(t, fake.NewClientset(newPod("a", "10.0.0.1", backend, true)))
 	if err := s.Expire(); err != nil {
 		t.Fatal(err)
 	}
@@ -291,13 +298,7 @@ func TestRelistKeepsUnchangedObjects(t *testing.T) {
 		watches <- w
 		return true, w, nil
 	})
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	s := New("edge-a", client, tb, Events{}, Options{})
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
-	eventually(t, "first sync", s.HasSynced)
+	s, tb := startSynced(t, client)
 	stored := func(name string) any {
 		obj, ok, err := s.inf.store.GetByKey("default/" + name)
 		if err != nil || !ok {
