@@ -24,6 +24,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/clients"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/redial"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/watchread"
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
@@ -104,7 +105,13 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 			}
 		})
 	})
-	return kubernetes.NewForConfig(rc)
+	// Pods are decoded with only the fields the sources and the clients
+	// watcher read (see podproto): a relist builds no containers, managed
+	// fields or statuses only to drop them.
+	return podproto.NewClient(rc, podproto.Keep{
+		Labels:      []string{annotation.ExporterLabel, annotation.ImporterLabel},
+		Annotations: []string{annotation.ExportAnnotation, annotation.ImportAnnotation},
+	})
 }
 
 // newMCS builds the handler and its sources (the local cluster first, then

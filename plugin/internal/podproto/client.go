@@ -1,0 +1,66 @@
+package podproto
+
+import (
+	"net/http"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+)
+
+// NewClient returns kubernetes.NewForConfig(rc), except that its CoreV1
+// client decodes Pods with a Decoder keeping keep: its Pods, and so its Pod
+// informers' Pods, carry only the fields listed in the package comment. Give
+// rc protobuf as its content type, or nothing changes.
+func NewClient(rc *rest.Config, keep Keep) (kubernetes.Interface, error) {
+	httpClient, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		return nil, err
+	}
+	return newClient(rc, httpClient, keep)
+}
+
+func newClient(rc *rest.Config, httpClient *http.Client, keep Keep) (kubernetes.Interface, error) {
+	cs, err := kubernetes.NewForConfigAndClient(rc, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	// What corev1.NewForConfigAndClient sets, but the serializer.
+	cfg := rest.CopyConfig(rc)
+	cfg.GroupVersion = &v1.SchemeGroupVersion
+	cfg.APIPath = "/api"
+	cfg.NegotiatedSerializer = negotiated{
+		NegotiatedSerializer: rest.CodecFactoryForGeneratedClient(scheme.Scheme, scheme.Codecs).WithoutConversion(),
+		keep:                 keep,
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rcl, err := rest.RESTClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	return clientset{Clientset: cs, core: corev1.New(rcl)}, nil
+}
+
+// clientset is a Clientset whose CoreV1 client is another.
+type clientset struct {
+	*kubernetes.Clientset
+	core corev1.CoreV1Interface
+}
+
+func (c clientset) CoreV1() corev1.CoreV1Interface { return c.core }
+
+// negotiated puts a Decoder in front of every decoder that the client's
+// requests and watches use.
+type negotiated struct {
+	runtime.NegotiatedSerializer
+	keep Keep
+}
+
+func (n negotiated) DecoderToVersion(s runtime.Decoder, gv runtime.GroupVersioner) runtime.Decoder {
+	return &Decoder{Keep: n.keep, Fallback: n.NegotiatedSerializer.DecoderToVersion(s, gv)}
+}

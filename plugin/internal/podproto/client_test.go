@@ -1,0 +1,100 @@
+package podproto
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	restclientwatch "k8s.io/client-go/rest/watch"
+)
+
+// apiServer answers, in protobuf, a list and a watch of Pods and a list of
+// ConfigMaps, as an API server does.
+func apiServer(t *testing.T, pod *v1.Pod) *httptest.Server {
+	t.Helper()
+	info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/api/v1/namespaces/shop/pods" && r.URL.Query().Get("watch") == "true":
+			w.Header().Set("Content-Type", runtime.ContentTypeProtobuf+";stream=watch")
+			enc := restclientwatch.NewEncoder(
+				streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(w), info.StreamSerializer.Serializer),
+				scheme.Codecs.EncoderForVersion(info.Serializer, v1.SchemeGroupVersion))
+			if err := enc.Encode(&watch.Event{Type: watch.Modified, Object: pod}); err != nil {
+				t.Error(err)
+			}
+		case r.URL.Path == "/api/v1/namespaces/shop/pods":
+			w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+			w.Write(encode(t, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Pod{*pod}}))
+		case r.URL.Path == "/api/v1/namespaces/shop/configmaps":
+			w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+			w.Write(encode(t, &v1.ConfigMapList{Items: []v1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Name: "cm", Labels: map[string]string{"any": "x"}}}}}))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestClient: the client's Pods, listed and watched, carry only the kept
+// fields; other kinds are whole.
+func TestClient(t *testing.T) {
+	pod := realistic()
+	srv := apiServer(t, pod)
+	rc := &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{
+		ContentType: runtime.ContentTypeProtobuf, AcceptContentTypes: runtime.ContentTypeProtobuf,
+	}}
+	cs, err := NewClient(rc, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	want := project(pod)
+	list, err := cs.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.ResourceVersion != "7" || len(list.Items) != 1 {
+		t.Fatalf("list %+v", list)
+	}
+	comparePods(t, 0, &list.Items[0], want)
+
+	w, err := cs.CoreV1().Pods("shop").Watch(ctx, metav1.ListOptions{ResourceVersion: "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	select {
+	case ev := <-w.ResultChan():
+		got, ok := ev.Object.(*v1.Pod)
+		if ev.Type != watch.Modified || !ok {
+			t.Fatalf("event %v %T", ev.Type, ev.Object)
+		}
+		comparePods(t, 1, got, want)
+	case <-ctx.Done():
+		t.Fatal("no watch event")
+	}
+
+	cms, err := cs.CoreV1().ConfigMaps("shop").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cms.Items) != 1 || cms.Items[0].Labels["any"] != "x" {
+		t.Errorf("ConfigMaps %+v", cms.Items)
+	}
+	if cs.Discovery().RESTClient() == nil || cs.AppsV1() == nil {
+		t.Error("the rest of the clientset is missing")
+	}
+}
