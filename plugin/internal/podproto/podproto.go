@@ -66,11 +66,6 @@ type Decoder struct {
 	Fallback runtime.Decoder
 }
 
-var (
-	podGVK     = v1.SchemeGroupVersion.WithKind("Pod")
-	podListGVK = v1.SchemeGroupVersion.WithKind("PodList")
-)
-
 // Decode implements runtime.Decoder. Like client-go's decoder for typed
 // clients, it leaves the object's TypeMeta empty.
 func (d *Decoder) Decode(data []byte, gvk *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
@@ -81,37 +76,41 @@ func (d *Decoder) Decode(data []byte, gvk *schema.GroupVersionKind, into runtime
 	if err != nil || env.apiVersion != "v1" || env.encoding != "" {
 		return d.Fallback.Decode(data, gvk, into)
 	}
+	var obj runtime.Object
+	ok := false
 	switch env.kind {
 	case "Pod":
-		pod, ok := into.(*v1.Pod)
-		if into != nil && !ok {
-			break
-		}
-		if pod == nil {
-			pod = &v1.Pod{}
-		} else {
-			*pod = v1.Pod{}
-		}
-		if err := d.pod(env.raw, pod); err != nil {
-			return nil, &podGVK, fmt.Errorf("decoding Pod: %w", err)
-		}
-		return pod, &podGVK, nil
+		obj, ok, err = fill[v1.Pod](into, env.raw, d.pod)
 	case "PodList":
-		list, ok := into.(*v1.PodList)
-		if into != nil && !ok {
-			break
-		}
-		if list == nil {
-			list = &v1.PodList{}
-		} else {
-			*list = v1.PodList{}
-		}
-		if err := d.podList(env.raw, list); err != nil {
-			return nil, &podListGVK, fmt.Errorf("decoding PodList: %w", err)
-		}
-		return list, &podListGVK, nil
+		obj, ok, err = fill[v1.PodList](into, env.raw, d.podList)
 	}
-	return d.Fallback.Decode(data, gvk, into)
+	if !ok {
+		return d.Fallback.Decode(data, gvk, into)
+	}
+	kind := v1.SchemeGroupVersion.WithKind(env.kind)
+	if err != nil {
+		return nil, &kind, fmt.Errorf("decoding %s: %w", env.kind, err)
+	}
+	return obj, &kind, nil
+}
+
+// fill decodes raw with decode into into, emptied first, or into a new T
+// when into is nil; ok is false when into is something else.
+func fill[T any, PT interface {
+	*T
+	runtime.Object
+}](into runtime.Object, raw []byte, decode func([]byte, PT) error) (obj runtime.Object, ok bool, err error) {
+	t, ok := into.(PT)
+	if into != nil && !ok {
+		return nil, false, nil
+	}
+	if t == nil {
+		t = new(T)
+	} else {
+		var zero T
+		*t = zero
+	}
+	return t, true, decode(raw, t)
 }
 
 type envelope struct {

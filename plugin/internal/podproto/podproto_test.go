@@ -120,8 +120,8 @@ func TestDecodeRealistic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *gvk != podGVK {
-		t.Errorf("gvk %v, want %v", gvk, podGVK)
+	if want := v1.SchemeGroupVersion.WithKind("Pod"); *gvk != want {
+		t.Errorf("gvk %v, want %v", gvk, want)
 	}
 	got := obj.(*v1.Pod)
 	want := project(std.(*v1.Pod)) // protobuf keeps whole seconds
