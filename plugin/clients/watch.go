@@ -19,7 +19,8 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/reuse"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/podinformer"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/slimmeta"
 )
 
 // Watcher feeds an Index from the local cluster's Pods: only the Pods
@@ -47,18 +48,17 @@ func NewWatcher(client kubernetes.Interface, idx *Index, all bool, rejected func
 
 // slimClient is what the informer keeps of a Pod.
 type slimClient struct {
-	metav1.ObjectMeta // Name, Namespace, UID, ResourceVersion only
-	client            *Client
-	ips               []netip.Addr // nil when the Pod must not be indexed
-	annoHash          uint64       // of the raw import annotation, to report each change once
-	rejected          []annotation.Rejection
+	slimmeta.Meta
+	client   *Client
+	ips      []netip.Addr // nil when the Pod must not be indexed
+	annoHash uint64       // of the raw import annotation, to report each change once
+	rejected []annotation.Rejection
 }
 
 func (p *slimClient) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 func (p *slimClient) DeepCopyObject() runtime.Object {
 	c := *p
-	c.ObjectMeta = *p.ObjectMeta.DeepCopy()
 	return &c
 }
 
@@ -68,8 +68,8 @@ func toSlim(obj any) (any, error) {
 		return obj, nil
 	}
 	s := &slimClient{
-		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
-		client:     &Client{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)},
+		Meta:   slimmeta.Of(pod),
+		client: &Client{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)},
 	}
 	if pod.Labels[annotation.ImporterLabel] == annotation.LabelValue {
 		raw := pod.Annotations[annotation.ImportAnnotation]
@@ -112,18 +112,16 @@ func (w *Watcher) Start() error {
 	if w.cancel != nil {
 		return errors.New("watcher already started")
 	}
-	var opts []informers.SharedInformerOption
+	sel := ""
 	if !w.all {
-		sel := labels.Set{annotation.ImporterLabel: annotation.LabelValue}.AsSelector().String()
-		opts = append(opts, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
+		sel = labels.Set{annotation.ImporterLabel: annotation.LabelValue}.AsSelector().String()
 	}
-	w.factory = informers.NewSharedInformerFactoryWithOptions(w.client, 0, opts...)
-	inf := w.factory.Core().V1().Pods().Informer()
-	// A relist's unchanged Pods keep their slim objects (see reuse): with
-	// imports enforce, that is every Pod of the cluster.
-	if err := inf.SetTransform(reuse.Unchanged(inf.GetStore(), toSlim)); err != nil {
+	// With imports enforce, the informer holds every Pod of the cluster.
+	factory, inf, err := podinformer.New(w.client, sel, toSlim)
+	if err != nil {
 		return err
 	}
+	w.factory = factory
 	ctx, cancel := context.WithCancel(context.Background())
 	reg, err := inf.AddEventHandler(informerstop.Handlers(ctx, cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.apply(nil, obj) },

@@ -6,22 +6,22 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/slimmeta"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
 // slimPod is what the informer keeps instead of a v1.Pod: enough metadata for
 // the informer's keys and resource-version checks, the parsed record, and the
-// parse result. A full Pod costs kilobytes; this keeps a few hundred bytes.
+// parse result. A full Pod costs kilobytes; this keeps about a hundred bytes.
 type slimPod struct {
-	metav1.ObjectMeta // only Name, Namespace, UID, ResourceVersion are set
-	rec               *table.Pod
-	annoHash          uint64 // of the raw export annotation, to log each change once
-	rejected          []annotation.Rejection
+	slimmeta.Meta
+	rec      *table.Pod
+	annoHash uint64 // of the raw export annotation, to log each change once
+	rejected []annotation.Rejection
 }
 
 // GetObjectKind and DeepCopyObject make slimPod a runtime.Object.
@@ -29,7 +29,6 @@ func (p *slimPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectK
 
 func (p *slimPod) DeepCopyObject() runtime.Object {
 	c := *p
-	c.ObjectMeta = *p.ObjectMeta.DeepCopy()
 	return &c // rec and rejected are never mutated after the transform
 }
 
@@ -53,10 +52,10 @@ func toSlim(cluster string) func(any) (any, error) {
 			Ready:    podReady(pod),
 		}
 		return &slimPod{
-			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
-			rec:        rec,
-			annoHash:   hash(raw),
-			rejected:   rejected,
+			Meta:     slimmeta.Of(pod),
+			rec:      rec,
+			annoHash: hash(raw),
+			rejected: rejected,
 		}, nil
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -20,7 +19,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/reuse"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/podinformer"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
@@ -227,11 +226,8 @@ func (s *Source) startInformer() (*informer, error) {
 	s.started.Store(time.Now().UnixNano())
 
 	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	factory := informers.NewSharedInformerFactoryWithOptions(s.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	inf := factory.Core().V1().Pods().Informer()
-	// A relist's unchanged Pods keep their slim objects (see reuse).
-	if err := inf.SetTransform(reuse.Unchanged(inf.GetStore(), toSlim(s.cluster))); err != nil {
+	factory, inf, err := podinformer.New(s.client, selector, toSlim(s.cluster))
+	if err != nil {
 		cancel()
 		return nil, err
 	}

@@ -218,8 +218,8 @@ func TestToSlim(t *testing.T) {
 	if r.Hostname != "web-0" || !r.Ready || len(r.IPs) != 2 || r.IPs[1] != netip.MustParseAddr("fd00::1") || len(r.Exports) != 1 || r.Exports[0].Cluster != "edge-a" {
 		t.Errorf("record %+v", r)
 	}
-	if s.Name != "a" || s.ResourceVersion != "1" || len(s.Annotations) != 0 || len(s.Labels) != 0 {
-		t.Errorf("slim metadata keeps more than it needs: %+v", s.ObjectMeta)
+	if s.Name != "a" || s.ResourceVersion != "1" || s.UID != p.UID || s.GetAnnotations() != nil || s.GetLabels() != nil {
+		t.Errorf("slim metadata %+v", s.Meta)
 	}
 	if c := s.DeepCopyObject().(*slimPod); c.rec != s.rec || c.Name != "a" {
 		t.Error("deep copy")
