@@ -154,7 +154,11 @@ func writeReport(r *results) error {
 		if rs.Endpoints < 100000 && (rs.Took > 5*time.Second || rs.ProbeWrong > 0) {
 			v = "**missed** already at this size (100k not measured)"
 		}
-		p("| resync 100k <= 5 s, no empty answers (%s; here %d endpoints) | %s (%s of it until the first new connection; %s from the API server); %d wrong answers of %d probes | %s |", rs.kind(), rs.Endpoints, ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received), rs.ProbeWrong, rs.Probes, v)
+		warm := ""
+		if rs.Restart {
+			warm = fmt.Sprintf("; restored after the API server's warm-up of %s", ms(rs.WarmUp))
+		}
+		p("| resync 100k <= 5 s, no empty answers (%s; here %d endpoints) | %s (%s of it until the first new connection; %s from the API server%s); %d wrong answers of %d probes | %s |", rs.kind(), rs.Endpoints, ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received), warm, rs.ProbeWrong, rs.Probes, v)
 	}
 	p("")
 
@@ -302,16 +306,20 @@ func writeReport(r *results) error {
 		p("The link between CoreDNS and `%s`'s API server cut (harness proxy: connections closed, new ones refused); while cut, one Pod's annotation changed. The time runs from restoring the link to the changed answer. A prober asked A for %d existing services throughout (every 2 ms, cut and restore included, until 2 s after the change showed) and counted every answer that was empty, NXDOMAIN or other IPs as wrong. Two cases:", clusterA, 25)
 		p("")
 		p("- **the watch resumes**: the API server kept running, so its watch cache still holds the change, and CoreDNS's informer resumes its watch from the last version it saw and receives just that change;")
-		p("- **every Pod listed again**: the API server was also killed (SIGKILL) and started again while cut, as after a crash, a reboot or an upgrade of the control plane (or a cut longer than the watch cache's window of changes). Its watch cache begins after the last version CoreDNS saw, the watch fails with \"too old resource version\", and the informer lists every Pod again; the records keep being served meanwhile, and the list's changes are applied to them one by one.")
+		p("- **every Pod listed again**: the API server was also killed (SIGKILL) and started again while cut, as after a crash, a reboot or an upgrade of the control plane (or a cut longer than the watch cache's window of changes). Its watch cache begins after the last version CoreDNS saw, the watch fails with \"too old resource version\", and the informer lists every Pod again; the records keep being served meanwhile, and the list's changes are applied to them one by one. The link is restored once the new API server's watch cache serves Pods (it first reads every object from etcd; until then it turns watches away): its warm-up is the API server's own and is listed apart, and the resync is what follows a link that comes back to a running API server.")
 		p("")
-		p("| case | endpoints | cut | resync | of it, until the first new connection | bytes from the API server | CPU time meanwhile: CoreDNS, kube-apiserver | CoreDNS RSS: before, peak (anonymous: before, after) | probes | wrong | timeouts or refusals |")
-		p("|---|---|---|---|---|---|---|---|---|---|---|")
+		p("| case | endpoints | cut | API server warm-up | resync | of it, until the first new connection | bytes from the API server | CPU time meanwhile: CoreDNS, kube-apiserver | CoreDNS heap before the cut; RSS: before, peak (anonymous: before, after) | probes | wrong | timeouts or refusals |")
+		p("|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, rs := range []resyncResult{r.Resync, r.Relist} {
 			if rs.Probes == 0 {
 				continue
 			}
-			p("| %s | %d | %s | **%s** | %s | %s | %s, %s | %s, %s (%s, %s) | %d | **%d** | %d |", rs.kind(), rs.Endpoints, rs.CutFor.Round(time.Millisecond), ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received),
-				ms(rs.CPUCoreDNS), ms(rs.CPUAPIServer), mb(rs.RSSBefore), mb(rs.RSSPeak), mb(rs.AnonBefore), mb(rs.AnonAfter), rs.Probes, rs.ProbeWrong, rs.ProbeErrors)
+			warm := "-"
+			if rs.Restart {
+				warm = ms(rs.WarmUp)
+			}
+			p("| %s | %d | %s | %s | **%s** | %s | %s | %s, %s | %s; %s, %s (%s, %s) | %d | **%d** | %d |", rs.kind(), rs.Endpoints, rs.CutFor.Round(time.Millisecond), warm, ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received),
+				ms(rs.CPUCoreDNS), ms(rs.CPUAPIServer), mb(rs.Heap), mb(rs.RSSBefore), mb(rs.RSSPeak), mb(rs.AnonBefore), mb(rs.AnonAfter), rs.Probes, rs.ProbeWrong, rs.ProbeErrors)
 		}
 		p("")
 		for _, rs := range []resyncResult{r.Resync, r.Relist} {
@@ -320,7 +328,7 @@ func writeReport(r *results) error {
 				p("")
 			}
 		}
-		p("The wait until the first new connection is the plugin's retry of refused watches (every 250 ms). After it, a resumed watch brings one event; a list brings every Pod, decoded, cut down to a record and compared with the one the table holds. The peak RSS is VmHWM, reset (`clear_refs`) at the restore and read 2 s after the change showed; the anonymous part (`RssAnon`: heap, stacks; not the binary's pages or the snapshot's memory map) has no peak counter. The manifests limit CoreDNS to 170 Mi. CoreDNS's CPU profile through the list (%s from the restore) is `%s`.", relistProfile, rel(filepath.Join(cfg.Raw, "cpu-ours-relist.pprof")))
+		p("The wait until the first new connection is the plugin's retry of refused watches (every 250 ms). After it, a resumed watch brings one event; a list brings every Pod, decoded, cut down to a record and compared with the one the table holds. The peak RSS is VmHWM, reset (`clear_refs`) at the restore and read 2 s after the change showed; the anonymous part (`RssAnon`: heap, stacks; not the binary's pages or the snapshot's memory map) has no peak counter. The heap is `HeapAlloc` after a GC, from the pprof listener, just before the cut. The manifests limit CoreDNS to 170 Mi. CoreDNS's CPU profile through the list (%s from the restore) is `%s`.", relistProfile, rel(filepath.Join(cfg.Raw, "cpu-ours-relist.pprof")))
 		p("")
 	}
 	if r.ProfileTop != "" {

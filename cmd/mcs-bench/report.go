@@ -94,8 +94,10 @@ type resyncResult struct {
 	Endpoints                       int
 	Restart                         bool // the API server restarted while cut: a full list, not a resumed watch
 	CutFor, Took                    time.Duration
+	WarmUp                          time.Duration // with Restart: the API server's start until its watch cache served Pods (before the restore)
 	Received                        int64         // bytes from the API server through the proxy, restore to the changed answer
 	CPUCoreDNS, CPUAPIServer        time.Duration // CPU time of each process, restore to the changed answer
+	Heap                            int64         // CoreDNS's heap after a GC (HeapAlloc) before the cut
 	RSSBefore, RSSPeak              int64         // CoreDNS's RSS at the restore and its peak until the end of the probing
 	AnonBefore, AnonAfter           int64         // its anonymous RSS (the heap and stacks, not the binary or the snapshot's map) at the restore and at the end
 	Reconnect                       time.Duration // restore to the first connection through the proxy; -1 if none
@@ -322,6 +324,8 @@ func checkSane(r *results) {
 	}
 	if r.Relist.Took <= 0 || r.Relist.Probes == 0 {
 		bad("resync after an API server restart: not measured")
+	} else if r.Relist.WarmUp <= 0 {
+		bad("resync after an API server restart: the API server's warm-up not measured")
 	} else if r.Relist.Received < int64(r.Relist.Endpoints)*minPodBytes {
 		// A Pod is a few kilobytes on the wire; less means the watch resumed.
 		bad("resync after an API server restart: %d bytes from the API server for %d Pods, not a full list", r.Relist.Received, r.Relist.Endpoints)

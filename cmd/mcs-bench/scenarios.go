@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
@@ -315,7 +317,11 @@ func waitName(t harness.T, c *contender, name, ip string, bound time.Duration) {
 // watch cache begins after the last change CoreDNS saw, so CoreDNS's watch
 // cannot resume ("too old resource version") and its informer lists every
 // Pod again: the resync an outage longer than the watch cache's window needs.
-// Without restart the watch resumes and brings the one change.
+// Without restart the watch resumes and brings the one change. The link is
+// restored once the new API server's watch cache serves Pods: a restarted
+// API server first reads every object from etcd (its warm-up, reported
+// apart), and until then it turns watches away; the resync is what follows
+// a link that comes back to a running API server.
 func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, restart bool) resyncResult {
 	cutFor := cfg.CutFor
 	ns := "resync"
@@ -364,13 +370,20 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, 
 	}()
 	defer func() { stop.Store(true); wg.Wait() }()
 
+	heap, err := heapAlloc(c.pprof)
+	if err != nil {
+		b.Fatalf("CoreDNS's heap: %v", err)
+	}
+	r.Heap = heap
 	proxy.Cut(b)
 	cutAt := time.Now()
 	after := harness.ExportJSON(harness.ExportService{Name: "after"})
 	w.a.SetPodAnnotation(b, ns, "marker", harness.ExportAnnotation, after)
 	if restart {
 		w.a.KillAPIServer(b, syscall.SIGKILL)
+		started := time.Now()
 		w.a.StartAPIServer(b)
+		r.WarmUp = waitWatchCache(b, w.a, started)
 	}
 	time.Sleep(time.Until(cutAt.Add(cutFor)))
 	r.CutFor = time.Since(cutAt)
@@ -430,10 +443,37 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, 
 	if err != nil {
 		b.Fatalf("CoreDNS's peak RSS: %v", err)
 	}
-	b.Logf("resync of %d endpoints after a %s cut (API server restarted: %v): %s (first new connection after %s; %.1f MB from the API server; CPU: CoreDNS %s, kube-apiserver %s; CoreDNS RSS %.1f MB, peak %.1f MB, anonymous %.1f MB then %.1f MB); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
-		r.Endpoints, r.CutFor.Round(time.Millisecond), restart, r.Took.Round(time.Millisecond), r.Reconnect.Round(time.Millisecond), float64(r.Received)/1e6,
-		r.CPUCoreDNS.Round(time.Millisecond), r.CPUAPIServer.Round(time.Millisecond), float64(r.RSSBefore)/1e6, float64(r.RSSPeak)/1e6, float64(r.AnonBefore)/1e6, float64(r.AnonAfter)/1e6, r.Probes, r.ProbeWrong, r.ProbeErrors)
+	b.Logf("resync of %d endpoints after a %s cut (API server restarted: %v, its warm-up %s): %s (first new connection after %s; %.1f MB from the API server; CPU: CoreDNS %s, kube-apiserver %s; CoreDNS heap %.1f MB, RSS %.1f MB, peak %.1f MB, anonymous %.1f MB then %.1f MB); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
+		r.Endpoints, r.CutFor.Round(time.Millisecond), restart, r.WarmUp.Round(time.Millisecond), r.Took.Round(time.Millisecond), r.Reconnect.Round(time.Millisecond), float64(r.Received)/1e6,
+		r.CPUCoreDNS.Round(time.Millisecond), r.CPUAPIServer.Round(time.Millisecond), float64(r.Heap)/1e6, float64(r.RSSBefore)/1e6, float64(r.RSSPeak)/1e6, float64(r.AnonBefore)/1e6, float64(r.AnonAfter)/1e6, r.Probes, r.ProbeWrong, r.ProbeErrors)
 	return r
+}
+
+// waitWatchCache waits until c's API server serves a watch of Pods from its
+// watch cache, which a restarted API server fills from etcd first (meanwhile
+// it answers such watches 429, or holds them), and returns the time since
+// since. The watch's selector matches nothing: it lists no Pod.
+func waitWatchCache(t harness.T, c *harness.Cluster, since time.Time) time.Duration {
+	t.Helper()
+	timeout := int64(1)
+	opts := metav1.ListOptions{ResourceVersion: "0", LabelSelector: "mcs-bench-warm-check=none", TimeoutSeconds: &timeout, Watch: true}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// No retries inside client-go: it would sleep out each 429's Retry-After (1 s).
+		w, err := c.Client.CoreV1().RESTClient().Get().Resource("pods").
+			VersionedParams(&opts, scheme.ParameterCodec).MaxRetries(0).Watch(ctx)
+		if err == nil {
+			w.Stop()
+			cancel()
+			return time.Since(since)
+		}
+		cancel()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the API server's watch cache does not serve Pods %s after its start: %v", c.Name, time.Since(since).Round(time.Second), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // relistProfile is how long the CPU profile of a relist runs from the restore.
