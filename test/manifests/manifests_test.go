@@ -153,6 +153,17 @@ func TestStatic(t *testing.T) {
 		t.Fatalf("%d containers, want 1", len(pod.Containers))
 	}
 	ctr := pod.Containers[0]
+	// The collector is held under the container's memory limit.
+	memLimit := false
+	for _, e := range ctr.Env {
+		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" {
+			memLimit = true
+		}
+	}
+	if !memLimit || ctr.Resources.Limits.Memory().IsZero() {
+		t.Errorf("GOMEMLIMIT must come from the container's memory limit: env %+v, limits %v", ctr.Env, ctr.Resources.Limits)
+	}
 	mounts := map[string]string{}
 	for _, m := range ctr.VolumeMounts {
 		mounts[m.Name] = m.MountPath
