@@ -3,6 +3,7 @@ package clients
 import (
 	"context"
 	"net/netip"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
 )
 
 var (
@@ -192,5 +194,44 @@ func TestHostNetworkNotIndexed(t *testing.T) {
 	}
 	if x.Lookup(ipA) == nil || x.Len() != 1 || x.HasImporters() {
 		t.Fatalf("index: %d Pods, importers %v", x.Len(), x.HasImporters())
+	}
+}
+
+// TestToSlimThroughPodproto: the transform makes the same slim object of a
+// Pod whole and of the Pod as the plugin's client decodes it (podproto with
+// podproto.Plugin), so no field it reads is one the decoder drops.
+func TestToSlimThroughPodproto(t *testing.T) {
+	const imports = `{"services":[{"name":"backend","namespace":"default","alias":"be"}]}`
+	gone := metav1.Unix(1790000000, 0)
+	cases := map[string]func(p *v1.Pod){
+		"importer, two IPs": func(p *v1.Pod) { p.Status.PodIPs = append(p.Status.PodIPs, v1.PodIP{IP: "fd00::1"}) },
+		"hostNetwork":       func(p *v1.Pod) { p.Spec.HostNetwork = true },
+		"terminating":       func(p *v1.Pod) { p.DeletionTimestamp = &gone },
+		"failed":            func(p *v1.Pod) { p.Status.Phase = v1.PodFailed },
+		"not an importer":   func(p *v1.Pod) { delete(p.Labels, annotation.ImporterLabel) },
+		"bad annotation":    func(p *v1.Pod) { p.Annotations[annotation.ImportAnnotation] = `{"services":[{"name":"Bad_Name"}]}` },
+		"unrelated fields": func(p *v1.Pod) {
+			p.Labels["app"], p.Annotations["other"] = "web", "x"
+			p.Spec.Containers = []v1.Container{{Name: "web", Image: "registry.example/web:1"}}
+		},
+	}
+	for name, change := range cases {
+		t.Run(name, func(t *testing.T) {
+			whole := importer("a", "10.0.0.1", imports)
+			whole.UID = "uid-a"
+			change(whole)
+			trimmed, err := podproto.Trim(whole, podproto.Plugin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err1 := toSlim(whole)
+			b, err2 := toSlim(trimmed)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			if !reflect.DeepEqual(a, b) {
+				t.Errorf("whole Pod: %+v (client %+v)\ndecoded:    %+v (client %+v)", a, a.(*slimClient).client, b, b.(*slimClient).client)
+			}
+		})
 	}
 }

@@ -108,10 +108,7 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 	// Pods are decoded with only the fields the sources and the clients
 	// watcher read (see podproto): a relist builds no containers, managed
 	// fields or statuses only to drop them.
-	return podproto.NewClient(rc, podproto.Keep{
-		Labels:      []string{annotation.ExporterLabel, annotation.ImporterLabel},
-		Annotations: []string{annotation.ExportAnnotation, annotation.ImportAnnotation},
-	})
+	return podproto.NewClient(rc, podproto.Plugin)
 }
 
 // newMCS builds the handler and its sources (the local cluster first, then

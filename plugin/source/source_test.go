@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
@@ -424,4 +426,47 @@ func mustSlim(t *testing.T, f func(any) (any, error), p *v1.Pod) *slimPod {
 		t.Fatal(err)
 	}
 	return obj.(*slimPod)
+}
+
+// TestToSlimThroughPodproto: the transform makes the same slim object of a
+// Pod whole and of the Pod as the plugin's client decodes it (podproto with
+// podproto.Plugin), so no field it reads is one the decoder drops.
+func TestToSlimThroughPodproto(t *testing.T) {
+	gone := metav1.Unix(1790000000, 0)
+	cases := map[string]func(p *v1.Pod){
+		"ready, hostname, two IPs": func(p *v1.Pod) {
+			p.Spec.Hostname = "web-0"
+			p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}}
+		},
+		"not ready":   func(p *v1.Pod) { p.Status.Conditions[0].Status = v1.ConditionFalse },
+		"terminating": func(p *v1.Pod) { p.DeletionTimestamp = &gone },
+		"succeeded":   func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded },
+		"podIP only":  func(p *v1.Pod) { p.Status.PodIPs = nil },
+		"bad annotation": func(p *v1.Pod) {
+			p.Annotations[annotation.ExportAnnotation] = `{"services":[{"name":"Bad_Name"},{"name":"ok"}]}`
+		},
+		"unrelated fields": func(p *v1.Pod) {
+			p.Labels["app"], p.Annotations["other"] = "web", "x"
+			p.Spec.Containers = []v1.Container{{Name: "web", Image: "registry.example/web:1"}}
+			p.Status.Conditions = append([]v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue}}, p.Status.Conditions...)
+		},
+	}
+	for name, change := range cases {
+		t.Run(name, func(t *testing.T) {
+			whole := newPod("a", "10.0.0.1", backend, true)
+			change(whole)
+			trimmed, err := podproto.Trim(whole, podproto.Plugin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err1 := toSlim("edge-a")(whole)
+			b, err2 := toSlim("edge-a")(trimmed)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			if !reflect.DeepEqual(a, b) {
+				t.Errorf("whole Pod: %+v (record %+v)\ndecoded:    %+v (record %+v)", a, a.(*slimPod).rec, b, b.(*slimPod).rec)
+			}
+		})
+	}
 }

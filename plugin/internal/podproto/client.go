@@ -1,8 +1,6 @@
 package podproto
 
 import (
-	"net/http"
-
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -20,10 +18,6 @@ func NewClient(rc *rest.Config, keep Keep) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newClient(rc, httpClient, keep)
-}
-
-func newClient(rc *rest.Config, httpClient *http.Client, keep Keep) (kubernetes.Interface, error) {
 	cs, err := kubernetes.NewForConfigAndClient(rc, httpClient)
 	if err != nil {
 		return nil, err
