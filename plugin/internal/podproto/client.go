@@ -1,7 +1,10 @@
 package podproto
 
 import (
+	"context"
+
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -37,13 +40,32 @@ func NewClient(rc *rest.Config, keep Keep) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	return clientset{Clientset: cs, core: corev1.New(rcl)}, nil
+	return clientset{
+		Clientset: cs,
+		core:      corev1.New(rcl),
+		lists:     &Decoder{Keep: keep, Fallback: scheme.Codecs.UniversalDeserializer()},
+	}, nil
 }
 
 // clientset is a Clientset whose CoreV1 client is another.
 type clientset struct {
 	*kubernetes.Clientset
-	core corev1.CoreV1Interface
+	core  corev1.CoreV1Interface
+	lists *Decoder
+}
+
+// ListPods lists the Pods of every namespace that opts selects, handing each
+// to each as it arrives (see Decoder.List): a list of 100,000 Pods is never
+// held whole, neither its bytes nor its decoded Pods. The response is read
+// as the server sends it, gzipped when it is large (client-go's transport
+// asks for gzip and unzips as it reads).
+func (c clientset) ListPods(ctx context.Context, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error) {
+	body, err := c.core.RESTClient().Get().Resource("pods").VersionedParams(&opts, scheme.ParameterCodec).Stream(ctx)
+	if err != nil {
+		return metav1.ListMeta{}, err
+	}
+	defer body.Close()
+	return c.lists.List(body, each)
 }
 
 func (c clientset) CoreV1() corev1.CoreV1Interface { return c.core }

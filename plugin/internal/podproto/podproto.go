@@ -18,6 +18,12 @@
 // protobuf go through it; anything else (JSON, other kinds, a Status) goes
 // to client-go's own decoder. Bytes that are not a well-formed Pod are an
 // error, as they are to client-go.
+//
+// The client's ListPods also reads a list of Pods as it streams in
+// (Decoder.List), one Pod at a time, where client-go reads a response whole
+// before decoding it: on a list of 100,000 Pods (232 MB unzipped) client-go's
+// io.ReadAll spent more CPU growing and clearing its buffer than all the
+// decoding.
 package podproto
 
 import (
@@ -126,16 +132,9 @@ func decodeEnvelope(b []byte) (envelope, error) {
 	for r.next() {
 		switch r.num {
 		case 1:
-			t := reader{b: r.bytes()}
-			for t.next() {
-				switch t.num {
-				case 1:
-					e.apiVersion = t.string()
-				case 2:
-					e.kind = t.string()
-				}
-			}
-			r.check(t.err)
+			var err error
+			e.apiVersion, e.kind, err = typeMeta(r.bytes())
+			r.check(err)
 		case 2:
 			e.raw = r.bytes()
 		case 3:
@@ -143,6 +142,20 @@ func decodeEnvelope(b []byte) (envelope, error) {
 		}
 	}
 	return e, r.err
+}
+
+// typeMeta reads a TypeMeta: apiVersion 1, kind 2.
+func typeMeta(b []byte) (apiVersion, kind string, err error) {
+	r := reader{b: b}
+	for r.next() {
+		switch r.num {
+		case 1:
+			apiVersion = r.string()
+		case 2:
+			kind = r.string()
+		}
+	}
+	return apiVersion, kind, r.err
 }
 
 // reader walks the fields of one protobuf message: for r.next() { switch
@@ -366,8 +379,7 @@ func status(b []byte, s *v1.PodStatus) error {
 	return r.err
 }
 
-// podList reads a PodList: metadata 1 (resourceVersion 2, continue 3,
-// remainingItemCount 4), items 2.
+// podList reads a PodList: metadata 1, items 2.
 func (d *Decoder) podList(b []byte, l *v1.PodList) error {
 	items := 0
 	r := reader{b: b}
@@ -386,22 +398,28 @@ func (d *Decoder) podList(b []byte, l *v1.PodList) error {
 	for r.next() {
 		switch r.num {
 		case 1:
-			t := reader{b: r.bytes()}
-			for t.next() {
-				switch t.num {
-				case 2:
-					l.ResourceVersion = t.string()
-				case 3:
-					l.Continue = t.string()
-				case 4:
-					n := int64(t.varint())
-					l.RemainingItemCount = &n
-				}
-			}
-			r.check(t.err)
+			r.check(listMeta(r.bytes(), &l.ListMeta))
 		case 2:
 			l.Items = append(l.Items, v1.Pod{})
 			r.check(d.pod(r.bytes(), &l.Items[len(l.Items)-1]))
+		}
+	}
+	return r.err
+}
+
+// listMeta reads a ListMeta: resourceVersion 2, continue 3,
+// remainingItemCount 4.
+func listMeta(b []byte, m *metav1.ListMeta) error {
+	r := reader{b: b}
+	for r.next() {
+		switch r.num {
+		case 2:
+			m.ResourceVersion = r.string()
+		case 3:
+			m.Continue = r.string()
+		case 4:
+			n := int64(r.varint())
+			m.RemainingItemCount = &n
 		}
 	}
 	return r.err
