@@ -157,6 +157,7 @@ func newMCS(cfg config) (*MCS, error) {
 		logRejected(cluster, ns, name, rej)
 	})
 	m.watcher.SetStopWait(stopWait)
+	m.watcher.OnMalformedList(func(err error) { logMalformedList("clients", err) })
 	m.watcher.OnDropped(func(n int) {
 		log.Infof("local Pods: the first list dropped %d DNS clients remembered from the snapshot (gone meanwhile)", n)
 	})
@@ -196,7 +197,8 @@ func (m *MCS) sourceEvents() source.Events {
 					cluster, m.table.Len()[cluster], time.Since(s.Started()).Round(time.Millisecond))
 			}
 		},
-		Rejected: logRejected,
+		Rejected:      logRejected,
+		MalformedList: func(cluster string, err error) { logMalformedList("cluster/"+cluster, err) },
 		StateChanged: func(cluster string, from, to source.State, err error) {
 			save(cluster)
 			if err != nil {
@@ -206,6 +208,13 @@ func (m *MCS) sourceEvents() source.Events {
 			log.Infof("cluster %s: %s -> %s", cluster, from, to)
 		},
 	}
+}
+
+// logMalformedList logs and counts a list of Pods that broke off or did not
+// decode, by the informer (as informer_slow_stops_total names them).
+func logMalformedList(informer string, err error) {
+	malformedLists.WithLabelValues(informer).Inc()
+	log.Warningf("%s: a malformed list of Pods, kept what was held, listing again: %v", informer, err)
 }
 
 // logRejected logs skipped annotation entries once per change, and counts them.

@@ -71,6 +71,13 @@ var (
 		Help:      "Informer stops (shutdown, reload, expiry) not waited for to the end: client-go was sleeping out a retry backoff against an unreachable API server.",
 	}, []string{"informer"})
 
+	malformedLists = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "malformed_lists_total",
+		Help:      "Lists of Pods that broke off or did not decode; what the informer held stays, and it lists again.",
+	}, []string{"informer"})
+
 	watchesWaiting = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,

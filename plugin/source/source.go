@@ -50,6 +50,9 @@ type Events struct {
 	StateChanged func(cluster string, from, to State, err error)
 	// Synced reports that a complete list has replaced the cluster's records.
 	Synced func(cluster string)
+	// MalformedList reports a list of Pods that broke off or did not decode
+	// (the records stay as they were; the informer lists again).
+	MalformedList func(cluster string, err error)
 }
 
 // Options tune a source; zero values take the defaults.
@@ -226,7 +229,11 @@ func (s *Source) startInformer() (*informer, error) {
 	s.started.Store(time.Now().UnixNano())
 
 	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	factory, inf, err := podinformer.New(s.client, selector, toSlim(s.cluster))
+	factory, inf, err := podinformer.New(s.client, selector, toSlim(s.cluster), func(err error) {
+		if s.ev.MalformedList != nil {
+			s.ev.MalformedList(s.cluster, err)
+		}
+	})
 	if err != nil {
 		cancel()
 		return nil, err

@@ -9,6 +9,11 @@
 // an expiry would all wait with it. The sleeping reflector does nothing when it
 // wakes but return, and the event handlers have stopped with the context, so
 // it is safe to leave it to end on its own.
+//
+// The plugin's own informers list through podinformer's stream, not the
+// watch-list, and stop at once (TestStopIsPromptWithStreamedLists in the
+// plugin); this guard stays for any informer that does use the watch-list
+// (client-go's own clients, a fake in a test).
 package informerstop
 
 import (

