@@ -328,7 +328,7 @@ func writeReport(r *results) error {
 				p("")
 			}
 		}
-		p("The wait until the first new connection is the plugin's retry of refused watches (every 250 ms). After it, a resumed watch brings one event; a list brings every Pod, decoded, cut down to a record and compared with the one the table holds. The peak RSS is VmHWM, reset (`clear_refs`) at the restore and read 2 s after the change showed; the anonymous part (`RssAnon`: heap, stacks; not the binary's pages or the snapshot's memory map) has no peak counter. The heap is `HeapAlloc` after a GC, from the pprof listener, just before the cut. The manifests limit CoreDNS to 170 Mi. CoreDNS's CPU profile through the list (%s from the restore) is `%s`.", relistProfile, rel(filepath.Join(cfg.Raw, "cpu-ours-relist.pprof")))
+		p("The wait until the first new connection is the plugin's retry of refused watches (every 250 ms). After it, a resumed watch brings one event; a list brings every Pod, decoded, cut down to a record and compared with the one the table holds. The peak RSS is VmHWM, reset (`clear_refs`) at the restore and read 2 s after the change showed; the anonymous part (`RssAnon`: heap, stacks; not the binary's pages or the snapshot's memory map) has no peak counter. The heap is `HeapAlloc` after a GC, from the pprof listener, just before the cut. The manifests limit CoreDNS to 170 Mi. CoreDNS's CPU profile through the list (%s from the restore) is `%s`, and kube-apiserver's over the same time `%s`.", relistProfile, rel(filepath.Join(cfg.Raw, "cpu-ours-relist.pprof")), rel(filepath.Join(cfg.Raw, "cpu-apiserver-relist.pprof")))
 		p("")
 	}
 	if r.ProfileTop != "" {

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
 // perf is one dnsperf run.
@@ -278,6 +280,26 @@ func profile(ctx context.Context, url, bin, path string, d time.Duration, pprofA
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("%s: %s", url, resp.Status)
 	}
+	return saveProfile(ctx, b, bin, path, pprofArgs)
+}
+
+// apiServerProfile saves a CPU profile of c's kube-apiserver over d (its
+// /debug/pprof, as the cluster's admin) into path and returns `go tool
+// pprof -top` of it.
+func apiServerProfile(ctx context.Context, c *harness.Cluster, path string, d time.Duration) (string, error) {
+	cx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	b, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(int(d.Seconds()))).MaxRetries(0).DoRaw(cx)
+	if err != nil {
+		return "", fmt.Errorf("kube-apiserver's profile: %w", err)
+	}
+	return saveProfile(ctx, b, harness.FindTools().APIServer, path, nil)
+}
+
+// saveProfile writes the profile b into path, with `go tool pprof -top`
+// listings (by own and by cumulative time) beside it, and returns the first.
+func saveProfile(ctx context.Context, b []byte, bin, path string, pprofArgs []string) (string, error) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return "", err
 	}

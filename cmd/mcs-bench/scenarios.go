@@ -414,6 +414,12 @@ func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, 
 				b.Logf("CPU profile of the relist: %v", err)
 			}
 		})
+		prof.Go(func() {
+			path := filepath.Join(cfg.Raw, "cpu-apiserver-relist.pprof")
+			if _, err := apiServerProfile(context.Background(), w.a, path, relistProfile); err != nil {
+				b.Logf("kube-apiserver's CPU profile of the relist: %v", err)
+			}
+		})
 	}
 	restore := time.Now()
 	proxy.Restore(b)
