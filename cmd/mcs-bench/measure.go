@@ -16,6 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
@@ -289,7 +292,15 @@ func profile(ctx context.Context, url, bin, path string, d time.Duration, pprofA
 func apiServerProfile(ctx context.Context, c *harness.Cluster, path string, d time.Duration) (string, error) {
 	cx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	b, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+	// The cluster's client gives up on a request after 15 s, the profile's
+	// length: this one has only the context's deadline.
+	rc := rest.CopyConfig(c.Config)
+	rc.Timeout = 0
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return "", err
+	}
+	b, err := client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
 		Param("seconds", strconv.Itoa(int(d.Seconds()))).MaxRetries(0).DoRaw(cx)
 	if err != nil {
 		return "", fmt.Errorf("kube-apiserver's profile: %w", err)

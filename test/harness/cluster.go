@@ -147,7 +147,8 @@ func (c *Cluster) prepare(t T) error {
 		"--disable-admission-plugins", "ServiceAccount",
 		"--endpoint-reconciler-type", "none",
 		"--enable-priority-and-fairness=false",
-		"--profiling=false",
+		// /debug/pprof, for mcs-bench's profile of a relist (admin only).
+		"--profiling=true",
 	)
 
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
