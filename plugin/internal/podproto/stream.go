@@ -122,10 +122,10 @@ func (d *Decoder) streamList(s *stream, meta *metav1.ListMeta, each func(*v1.Pod
 	if err != nil {
 		return s.fail(err)
 	}
-	end := s.n + int64(size)
 	if size > 1<<62 {
 		return s.fail(fmt.Errorf("a list of %d bytes", size))
 	}
+	end := s.n + int64(size)
 	for s.n < end {
 		num, typ, err := s.tag()
 		if err == io.EOF {
