@@ -104,3 +104,23 @@ func TestPeakRSS(t *testing.T) {
 	}
 	runtime.KeepAlive(b)
 }
+
+// The relist row is a list of every Pod, gzipped or not, at the smoke's size
+// and at 100,000; a watch that resumed instead is not. (Bytes as measured.)
+func TestListedAgain(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		relist, resumed resyncResult
+		want            bool
+	}{
+		{"smoke, gzipped list", resyncResult{Endpoints: 122, Received: 18809}, resyncResult{Received: 5800}, true},
+		{"smoke, list as it is", resyncResult{Endpoints: 122, Received: 290000}, resyncResult{Received: 5800}, true},
+		{"smoke, watch resumed", resyncResult{Endpoints: 122, Received: 5900}, resyncResult{Received: 5800}, false},
+		{"100k, gzipped list", resyncResult{Endpoints: 100004, Received: 12400000}, resyncResult{Received: 9300}, true},
+		{"100k, watch resumed", resyncResult{Endpoints: 100004, Received: 9400}, resyncResult{Received: 9300}, false},
+	} {
+		if got := listedAgain(c.relist, c.resumed); got != c.want {
+			t.Errorf("%s: listedAgain %v, want %v", c.name, got, c.want)
+		}
+	}
+}

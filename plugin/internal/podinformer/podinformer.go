@@ -41,10 +41,10 @@ type Streamer interface {
 // link instead of 232 MB, and in most runs less of the API server's CPU.
 // client-go reads a list whole, bytes and decoded Pods, before the informer
 // sees any; read as it streams, the list holds no more than one Pod's bytes
-// at a time, and the Pods it already holds are not built again. A streamed list that
-// breaks off or does not decode (see podproto.ErrStream), other than by the
-// informer's stop, is also handed to malformed, when not nil, before the
-// informer lists again.
+// at a time, and a Pod the informer holds at the same version keeps its
+// stored object at once. A streamed list that breaks off or does not decode
+// (see podproto.ErrStream), other than by the informer's stop, is also
+// handed to malformed, when not nil, before the informer lists again.
 func New(client kubernetes.Interface, selector string, transform cache.TransformFunc, malformed func(error)) (informers.SharedInformerFactory, cache.SharedIndexInformer, error) {
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -75,15 +75,15 @@ type streamed struct {
 	malformed func(error)
 }
 
-// List is what the list holds: the transformed Pods.
-type List struct {
+// slimList is a streamed list: the transformed Pods.
+type slimList struct {
 	metav1.TypeMeta
 	metav1.ListMeta
 	Items []runtime.Object
 }
 
-func (l *List) DeepCopyObject() runtime.Object {
-	c := &List{TypeMeta: l.TypeMeta, Items: make([]runtime.Object, len(l.Items))}
+func (l *slimList) DeepCopyObject() runtime.Object {
+	c := &slimList{TypeMeta: l.TypeMeta, Items: make([]runtime.Object, len(l.Items))}
 	l.ListMeta.DeepCopyInto(&c.ListMeta)
 	for i, o := range l.Items {
 		c.Items[i] = o.DeepCopyObject()
@@ -96,7 +96,7 @@ func (l *List) DeepCopyObject() runtime.Object {
 // they are (a transform passes anything but a *v1.Pod through).
 func (s *streamed) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	s.tweak(&opts)
-	list := &List{}
+	list := &slimList{}
 	meta, err := s.lister.ListPods(ctx, opts, func(p *v1.Pod) error {
 		obj, err := s.transform(p)
 		if err != nil {
