@@ -29,11 +29,7 @@ import (
 // malformed_lists_total.
 func TestMalformedListKeepsRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.db")
-	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("b", "10.0.0.2", backendAnno)))
-	i, udp, _ := serveSnapshot(t, path)
-	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.2"})
-	waitSynced(t)
-	stopServer(i)
+	seedSnapshot(t, path, []string{"10.0.0.1", "10.0.0.2"}, exporter("a", "10.0.0.1", backendAnno), exporter("b", "10.0.0.2", backendAnno))
 
 	var buf bytes.Buffer
 	enc := scheme.Codecs.EncoderForVersion(protoser.NewSerializer(scheme.Scheme, scheme.Scheme), v1.SchemeGroupVersion)
@@ -61,7 +57,7 @@ func TestMalformedListKeepsRecords(t *testing.T) {
 	})
 	source0 := testutil.ToFloat64(malformedLists.WithLabelValues("cluster/edge-a"))
 	clients0 := testutil.ToFloat64(malformedLists.WithLabelValues("clients"))
-	i, udp, _ = serveSnapshot(t, path)
+	i, udp, _ := serveSnapshot(t, path)
 	defer stopServer(i)
 	deadline := time.Now().Add(10 * time.Second)
 	for testutil.ToFloat64(malformedLists.WithLabelValues("cluster/edge-a")) == source0 ||

@@ -85,15 +85,22 @@ func waitAnswer(t *testing.T, udp, qname string, want []string) {
 
 const backendAnno = `{"services":[{"name":"backend","ports":[{"name":"http","port":80}]}]}`
 
+// seedSnapshot writes the snapshot at path as a run with a live API holding
+// pods leaves it: CoreDNS syncs (backend answering want) and stops.
+func seedSnapshot(t *testing.T, path string, want []string, pods ...runtime.Object) {
+	t.Helper()
+	withClient(t, fakeAPI(pods...))
+	i, udp, _ := serveSnapshot(t, path)
+	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", want)
+	waitSynced(t)
+	stopServer(i)
+}
+
 // Sync with a live API, stop, start again with the API dead: the very first
 // query is answered from the snapshot, and the plugin is ready.
 func TestSnapshotServesAfterRestartWhileOffline(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "table.db")
-	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("b", "10.0.0.2", backendAnno)))
-	i, udp, _ := serveSnapshot(t, path)
-	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.2"})
-	waitSynced(t)
-	stopServer(i)
+	seedSnapshot(t, path, []string{"10.0.0.1", "10.0.0.2"}, exporter("a", "10.0.0.1", backendAnno), exporter("b", "10.0.0.2", backendAnno))
 
 	withClient(t, deadAPI)
 	i, udp, tcp := serveSnapshot(t, path)
@@ -181,14 +188,10 @@ func liveInstance(t *testing.T) *MCS {
 // complete list; the others never stop answering.
 func TestSnapshotStaleRecordsDroppedOnSync(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.db")
-	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("gone", "10.0.0.9", backendAnno)))
-	i, udp, _ := serveSnapshot(t, path)
-	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.9"})
-	waitSynced(t)
-	stopServer(i)
+	seedSnapshot(t, path, []string{"10.0.0.1", "10.0.0.9"}, exporter("a", "10.0.0.1", backendAnno), exporter("gone", "10.0.0.9", backendAnno))
 
 	withClient(t, fakeAPI(exporter("a", "10.0.0.1", backendAnno), exporter("new", "10.0.0.3", backendAnno)))
-	i, udp, _ = serveSnapshot(t, path)
+	i, udp, _ := serveSnapshot(t, path)
 	defer stopServer(i)
 	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.3"})
 }

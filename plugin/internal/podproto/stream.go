@@ -202,19 +202,20 @@ func (s *stream) ReadByte() (byte, error) {
 	return b, err
 }
 
-// uvarint reads a varint; a stream that ends inside one is cut short.
+// uvarint reads a varint that must be there: a stream that ends before it
+// is cut short (as one that ends inside it is, by binary.ReadUvarint).
 func (s *stream) uvarint() (uint64, error) {
-	start := s.n
 	v, err := binary.ReadUvarint(s)
-	if err == io.EOF && s.n > start {
+	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
 	}
 	return v, err
 }
 
-// tag reads a field's tag; io.EOF when the stream ends before it.
+// tag reads a field's tag; io.EOF when the stream ends cleanly before it
+// (binary.ReadUvarint gives io.ErrUnexpectedEOF for an end inside it).
 func (s *stream) tag() (protowire.Number, protowire.Type, error) {
-	v, err := s.uvarint()
+	v, err := binary.ReadUvarint(s)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -231,9 +232,6 @@ func (s *stream) field() ([]byte, error) { return s.fieldWithin(-1) }
 // fieldWithin is field for a field that must end by end (-1: anywhere).
 func (s *stream) fieldWithin(end int64) ([]byte, error) {
 	size, err := s.uvarint()
-	if err == io.EOF {
-		err = io.ErrUnexpectedEOF
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -262,9 +260,6 @@ func (s *stream) skip(typ protowire.Type, end int64) error {
 	switch typ {
 	case protowire.VarintType:
 		_, err := s.uvarint()
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
 		return err
 	case protowire.Fixed32Type:
 		size = 4
@@ -272,10 +267,7 @@ func (s *stream) skip(typ protowire.Type, end int64) error {
 		size = 8
 	case protowire.BytesType:
 		var err error
-		if size, err = s.uvarint(); err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
+		if size, err = s.uvarint(); err != nil {
 			return err
 		}
 	default:
