@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -44,7 +45,9 @@ type Streamer interface {
 // at a time, and a Pod the informer holds at the same version keeps its
 // stored object at once. A streamed list that breaks off or does not decode
 // (see podproto.ErrStream), other than by the informer's stop, is also
-// handed to malformed, when not nil, before the informer lists again.
+// handed to malformed, when not nil, before the informer lists again. When a
+// watch expires, the list the informer then makes starts at once, not after
+// client-go's backoff (see expired.go).
 func New(client kubernetes.Interface, selector string, transform cache.TransformFunc, malformed func(error)) (informers.SharedInformerFactory, cache.SharedIndexInformer, error) {
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -73,6 +76,10 @@ type streamed struct {
 	tweak     func(*metav1.ListOptions)
 	transform cache.TransformFunc
 	malformed func(error)
+
+	mu    sync.Mutex
+	early *early // a list started when a watch expired
+	paged bool   // the reflector lists in pages: no early list
 }
 
 // slimList is a streamed list: the transformed Pods.
@@ -91,11 +98,23 @@ func (l *slimList) DeepCopyObject() runtime.Object {
 	return c
 }
 
-// ListWithContext lists the Pods, each transformed as it arrives. The
-// informer then transforms the list's objects again, which leaves them as
-// they are (a transform passes anything but a *v1.Pod through).
+// ListWithContext lists the Pods, each transformed as it arrives, or hands
+// over the list started when the last watch expired, if it was for the same
+// options. The informer then transforms the list's objects again, which
+// leaves them as they are (a transform passes anything but a *v1.Pod
+// through).
 func (s *streamed) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	s.tweak(&opts)
+	if list, ok, err := s.takeEarly(ctx, opts); ok {
+		return list, err
+	}
+	list, err := s.list(ctx, opts)
+	s.listed(opts, list)
+	return list, err
+}
+
+// list lists the Pods with opts (after tweak).
+func (s *streamed) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	list := &slimList{}
 	meta, err := s.lister.ListPods(ctx, opts, func(p *v1.Pod) error {
 		obj, err := s.transform(p)
@@ -119,9 +138,18 @@ func (s *streamed) ListWithContext(ctx context.Context, opts metav1.ListOptions)
 	return list, nil
 }
 
+// WatchWithContext watches the Pods, and starts the informer's next list when
+// the watch expires.
 func (s *streamed) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	s.tweak(&opts)
-	return s.client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, opts)
+	w, err := s.client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, opts)
+	if err != nil {
+		if isExpired(err) {
+			s.expired(ctx, opts.ResourceVersion)
+		}
+		return nil, err
+	}
+	return s.watchExpiry(ctx, w, opts.ResourceVersion), nil
 }
 
 func (s *streamed) List(opts metav1.ListOptions) (runtime.Object, error) {
