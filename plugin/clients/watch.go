@@ -27,13 +27,13 @@ import (
 // labelled as importers, or every Pod when all is set (for imports enforce,
 // which must know every client's namespace).
 type Watcher struct {
-	client    kubernetes.Interface
-	idx       *Index
-	all       bool
-	rejected  func(namespace, name string, rej []annotation.Rejection)
-	dropped   func(n int) // hears how many remembered clients the first list dropped
-	malformed func(error) // hears of lists that broke off or did not decode
-	stopWait  time.Duration
+	client   kubernetes.Interface
+	idx      *Index
+	all      bool
+	rejected func(namespace, name string, rej []annotation.Rejection)
+	dropped  func(n int)        // hears how many remembered clients the first list dropped
+	informer podinformer.Events // hears what the Pod informer reports
+	stopWait time.Duration
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -98,10 +98,10 @@ func toSlim(obj any) (any, error) {
 // before Start.
 func (w *Watcher) OnDropped(f func(n int)) { w.dropped = f }
 
-// OnMalformedList registers f to hear of a list of Pods that broke off or
-// did not decode (the index stays as it was; the informer lists again). Set
-// it before Start.
-func (w *Watcher) OnMalformedList(f func(err error)) { w.malformed = f }
+// OnInformer registers what the Pod informer reports (a malformed list, an
+// expired watch, each list of every Pod after the first; the index stays as
+// it was meanwhile). Set it before Start.
+func (w *Watcher) OnInformer(ev podinformer.Events) { w.informer = ev }
 
 // SetStopWait bounds how long Stop waits for the informer to end (default
 // informerstop.Wait). Set it before Start.
@@ -123,11 +123,7 @@ func (w *Watcher) Start() error {
 		sel = labels.Set{annotation.ImporterLabel: annotation.LabelValue}.AsSelector().String()
 	}
 	// With imports enforce, the informer holds every Pod of the cluster.
-	factory, inf, err := podinformer.New(w.client, sel, toSlim, func(err error) {
-		if w.malformed != nil {
-			w.malformed(err)
-		}
-	})
+	factory, inf, err := podinformer.New(w.client, sel, toSlim, w.informer)
 	if err != nil {
 		return err
 	}

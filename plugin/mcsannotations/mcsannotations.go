@@ -24,6 +24,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/clients"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/plugin/internal/podinformer"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/redial"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/watchread"
@@ -151,13 +152,13 @@ func newMCS(cfg config) (*MCS, error) {
 	}
 	t.OnPodChange(m.journal)
 	m.clients.OnChange(m.journalClient)
-	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(), source.Options{StopWait: stopWait}))
+	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(cluster), source.Options{StopWait: stopWait}))
 	// Importers are local Pods; enforcing needs every local Pod.
 	m.watcher = clients.NewWatcher(local, m.clients, cfg.enforce, func(ns, name string, rej []annotation.Rejection) {
 		logRejected(cluster, ns, name, rej)
 	})
 	m.watcher.SetStopWait(stopWait)
-	m.watcher.OnMalformedList(func(err error) { logMalformedList("clients", err) })
+	m.watcher.OnInformer(informerEvents("clients"))
 	m.watcher.OnDropped(func(n int) {
 		log.Infof("local Pods: the first list dropped %d DNS clients remembered from the snapshot (gone meanwhile)", n)
 	})
@@ -166,7 +167,7 @@ func newMCS(cfg config) (*MCS, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(), source.Options{StopWait: stopWait}))
+		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(p.name), source.Options{StopWait: stopWait}))
 	}
 	return m, nil
 }
@@ -181,9 +182,9 @@ func (m *MCS) sourceFor(cluster string) *source.Source {
 	return nil
 }
 
-// sourceEvents turns source callbacks into log lines, metrics and snapshot
-// metadata.
-func (m *MCS) sourceEvents() source.Events {
+// sourceEvents turns the callbacks of cluster's source into log lines,
+// metrics and snapshot metadata.
+func (m *MCS) sourceEvents(cluster string) source.Events {
 	save := func(cluster string) {
 		if s := m.sourceFor(cluster); s != nil {
 			m.saveMeta(s)
@@ -197,8 +198,8 @@ func (m *MCS) sourceEvents() source.Events {
 					cluster, m.table.Len()[cluster], time.Since(s.Started()).Round(time.Millisecond))
 			}
 		},
-		Rejected:      logRejected,
-		MalformedList: func(cluster string, err error) { logMalformedList("cluster/"+cluster, err) },
+		Rejected: logRejected,
+		Informer: informerEvents("cluster/" + cluster),
 		StateChanged: func(cluster string, from, to source.State, err error) {
 			save(cluster)
 			if err != nil {
@@ -210,11 +211,24 @@ func (m *MCS) sourceEvents() source.Events {
 	}
 }
 
-// logMalformedList logs and counts a list of Pods that broke off or did not
-// decode, by the informer (as informer_slow_stops_total names them).
-func logMalformedList(informer string, err error) {
-	malformedLists.WithLabelValues(informer).Inc()
-	log.Warningf("%s: a malformed list of Pods, kept what was held, listing again: %v", informer, err)
+// informerEvents logs and counts what a Pod informer reports, by its name
+// (as informer_slow_stops_total names them): a list that broke off or did
+// not decode, an expired watch, and each list of every Pod after the first.
+func informerEvents(informer string) podinformer.Events {
+	return podinformer.Events{
+		Malformed: func(err error) {
+			malformedLists.WithLabelValues(informer).Inc()
+			log.Warningf("%s: a malformed list of Pods, kept what was held, listing again: %v", informer, err)
+		},
+		Expired: func() {
+			watchExpirations.WithLabelValues(informer).Inc()
+			log.Infof("%s: the watch of Pods expired (the API server restarted, or the watch fell behind): listing every Pod again, answering from what is held meanwhile", informer)
+		},
+		Relisted: func(pods int, took time.Duration) {
+			relistSeconds.WithLabelValues(informer).Observe(took.Seconds())
+			log.Infof("%s: listed %d Pods again in %s", informer, pods, took.Round(time.Millisecond))
+		},
+	}
 }
 
 // logRejected logs skipped annotation entries once per change, and counts them.

@@ -78,6 +78,21 @@ var (
 		Help:      "Lists of Pods that broke off or did not decode; what the informer held stays, and it lists again.",
 	}, []string{"informer"})
 
+	watchExpirations = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "watch_expirations_total",
+		Help:      "Times an informer's watch of Pods expired (410), after which it lists every Pod again.",
+	}, []string{"informer"})
+
+	relistSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "relist_seconds",
+		Help:      "Time each list of every Pod after an informer's first took to arrive, from its start (from the watch's expiry for a list started then).",
+		Buckets:   []float64{0.25, 0.5, 1, 2, 5, 10, 30, 60, 120},
+	}, []string{"informer"})
+
 	watchesWaiting = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,

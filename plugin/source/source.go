@@ -50,9 +50,10 @@ type Events struct {
 	StateChanged func(cluster string, from, to State, err error)
 	// Synced reports that a complete list has replaced the cluster's records.
 	Synced func(cluster string)
-	// MalformedList reports a list of Pods that broke off or did not decode
-	// (the records stay as they were; the informer lists again).
-	MalformedList func(cluster string, err error)
+	// Informer is what the source's Pod informer reports (a malformed list,
+	// an expired watch, each list of every Pod after the first; the records
+	// stay as they were meanwhile), for this source's cluster.
+	Informer podinformer.Events
 }
 
 // Options tune a source; zero values take the defaults.
@@ -229,11 +230,7 @@ func (s *Source) startInformer() (*informer, error) {
 	s.started.Store(time.Now().UnixNano())
 
 	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	factory, inf, err := podinformer.New(s.client, selector, toSlim(s.cluster), func(err error) {
-		if s.ev.MalformedList != nil {
-			s.ev.MalformedList(s.cluster, err)
-		}
-	})
+	factory, inf, err := podinformer.New(s.client, selector, toSlim(s.cluster), s.ev.Informer)
 	if err != nil {
 		cancel()
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,7 @@ import (
 // early is a list started when a watch expired.
 type early struct {
 	opts   metav1.ListOptions // as the request went, after tweak
+	start  time.Time          // at the expiry
 	ctx    context.Context    // the reflector's: ends when the informer stops
 	cancel context.CancelFunc
 	done   chan struct{} // closed when list and err are set
@@ -38,17 +40,20 @@ type early struct {
 	err    error
 }
 
-// expired starts the list the reflector will ask for after a watch from
-// resourceVersion expired, in place of one started before. ctx is the
-// reflector's (the one it watches with).
+// expired reports that a watch from resourceVersion expired, and starts the
+// list the reflector will ask for, in place of one started before. ctx is
+// the reflector's (the one it watches with).
 func (s *streamed) expired(ctx context.Context, resourceVersion string) {
+	if s.ev.Expired != nil {
+		s.ev.Expired()
+	}
 	if resourceVersion == "" || resourceVersion == "0" {
 		return // the reflector's next list then differs (and a fresh start is rare)
 	}
 	opts := metav1.ListOptions{ResourceVersion: resourceVersion}
 	s.tweak(&opts)
 	ctx, cancel := context.WithCancel(ctx)
-	e := &early{opts: opts, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	e := &early{opts: opts, start: time.Now(), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	s.mu.Lock()
 	if s.paged {
 		s.mu.Unlock()
@@ -67,43 +72,33 @@ func (s *streamed) expired(ctx context.Context, resourceVersion string) {
 	}()
 }
 
-// takeEarly returns the early list for opts (after tweak) and its error, if
-// one was started for them, and whether one was; an early list for other
-// options is dropped. It waits for the early list as long as ctx (the
-// list's) lasts.
-func (s *streamed) takeEarly(ctx context.Context, opts metav1.ListOptions) (list runtime.Object, ok bool, err error) {
+// takeEarly returns the early list for opts (after tweak), when it started
+// and its error, if one was started for them, and whether one was; an early
+// list for other options is dropped. It waits for the early list as long as
+// ctx (the list's) lasts.
+func (s *streamed) takeEarly(ctx context.Context, opts metav1.ListOptions) (list runtime.Object, start time.Time, ok bool, err error) {
 	s.mu.Lock()
 	e := s.early
 	s.early = nil
 	s.mu.Unlock()
 	if e == nil {
-		return nil, false, nil
+		return nil, start, false, nil
 	}
 	defer e.cancel()
 	if !reflect.DeepEqual(e.opts, opts) {
-		return nil, false, nil
+		return nil, start, false, nil
 	}
 	select {
 	case <-e.done:
 	case <-e.ctx.Done(): // the informer stops
-		return nil, true, e.ctx.Err()
+		return nil, e.start, true, e.ctx.Err()
 	case <-ctx.Done():
-		return nil, true, ctx.Err()
+		return nil, e.start, true, ctx.Err()
 	}
 	if e.err != nil && e.ctx.Err() == nil {
-		return nil, false, nil // failed on its own: list afresh, as the reflector asks now
+		return nil, start, false, nil // failed on its own: list afresh, as the reflector asks now
 	}
-	return e.list, true, e.err
-}
-
-// listed notes a list the reflector asked for: if its first (from version 0)
-// came in pages, it will ask for its relists in pages too.
-func (s *streamed) listed(opts metav1.ListOptions, list runtime.Object) {
-	if l, ok := list.(*slimList); ok && opts.ResourceVersion == "0" && l.Continue != "" {
-		s.mu.Lock()
-		s.paged = true
-		s.mu.Unlock()
-	}
+	return e.list, e.start, true, e.err
 }
 
 // isExpired is client-go's reflector's test for an expired resource version.

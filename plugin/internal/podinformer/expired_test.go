@@ -3,6 +3,7 @@ package podinformer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -199,17 +200,22 @@ func TestExpiredListsAtOnce(t *testing.T) {
 			e.goneCall = tc.goneCall
 			var transformed atomic.Int32
 			lw := e.streamed(&transformed)
+			heard := hear(lw)
+			firstList(t, lw)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if err := watchToExpiry(t, ctx, lw); !isExpired(err) {
 				t.Fatalf("watch ended with %v, want 410", err)
 			}
+			if got := heard(); !reflect.DeepEqual(got, []string{"expired"}) {
+				t.Errorf("heard %q at the expiry, want it reported", got)
+			}
 			want := "11" // the version of the last event
 			if tc.goneCall {
 				want = "10" // the version the watch asked for
 			}
-			if got := e.waitLists(1); got[0] != want {
-				t.Fatalf("listed from %q, want %q", got[0], want)
+			if got := e.waitLists(2); got[1] != want {
+				t.Fatalf("listed from %q, want %q", got[1], want)
 			}
 			list, err := lw.ListWithContext(bounded(t), metav1.ListOptions{ResourceVersion: want})
 			if err != nil {
@@ -218,18 +224,24 @@ func TestExpiredListsAtOnce(t *testing.T) {
 			if got := names(t, list); !reflect.DeepEqual(got, []string{"a", "b", "c", "d"}) {
 				t.Errorf("listed %v", got)
 			}
-			if got := e.lists(); len(got) != 1 {
-				t.Errorf("lists from %v, want the early one only", got)
+			if got := e.lists(); len(got) != 2 {
+				t.Errorf("lists from %v, want the first and the early one only", got)
 			}
 			if pending(lw) != nil {
 				t.Error("the early list is kept after it was taken")
 			}
-			// A later list is a list of its own.
+			if got := heard(); !reflect.DeepEqual(got, []string{"expired", "relisted 4"}) {
+				t.Errorf("heard %q, want the expiry and a relist of 4 Pods", got)
+			}
+			// A later list is a list of its own (and a relist too).
 			if _, err := lw.ListWithContext(bounded(t), metav1.ListOptions{ResourceVersion: "20"}); err != nil {
 				t.Fatal(err)
 			}
-			if got := e.lists(); !reflect.DeepEqual(got, []string{want, "20"}) {
-				t.Errorf("lists from %v, want %v", got, []string{want, "20"})
+			if got := e.lists(); !reflect.DeepEqual(got, []string{"0", want, "20"}) {
+				t.Errorf("lists from %v, want %v", got, []string{"0", want, "20"})
+			}
+			if got := heard(); len(got) != 3 {
+				t.Errorf("heard %q, want the later list as a relist too", got)
 			}
 		})
 	}
@@ -274,13 +286,15 @@ func TestExpiredOtherOptions(t *testing.T) {
 // over; the reflector's list is made afresh.
 func TestExpiredListFails(t *testing.T) {
 	e := newExpiring(t)
-	e.failList = 1
 	var transformed atomic.Int32
 	lw := e.streamed(&transformed)
+	heard := hear(lw)
+	firstList(t, lw)
+	e.failList = 1
 	if err := watchToExpiry(t, context.Background(), lw); !isExpired(err) {
 		t.Fatalf("watch ended with %v, want 410", err)
 	}
-	e.waitLists(1)
+	e.waitLists(2)
 	list, err := lw.ListWithContext(bounded(t), metav1.ListOptions{ResourceVersion: "11"})
 	if err != nil {
 		t.Fatalf("%v, want the fresh list's Pods", err)
@@ -288,8 +302,49 @@ func TestExpiredListFails(t *testing.T) {
 	if got := names(t, list); len(got) != 4 {
 		t.Errorf("listed %v", got)
 	}
-	if got := e.lists(); !reflect.DeepEqual(got, []string{"11", "11"}) {
-		t.Errorf("lists from %q, want the failed one and a fresh one", got)
+	if got := e.lists(); !reflect.DeepEqual(got, []string{"0", "11", "11"}) {
+		t.Errorf("lists from %q, want the first, the failed one and a fresh one", got)
+	}
+	if got := heard(); !reflect.DeepEqual(got, []string{"expired", "relisted 4"}) {
+		t.Errorf("heard %q, want the expiry and the fresh list as the relist", got)
+	}
+}
+
+// TestListedReportsRelist: each complete list after the first is reported
+// as a relist, its pages added up and timed from the first page's start; a
+// list that fails starts the count again.
+func TestListedReportsRelist(t *testing.T) {
+	lw := &streamed{tweak: func(*metav1.ListOptions) {}}
+	var heard []string
+	var took []time.Duration
+	lw.ev.Relisted = func(pods int, d time.Duration) {
+		heard = append(heard, fmt.Sprintf("relisted %d", pods))
+		took = append(took, d)
+	}
+	page := func(n int, more bool) *slimList {
+		l := &slimList{Items: make([]runtime.Object, n)}
+		if more {
+			l.Continue = "more"
+		}
+		return l
+	}
+	hourAgo, now := time.Now().Add(-time.Hour), time.Now()
+	first, opts := metav1.ListOptions{ResourceVersion: "0", Limit: 500}, metav1.ListOptions{ResourceVersion: "11", Limit: 500}
+	lw.listed(first, page(6, true), nil, now)
+	lw.listed(first, page(1, false), nil, now) // the first list: not a relist
+	lw.listed(opts, page(2, true), nil, now)
+	lw.listed(opts, nil, errors.New("the next page failed"), now)
+	lw.listed(opts, page(3, true), nil, hourAgo)
+	lw.listed(opts, page(1, false), nil, now)
+	lw.listed(opts, page(5, false), nil, now)
+	if want := []string{"relisted 4", "relisted 5"}; !reflect.DeepEqual(heard, want) {
+		t.Errorf("heard %q, want %q", heard, want)
+	}
+	if len(took) == 2 && (took[0] < time.Hour || took[1] >= time.Hour) {
+		t.Errorf("relists took %v, want from the first page's start", took)
+	}
+	if !lw.paged {
+		t.Error("a first list in pages was not noted")
 	}
 }
 
@@ -391,6 +446,7 @@ func TestInformerRelistsEarly(t *testing.T) {
 	e := newExpiring(t)
 	var transformed atomic.Int32
 	lw := e.streamed(&transformed)
+	heard := hear(lw)
 	spy := &listSpy{streamed: lw}
 	inf := cache.NewSharedIndexInformer(spy, &v1.Pod{}, 0, cache.Indexers{})
 	if err := inf.SetTransform(cutting(&transformed)); err != nil {
@@ -412,6 +468,9 @@ func TestInformerRelistsEarly(t *testing.T) {
 	if got := e.lists(); !reflect.DeepEqual(got, []string{"0", "11"}) {
 		t.Errorf("lists from %q, want the first and one relist from the last event", got)
 	}
+	if got := heard(); !reflect.DeepEqual(got, []string{"expired", "relisted 4"}) {
+		t.Errorf("heard %q, want the expiry and one relist of 4 Pods", got)
+	}
 	spy.mu.Lock()
 	defer spy.mu.Unlock()
 	if !reflect.DeepEqual(spy.pending, []bool{false, true}) {
@@ -424,6 +483,42 @@ func bounded(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// firstList makes s's first list, as the reflector does when it starts.
+func firstList(t *testing.T, s *streamed) {
+	t.Helper()
+	if _, err := s.ListWithContext(bounded(t), metav1.ListOptions{ResourceVersion: "0"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hear sets s's events to note what they hear, and returns what they
+// heard so far.
+func hear(s *streamed) func() []string {
+	var mu sync.Mutex
+	var heard []string
+	note := func(what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		heard = append(heard, what)
+	}
+	s.ev = Events{
+		Malformed: func(err error) { note("malformed") },
+		Expired:   func() { note("expired") },
+		Relisted: func(pods int, took time.Duration) {
+			if took <= 0 {
+				note(fmt.Sprintf("relisted %d in %v", pods, took))
+				return
+			}
+			note(fmt.Sprintf("relisted %d", pods))
+		},
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), heard...)
+	}
 }
 
 func pending(s *streamed) *early {

@@ -43,18 +43,17 @@ type Streamer interface {
 // client-go reads a list whole, bytes and decoded Pods, before the informer
 // sees any; read as it streams, the list holds no more than one Pod's bytes
 // at a time, and a Pod the informer holds at the same version keeps its
-// stored object at once. A streamed list that breaks off or does not decode
-// (see podproto.ErrStream), other than by the informer's stop, is also
-// handed to malformed, when not nil, before the informer lists again. When a
-// watch expires, the list the informer then makes starts at once, not after
-// client-go's backoff (see expired.go).
-func New(client kubernetes.Interface, selector string, transform cache.TransformFunc, malformed func(error)) (informers.SharedInformerFactory, cache.SharedIndexInformer, error) {
+// stored object at once. When a watch expires, the list the informer then
+// makes starts at once, not after client-go's backoff (see expired.go). The
+// streamed informer reports to ev what client-go logs only at high
+// verbosity or not at all.
+func New(client kubernetes.Interface, selector string, transform cache.TransformFunc, ev Events) (informers.SharedInformerFactory, cache.SharedIndexInformer, error) {
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
 	factory := informers.NewSharedInformerFactory(client, 0)
 	var lw *streamed
 	inf := factory.InformerFor(&v1.Pod{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		if s, ok := c.(Streamer); ok {
-			lw = &streamed{client: c, lister: s, tweak: tweak, malformed: malformed}
+			lw = &streamed{client: c, lister: s, tweak: tweak, ev: ev}
 			return cache.NewSharedIndexInformer(lw, &v1.Pod{}, resync, cache.Indexers{})
 		}
 		return coreinformers.NewFilteredPodInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, tweak)
@@ -69,17 +68,39 @@ func New(client kubernetes.Interface, selector string, transform cache.Transform
 	return factory, inf, nil
 }
 
+// Events are what a streamed informer reports; each may be nil. They are
+// called from the informer's goroutines and must not block.
+type Events struct {
+	// Malformed hears of a list that broke off or did not decode (see
+	// podproto.ErrStream), other than by the informer's stop. The informer
+	// keeps what it holds and lists again.
+	Malformed func(err error)
+	// Expired hears that a watch expired (410: the API server restarted, or
+	// the watch fell behind its window of changes). The informer keeps what
+	// it holds and lists every Pod again.
+	Expired func()
+	// Relisted hears of each complete list after the informer's first (after
+	// an expiry, or when client-go lists again after a watch broke off): its
+	// Pods, and the time from the list's start until it arrived (the
+	// informer applies it next). A list started early at an expiry counts
+	// from the expiry, client-go's backoff included.
+	Relisted func(pods int, took time.Duration)
+}
+
 // streamed lists through a Streamer and watches through the client.
 type streamed struct {
 	client    kubernetes.Interface
 	lister    Streamer
 	tweak     func(*metav1.ListOptions)
 	transform cache.TransformFunc
-	malformed func(error)
+	ev        Events
 
-	mu    sync.Mutex
-	early *early // a list started when a watch expired
-	paged bool   // the reflector lists in pages: no early list
+	mu        sync.Mutex
+	early     *early    // a list started when a watch expired
+	paged     bool      // the reflector lists in pages: no early list
+	listedAll bool      // a complete list arrived: the next ones are relists
+	pageStart time.Time // of the list whose pages are arriving
+	pagePods  int       // in those pages so far
 }
 
 // slimList is a streamed list: the transformed Pods.
@@ -105,12 +126,44 @@ func (l *slimList) DeepCopyObject() runtime.Object {
 // through).
 func (s *streamed) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	s.tweak(&opts)
-	if list, ok, err := s.takeEarly(ctx, opts); ok {
-		return list, err
+	list, start, ok, err := s.takeEarly(ctx, opts)
+	if !ok {
+		start = time.Now()
+		list, err = s.list(ctx, opts)
 	}
-	list, err := s.list(ctx, opts)
-	s.listed(opts, list)
+	s.listed(opts, list, err, start)
 	return list, err
+}
+
+// listed notes a list (or a page of one) started at start that the
+// reflector asked for, and how it ended: if its first (from version 0) came
+// in pages, it will ask for its relists in pages too; each complete list
+// after the first is reported as a relist.
+func (s *streamed) listed(opts metav1.ListOptions, list runtime.Object, err error, start time.Time) {
+	l, _ := list.(*slimList)
+	s.mu.Lock()
+	if err != nil || l == nil {
+		s.pageStart, s.pagePods = time.Time{}, 0 // the reflector lists again from the start
+		s.mu.Unlock()
+		return
+	}
+	if opts.ResourceVersion == "0" && l.Continue != "" {
+		s.paged = true
+	}
+	if s.pageStart.IsZero() {
+		s.pageStart = start
+	}
+	s.pagePods += len(l.Items)
+	if l.Continue != "" {
+		s.mu.Unlock()
+		return
+	}
+	relist, pods, took := s.listedAll, s.pagePods, time.Since(s.pageStart)
+	s.listedAll, s.pageStart, s.pagePods = true, time.Time{}, 0
+	s.mu.Unlock()
+	if relist && s.ev.Relisted != nil {
+		s.ev.Relisted(pods, took)
+	}
 }
 
 // list lists the Pods with opts (after tweak).
@@ -129,8 +182,8 @@ func (s *streamed) list(ctx context.Context, opts metav1.ListOptions) (runtime.O
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, podproto.ErrStream) && ctx.Err() == nil && s.malformed != nil {
-			s.malformed(err)
+		if errors.Is(err, podproto.ErrStream) && ctx.Err() == nil && s.ev.Malformed != nil {
+			s.ev.Malformed(err)
 		}
 		return nil, err
 	}

@@ -46,7 +46,7 @@ func TestNew(t *testing.T) {
 	}
 	client := fake.NewClientset(pod("in", map[string]string{"export": "true"}), pod("out", nil))
 	var transformed atomic.Int32
-	factory, inf, err := New(client, "export=true", cutting(&transformed), nil)
+	factory, inf, err := New(client, "export=true", cutting(&transformed), Events{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestNewStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	var transformed atomic.Int32
-	factory, inf, err := New(client, "export=true", cutting(&transformed), nil)
+	factory, inf, err := New(client, "export=true", cutting(&transformed), Events{})
 	if err != nil {
 		t.Fatal(err)
 	}
