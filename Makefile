@@ -10,8 +10,9 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build bin/coredns: stock CoreDNS plus mcsannotations (before kubernetes)
+build: ## Build bin/coredns (stock CoreDNS plus mcsannotations, before kubernetes) and bin/mcs-annotator
 	cd coredns-build && $(GO) build -o $(BIN)/coredns .
+	$(GO) build -o $(BIN)/mcs-annotator ./cmd/mcs-annotator
 
 .PHONY: unit
 unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
@@ -27,7 +28,7 @@ test: unit e2e bench-smoke ## All tests: unit, end-to-end and the benchmark prog
 tools: ## Build etcd and kube-apiserver into .cache/tools; install dig, dnsperf and valgrind
 	$(ROOT)/tools/install.sh
 e2e: build tools ## End-to-end tests against real kube-apiservers and bin/coredns
-	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns \
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator \
 		$(GO) test -count=1 -timeout 30m -v $(if $(E2E_RUN),-run '$(E2E_RUN)') ./test/harness/ ./test/e2e/
 demo: build tools ## Two local clusters, sample workloads, our CoreDNS, a cut link
 	@env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-demo $(DEMO_FLAGS)

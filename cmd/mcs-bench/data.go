@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/mcs-api/config/crd"
 	mcs "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
@@ -166,7 +164,7 @@ func (d dataset) load(t harness.T, c *harness.Cluster, workers int, mcsToo bool)
 		return st
 	}
 
-	installMCSCRDs(t, c)
+	c.InstallMCSCRDs(t)
 	mc, err := mcsclient.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatalf("mcs client: %v", err)
@@ -233,47 +231,6 @@ func progress(t harness.T, what string, total int, done *atomic.Int64) func() {
 		}
 	}()
 	return func() { close(stop); wg.Wait() }
-}
-
-// installMCSCRDs creates the ServiceImport and ServiceExport CRDs of the
-// sigs.k8s.io/mcs-api module (embedded in its config/crd package, so they
-// come from the module cache, not from a copy) and waits until
-// ServiceImports can be listed.
-func installMCSCRDs(t harness.T, c *harness.Cluster) {
-	dir := harness.TempDir(t)
-	var paths []string
-	for name, b := range map[string][]byte{"serviceimports.yaml": crd.ServiceImportCRD, "serviceexports.yaml": crd.ServiceExportCRD} {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatalf("%v", err)
-		}
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	objs, err := harness.ReadManifests(paths...)
-	if err != nil {
-		t.Fatalf("mcs-api CRDs: %v", err)
-	}
-	if _, err := c.CreateObjects(objs, false); err != nil {
-		t.Fatalf("mcs-api CRDs: %v", err)
-	}
-	mc, err := mcsclient.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatalf("mcs client: %v", err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := mc.MulticlusterV1alpha1().ServiceImports("default").List(cx, metav1.ListOptions{Limit: 1})
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ServiceImport CRD not served after 30 s: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // writeHostsFile writes every service name with its endpoint IPs, one line

@@ -16,6 +16,10 @@ const (
 	ImportAnnotation    = "multicluster.kubernetes.io/import-services"
 	SignatureAnnotation = "multicluster.kubernetes.io/export-signature"
 
+	// ExportServiceAnnotation on a Service, with the value "true", asks the
+	// annotator to export it (as a ServiceExport of the same name does).
+	ExportServiceAnnotation = "multicluster.kubernetes.io/export"
+
 	// ExporterLabel and ImporterLabel mark Pods that carry the annotations, so
 	// that watches are filtered on the API server.
 	ExporterLabel = "multicluster.kubernetes.io/exporter"
@@ -82,12 +86,15 @@ const (
 	ReasonDuplicate        Reason = "duplicate"         // same service (or port) listed twice
 	ReasonNamespaceOutside Reason = "namespace_mismatch"
 	ReasonClusterOutside   Reason = "cluster_mismatch"
+	ReasonUnsigned         Reason = "unsigned"      // no signature where `verify` requires one (sign.go)
+	ReasonBadSignature     Reason = "bad_signature" // a signature that does not verify with the cluster's key
 )
 
 // Reasons lists every Reason, for pre-registering metric label values.
 var Reasons = []Reason{
 	ReasonSize, ReasonJSON, ReasonTooMany, ReasonName, ReasonNamespace, ReasonCluster,
 	ReasonPort, ReasonProtocol, ReasonDuplicate, ReasonNamespaceOutside, ReasonClusterOutside,
+	ReasonUnsigned, ReasonBadSignature,
 }
 
 // Rejection describes one entry that was skipped. Index is the entry's

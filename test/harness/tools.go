@@ -15,6 +15,7 @@ const (
 	EnvEtcd      = "MCS_E2E_ETCD"
 	EnvAPIServer = "MCS_E2E_APISERVER"
 	EnvCoreDNS   = "MCS_E2E_COREDNS"
+	EnvAnnotator = "MCS_E2E_ANNOTATOR"
 	// EnvKeep, when set, keeps the harness's folders (data, logs, Corefiles,
 	// kubeconfigs) under $TMPDIR/mcs-e2e-* after the test instead of removing them.
 	EnvKeep = "MCS_E2E_KEEP"
@@ -42,6 +43,7 @@ type Tools struct {
 	Etcd      string // etcd server
 	APIServer string // kube-apiserver
 	CoreDNS   string // bin/coredns with mcsannotations compiled in
+	Annotator string // bin/mcs-annotator
 }
 
 var (
@@ -86,6 +88,7 @@ func FindTools() Tools {
 		Etcd:      fromEnv(EnvEtcd, func() string { return newest(filepath.Join(root, ".cache/tools/etcd-*/etcd")) }),
 		APIServer: fromEnv(EnvAPIServer, func() string { return newest(filepath.Join(root, ".cache/tools/kube-apiserver-*/kube-apiserver")) }),
 		CoreDNS:   fromEnv(EnvCoreDNS, func() string { return filepath.Join(root, "bin", "coredns") }),
+		Annotator: fromEnv(EnvAnnotator, func() string { return filepath.Join(root, "bin", "mcs-annotator") }),
 	}
 }
 
@@ -131,6 +134,7 @@ const (
 	ToolEtcd      = "etcd"
 	ToolAPIServer = "kube-apiserver"
 	ToolCoreDNS   = "coredns"
+	ToolAnnotator = "mcs-annotator"
 )
 
 // RequireTools returns the tools, after checking that the named ones (all when
@@ -153,6 +157,8 @@ func RequireTools(t T, names ...string) Tools {
 			path, env, how = tools.APIServer, EnvAPIServer, "make tools"
 		case ToolCoreDNS:
 			path, env, how = tools.CoreDNS, EnvCoreDNS, "make build"
+		case ToolAnnotator:
+			path, env, how = tools.Annotator, EnvAnnotator, "make build"
 		default:
 			t.Fatalf("harness: unknown tool %q", n)
 		}

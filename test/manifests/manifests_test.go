@@ -341,18 +341,7 @@ func TestManifests(t *testing.T) {
 		defer cancel()
 		sa := harness.NewClient(t, saKubeconfig, 0)
 		peer := harness.NewClient(t, peerKubeconfig, 0)
-		allowed := func(what string, err error) {
-			t.Helper()
-			if err != nil {
-				t.Errorf("%s: %v, want allowed", what, err)
-			}
-		}
-		forbidden := func(what string, err error) {
-			t.Helper()
-			if !apierrors.IsForbidden(err) {
-				t.Errorf("%s: %v, want Forbidden", what, err)
-			}
-		}
+		allowed, forbidden := verdicts(t)
 		_, err := sa.CoreV1().Pods(ns).Get(cx, "backend-0", metav1.GetOptions{})
 		allowed("coredns: get a pod", err)
 		_, err = sa.CoreV1().Services("").List(cx, metav1.ListOptions{})
@@ -432,4 +421,22 @@ func loopbackCorefile(t *testing.T, corefile string, peer bool) string {
 		corefile = re.ReplaceAllString(corefile, r.repl)
 	}
 	return corefile
+}
+
+// verdicts returns checks of a request's error made as a restricted
+// identity: allowed wants none, forbidden wants Forbidden.
+func verdicts(t *testing.T) (allowed, forbidden func(what string, err error)) {
+	allowed = func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: %v, want allowed", what, err)
+		}
+	}
+	forbidden = func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s: %v, want Forbidden", what, err)
+		}
+	}
+	return allowed, forbidden
 }

@@ -1,0 +1,449 @@
+// Package annotator is the controller that writes the export annotation
+// (SPEC section 3): for each Service exported in its cluster, by the
+// annotation multicluster.kubernetes.io/export: "true" or by an MCS
+// ServiceExport, it keeps each selected Pod's export-services annotation and
+// exporter label equal to the union of the exported Services that select it,
+// removes what it wrote when nothing exports a Pod any more, and sets the
+// ServiceExports' status conditions. It shares the wire format with the
+// plugin through plugin/annotation, and checks what it writes with the
+// plugin's own parser.
+//
+// Layers: desired.go (what a Pod should carry: pure), slim.go (the
+// informers' transforms, ownership), serviceexport.go (discovery, status
+// conditions), this file (informers, the work queue, writes). Only the
+// leader calls Run; every replica keeps warm informers (Start).
+package annotator
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+)
+
+// Config tunes a Controller; zero values take the defaults.
+type Config struct {
+	// Cluster, when set, is written into each entry's "cluster" (a reader
+	// otherwise defaults it to the cluster it read the Pod from).
+	Cluster string
+	// SignKey, when set, signs each export annotation into the signature
+	// annotation (SPEC section 6), over Cluster (then required), the Pod's
+	// namespace, name and UID and the value.
+	SignKey ed25519.PrivateKey
+	// Workers reconcile namespaces in parallel (default 2).
+	Workers int
+	// ServiceExportPoll is how often discovery is asked for the ServiceExport
+	// CRD while it is not installed (default 30 s).
+	ServiceExportPoll time.Duration
+}
+
+// Controller is the annotator of one cluster.
+type Controller struct {
+	client    kubernetes.Interface
+	dynamic   dynamic.Interface
+	discovery discovery.DiscoveryInterface
+	cfg       Config
+	metrics   *Metrics
+
+	factory  informers.SharedInformerFactory
+	pods     corelisters.PodLister
+	services corelisters.ServiceLister
+	synced   []cache.InformerSynced
+	ready    atomic.Bool
+
+	exports atomic.Pointer[serviceExports] // nil until the CRD is found
+
+	queue workqueue.TypedRateLimitingInterface[string] // namespaces
+
+	mu    sync.Mutex
+	state map[string]nsState // by namespace: what its last reconcile found
+}
+
+// serviceExports is the ServiceExport informer of the version served.
+type serviceExports struct {
+	gvr       schema.GroupVersionResource
+	lister    cache.GenericLister
+	hasSynced cache.InformerSynced
+}
+
+// nsState is what a namespace's last reconcile found: counts for the gauges
+// and what was left out, so that each is logged and counted once while it
+// lasts.
+type nsState struct {
+	exported, annotated int
+	skipped             map[string]string // key -> detail
+}
+
+// New makes a Controller; Start runs its informers, Run its workers.
+// Signing (cfg.SignKey) needs cfg.Cluster: the caller checks.
+func New(client kubernetes.Interface, dyn dynamic.Interface, disco discovery.DiscoveryInterface, cfg Config, m *Metrics) *Controller {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.ServiceExportPoll <= 0 {
+		cfg.ServiceExportPoll = 30 * time.Second
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	c := &Controller{
+		client: client, dynamic: dyn, discovery: disco, cfg: cfg, metrics: m,
+		factory: informers.NewSharedInformerFactory(client, 0),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcs-annotator"}),
+		state: map[string]nsState{},
+	}
+	podInf := c.factory.Core().V1().Pods()
+	svcInf := c.factory.Core().V1().Services()
+	_ = podInf.Informer().SetTransform(slimPod)
+	_ = svcInf.Informer().SetTransform(slimService)
+	c.pods, c.services = podInf.Lister(), svcInf.Lister()
+	podInf.Informer().AddEventHandler(c.handler())
+	svcInf.Informer().AddEventHandler(c.handler())
+	c.synced = []cache.InformerSynced{podInf.Informer().HasSynced, svcInf.Informer().HasSynced}
+	return c
+}
+
+// handler enqueues the namespace of an object that was added, deleted or
+// changed in what the transforms keep (a Pod's status changes often, and
+// only its phase matters here).
+func (c *Controller) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueue,
+		UpdateFunc: func(old, cur any) {
+			if !sameButVersion(old, cur) {
+				c.enqueue(cur)
+			}
+		},
+		DeleteFunc: c.enqueue,
+	}
+}
+
+// sameButVersion tells whether two stored objects differ only in their
+// resource version.
+func sameButVersion(a, b any) bool {
+	ma, ok1 := a.(metav1.Object)
+	mb, ok2 := b.(metav1.Object)
+	if !ok1 || !ok2 || reflect.TypeOf(a) != reflect.TypeOf(b) {
+		return false
+	}
+	if rv := ma.GetResourceVersion(); rv != "" && rv == mb.GetResourceVersion() {
+		return true // a resync: nothing changed
+	}
+	switch x := a.(type) {
+	case *corev1.Pod:
+		y := *b.(*corev1.Pod)
+		y.ResourceVersion = x.ResourceVersion
+		return reflect.DeepEqual(x, &y)
+	case *corev1.Service:
+		y := *b.(*corev1.Service)
+		y.ResourceVersion = x.ResourceVersion
+		return reflect.DeepEqual(x, &y)
+	}
+	return false // ServiceExports: their spec or status changed
+}
+
+// enqueue adds the namespace of obj (a tombstone's too).
+func (c *Controller) enqueue(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if m, ok := obj.(metav1.Object); ok {
+		c.queue.Add(m.GetNamespace())
+	}
+}
+
+// Start runs the informers (every replica: a follower that becomes leader
+// starts with warm caches), waits for their first lists as long as ctx
+// lasts, and looks for the ServiceExport CRD, now and every
+// ServiceExportPoll until it is found. It returns once the caches synced.
+func (c *Controller) Start(ctx context.Context) error {
+	c.factory.Start(ctx.Done())
+	if gvr, ok := findServiceExport(c.discovery); ok {
+		c.startServiceExports(ctx, gvr)
+	} else {
+		klog.Infof("ServiceExport (%s) is not served: exporting Services annotated %s=%q only; looking again every %v",
+			mcsGroup, annotation.ExportServiceAnnotation, annotation.LabelValue, c.cfg.ServiceExportPoll)
+		go c.pollServiceExports(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("informers did not sync: %w", ctx.Err())
+	}
+	if se := c.exports.Load(); se != nil {
+		if !cache.WaitForCacheSync(ctx.Done(), se.hasSynced) {
+			return fmt.Errorf("the ServiceExport informer did not sync: %w", ctx.Err())
+		}
+	}
+	c.ready.Store(true)
+	pods, _ := c.pods.List(labels.Everything())
+	svcs, _ := c.services.List(labels.Everything())
+	klog.Infof("informers synced: %d Pods, %d Services", len(pods), len(svcs))
+	return nil
+}
+
+// Ready tells whether the informers have synced.
+func (c *Controller) Ready() bool { return c.ready.Load() }
+
+func (c *Controller) pollServiceExports(ctx context.Context) {
+	t := time.NewTicker(c.cfg.ServiceExportPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if gvr, ok := findServiceExport(c.discovery); ok {
+			c.startServiceExports(ctx, gvr)
+			return
+		}
+	}
+}
+
+// startServiceExports starts the ServiceExport informer of gvr.
+func (c *Controller) startServiceExports(ctx context.Context, gvr schema.GroupVersionResource) {
+	f := dynamicinformer.NewDynamicSharedInformerFactory(c.dynamic, 0)
+	inf := f.ForResource(gvr)
+	inf.Informer().AddEventHandler(c.handler())
+	se := &serviceExports{gvr: gvr, lister: inf.Lister(), hasSynced: inf.Informer().HasSynced}
+	f.Start(ctx.Done())
+	c.exports.Store(se)
+	klog.Infof("watching ServiceExports (%s)", gvr.GroupVersion())
+}
+
+// Run reconciles namespaces until ctx ends (the leader only). It first
+// queues every namespace that has Pods or Services, so that a new leader
+// checks everything once.
+func (c *Controller) Run(ctx context.Context) {
+	defer c.queue.ShutDown()
+	seen := map[string]bool{}
+	pods, _ := c.pods.List(labels.Everything())
+	for _, p := range pods {
+		seen[p.Namespace] = true
+	}
+	svcs, _ := c.services.List(labels.Everything())
+	for _, s := range svcs {
+		seen[s.Namespace] = true
+	}
+	for ns := range seen {
+		c.queue.Add(ns)
+	}
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() {
+			for c.next(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+// next reconciles one namespace from the queue; false when the queue shut down.
+func (c *Controller) next(ctx context.Context) bool {
+	ns, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(ns)
+	if err := c.Reconcile(ctx, ns); err != nil {
+		c.metrics.Reconciles.WithLabelValues("error").Inc()
+		if ctx.Err() == nil {
+			klog.Warningf("namespace %s: %v (retrying)", ns, err)
+			c.queue.AddRateLimited(ns)
+		}
+		return true
+	}
+	c.metrics.Reconciles.WithLabelValues("ok").Inc()
+	c.queue.Forget(ns)
+	return true
+}
+
+// Reconcile brings the Pods and ServiceExports of namespace ns in line with
+// the Services exported there.
+func (c *Controller) Reconcile(ctx context.Context, ns string) error {
+	svcs, err := c.services.Services(ns).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	byName := make(map[string]*corev1.Service, len(svcs))
+	for _, s := range svcs {
+		byName[s.Name] = s
+	}
+	se := c.exports.Load()
+	var ses []*unstructured.Unstructured
+	if se != nil {
+		objs, err := se.lister.ByNamespace(ns).List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				ses = append(ses, u)
+			}
+		}
+	}
+	hasExport := make(map[string]bool, len(ses))
+	for _, u := range ses {
+		hasExport[u.GetName()] = true
+	}
+
+	skipped := map[string]skip{}
+	var exportedSvcs []exported
+	for _, s := range svcs {
+		if s.Annotations[annotation.ExportServiceAnnotation] != annotation.LabelValue && !hasExport[s.Name] {
+			continue
+		}
+		if s.Spec.Type == corev1.ServiceTypeExternalName {
+			k := skip{skipExternalName, s.Name, fmt.Sprintf("Service %s/%s: not exported: ExternalName Services have no Pods", ns, s.Name)}
+			skipped[k.reason+"/"+k.key] = k
+			continue
+		}
+		exportedSvcs = append(exportedSvcs, newExported(s))
+	}
+	sortServices(exportedSvcs)
+
+	pods, err := c.pods.Pods(ns).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	results := make(map[string]*exportResult, len(exportedSvcs))
+	for _, e := range exportedSvcs {
+		results[e.svc.Name] = &exportResult{}
+	}
+	var errs []error
+	annotated := 0
+	for _, pod := range pods {
+		if !writable(pod) {
+			continue
+		}
+		want, names, skips := desired(pod, exportedSvcs, c.cfg.Cluster)
+		for _, k := range skips {
+			skipped[k.reason+"/"+k.key] = k
+		}
+		if want != "" {
+			annotated++
+		}
+		sig := c.sign(pod, want)
+		var werr error
+		if !inSync(pod, want, sig) {
+			werr = c.writePod(ctx, pod, want, sig)
+			if werr != nil {
+				errs = append(errs, werr)
+			}
+		}
+		for _, n := range names {
+			r := results[n]
+			r.pods++
+			if werr != nil && r.writeErr == nil {
+				r.writeErr = werr
+			}
+		}
+	}
+
+	if se != nil {
+		for _, u := range ses {
+			var res exportResult
+			if r := results[u.GetName()]; r != nil {
+				res = *r
+			}
+			wrote, err := c.updateStatus(ctx, se.gvr, u, conditions(byName[u.GetName()], u.GetName(), res, u.GetGeneration()))
+			if !wrote || apierrors.IsNotFound(err) {
+				continue // unchanged, or deleted meanwhile (its delete event comes)
+			}
+			if err != nil {
+				c.metrics.StatusWrites.WithLabelValues("error").Inc()
+				errs = append(errs, fmt.Errorf("ServiceExport %s/%s: status: %w", ns, u.GetName(), err))
+				continue
+			}
+			c.metrics.StatusWrites.WithLabelValues("ok").Inc()
+		}
+	}
+	c.record(ns, len(exportedSvcs), annotated, skipped)
+	return errors.Join(errs...)
+}
+
+// sign returns the signature of want on pod, or "" when not signing.
+func (c *Controller) sign(pod *corev1.Pod, want string) string {
+	if c.cfg.SignKey == nil || want == "" {
+		return ""
+	}
+	return annotation.Sign(c.cfg.SignKey, c.cfg.Cluster, pod.Namespace, pod.Name, string(pod.UID), want)
+}
+
+// writePod applies want (the annotation value, or "" to remove what the
+// annotator wrote) and its signature sig (or none) to pod with server-side
+// apply. The UID makes the apply fail rather than touch another Pod of the
+// same name.
+func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig string) error {
+	cfg := applycorev1.Pod(pod.Name, pod.Namespace).WithUID(pod.UID)
+	if want != "" {
+		annos := map[string]string{annotation.ExportAnnotation: want}
+		if sig != "" {
+			annos[annotation.SignatureAnnotation] = sig
+		}
+		cfg.WithLabels(map[string]string{annotation.ExporterLabel: annotation.LabelValue}).WithAnnotations(annos)
+	}
+	_, err := c.client.CoreV1().Pods(pod.Namespace).Apply(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if apierrors.IsNotFound(err) {
+		return nil // gone meanwhile; its delete event comes
+	}
+	if err != nil {
+		c.metrics.PodWrites.WithLabelValues("error").Inc()
+		return fmt.Errorf("Pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	c.metrics.PodWrites.WithLabelValues("ok").Inc()
+	if want == "" {
+		klog.Infof("Pod %s/%s: no exported Service selects it: removed its export annotation and label", pod.Namespace, pod.Name)
+	} else {
+		klog.V(2).Infof("Pod %s/%s: %s=%s", pod.Namespace, pod.Name, annotation.ExportAnnotation, want)
+	}
+	return nil
+}
+
+// record keeps what the reconcile of ns found, updates the gauges, and logs
+// and counts each new thing left out.
+func (c *Controller) record(ns string, exported, annotated int, skipped map[string]skip) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.state[ns]
+	now := nsState{exported: exported, annotated: annotated, skipped: make(map[string]string, len(skipped))}
+	for key, k := range skipped {
+		now.skipped[key] = k.detail
+		if old.skipped[key] != k.detail {
+			c.metrics.Skipped.WithLabelValues(k.reason).Inc()
+			klog.Warningf("%s (%s)", k.detail, k.reason)
+		}
+	}
+	c.metrics.ExportedServices.Add(float64(exported - old.exported))
+	c.metrics.AnnotatedPods.Add(float64(annotated - old.annotated))
+	if exported == 0 && annotated == 0 && len(skipped) == 0 {
+		delete(c.state, ns)
+		return
+	}
+	c.state[ns] = now
+}

@@ -1,0 +1,173 @@
+package annotator
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+)
+
+// Reasons an export (or a port of one) is left out; metric label values.
+const (
+	skipExternalName    = "external_name"     // an ExternalName Service has no Pods to export
+	skipPortUnresolved  = "port_unresolved"   // a named targetPort the Pod does not declare
+	skipTooManyServices = "too_many_services" // more exported Services select the Pod than an annotation may list
+	skipTooLarge        = "too_large"         // the annotation would pass the readers' size limit
+	skipInvalid         = "invalid"           // a reader would reject what would be written
+)
+
+var skipReasons = []string{skipExternalName, skipPortUnresolved, skipTooManyServices, skipTooLarge, skipInvalid}
+
+// skip is one thing left out of a Pod's annotation, for the log and the metric.
+type skip struct {
+	reason string
+	key    string // what it is about, stable across reconciles: logged once while it lasts
+	detail string
+}
+
+// exported is an exported Service with its selector parsed once.
+type exported struct {
+	svc      *corev1.Service
+	selector labels.Selector // nil: the Service selects no Pods
+}
+
+func newExported(svc *corev1.Service) exported {
+	e := exported{svc: svc}
+	if len(svc.Spec.Selector) > 0 {
+		e.selector = labels.SelectorFromValidatedSet(svc.Spec.Selector)
+	}
+	return e
+}
+
+// selects tells whether the Service selects pod (same namespace assumed).
+func (e exported) selects(pod *corev1.Pod) bool {
+	return e.selector != nil && e.selector.Matches(labels.Set(pod.Labels))
+}
+
+// writable tells whether the annotator writes to pod at all: Pods that have
+// ended or are being deleted never back a service again.
+func writable(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// desired returns the value of the export annotation pod should carry, given
+// the exported Services of its namespace (sorted by name), or "" when none
+// selects it, and what was left out. cluster is written into each entry when
+// not empty.
+func desired(pod *corev1.Pod, services []exported, cluster string) (string, []string, []skip) {
+	var exports []annotation.Export
+	var names []string
+	var skips []skip
+	for _, e := range services {
+		if !e.selects(pod) {
+			continue
+		}
+		if len(exports) == annotation.MaxServices {
+			skips = append(skips, skip{skipTooManyServices, pod.Name + "/" + e.svc.Name,
+				fmt.Sprintf("Pod %s/%s: Service %s left out: more than %d exported Services select the Pod", pod.Namespace, pod.Name, e.svc.Name, annotation.MaxServices)})
+			continue
+		}
+		ports, pskips := exportPorts(pod, e.svc)
+		skips = append(skips, pskips...)
+		exports = append(exports, annotation.Export{Name: e.svc.Name, Namespace: pod.Namespace, Cluster: cluster, Ports: ports})
+		names = append(names, e.svc.Name)
+	}
+	if len(exports) == 0 {
+		return "", nil, skips
+	}
+	check := cluster
+	if check == "" {
+		check = "local" // entries without a cluster: a reader defaults it to a valid ID of its own
+	}
+	for len(exports) > 0 {
+		raw, err := annotation.FormatExports(exports, pod.Namespace, check)
+		if err == nil {
+			return raw, names, skips
+		}
+		var fe *annotation.FormatError
+		if !errors.As(err, &fe) || fe.Rejection.Reason != annotation.ReasonSize {
+			return "", nil, append(skips, skip{skipInvalid, pod.Name,
+				fmt.Sprintf("Pod %s/%s: not annotated: %v", pod.Namespace, pod.Name, err)})
+		}
+		last := len(exports) - 1
+		skips = append(skips, skip{skipTooLarge, pod.Name + "/" + exports[last].Name,
+			fmt.Sprintf("Pod %s/%s: Service %s left out: the annotation would be larger than %d bytes", pod.Namespace, pod.Name, exports[last].Name, annotation.MaxBytes)})
+		exports, names = exports[:last], names[:last]
+	}
+	return "", nil, skips
+}
+
+// exportPorts returns the Service's ports as pod serves them: targetPort
+// resolved against the Pod's container ports as the endpoints controller
+// does (a number as it is, unset as the port, a name to the container port
+// of that name and protocol). A named targetPort the Pod does not declare
+// leaves that port out for this Pod.
+func exportPorts(pod *corev1.Pod, svc *corev1.Service) ([]annotation.Port, []skip) {
+	var out []annotation.Port
+	var skips []skip
+	for _, sp := range svc.Spec.Ports {
+		if len(out) == annotation.MaxPortsPerExport {
+			break // the API server allows no more than this in practice; a reader would refuse more
+		}
+		proto := string(sp.Protocol)
+		if proto == "" {
+			proto = annotation.TCP
+		}
+		target, ok := targetPort(pod, sp.TargetPort, sp.Port, corev1.Protocol(proto))
+		if !ok {
+			skips = append(skips, skip{skipPortUnresolved, pod.Name + "/" + svc.Name + "/" + sp.Name,
+				fmt.Sprintf("Pod %s/%s: port %q of Service %s left out: the Pod declares no %s container port named %q", pod.Namespace, pod.Name, sp.Name, svc.Name, proto, sp.TargetPort.StrVal)})
+			continue
+		}
+		out = append(out, annotation.Port{Name: sp.Name, Port: sp.Port, TargetPort: target, Protocol: proto})
+	}
+	return out, skips
+}
+
+func targetPort(pod *corev1.Pod, tp intstr.IntOrString, port int32, proto corev1.Protocol) (int32, bool) {
+	if tp.Type == intstr.String && tp.StrVal != "" {
+		return containerPort(pod, tp.StrVal, proto)
+	}
+	if tp.Type == intstr.Int && tp.IntVal != 0 {
+		return tp.IntVal, true
+	}
+	return port, true
+}
+
+// containerPort finds the port named name in pod's containers and its
+// sidecars (init containers that keep running), as Services do.
+func containerPort(pod *corev1.Pod, name string, proto corev1.Protocol) (int32, bool) {
+	find := func(cs []corev1.Container, sidecarsOnly bool) (int32, bool) {
+		for _, c := range cs {
+			if sidecarsOnly && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+				continue
+			}
+			for _, p := range c.Ports {
+				pp := p.Protocol
+				if pp == "" {
+					pp = corev1.ProtocolTCP
+				}
+				if p.Name == name && pp == proto {
+					return p.ContainerPort, true
+				}
+			}
+		}
+		return 0, false
+	}
+	if v, ok := find(pod.Spec.Containers, false); ok {
+		return v, true
+	}
+	return find(pod.Spec.InitContainers, true)
+}
+
+// sortServices orders exported Services by name, so that annotations are
+// written the same way every time.
+func sortServices(s []exported) {
+	slices.SortFunc(s, func(a, b exported) int { return strings.Compare(a.svc.Name, b.svc.Name) })
+}

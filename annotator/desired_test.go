@@ -1,0 +1,207 @@
+package annotator
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+)
+
+func svc(name string, selector map[string]string, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: map[string]string{annotation.ExportServiceAnnotation: "true"}},
+		Spec:       corev1.ServiceSpec{Selector: selector, Ports: ports},
+	}
+}
+
+func sport(name string, port int32, target intstr.IntOrString, proto corev1.Protocol) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Port: port, TargetPort: target, Protocol: proto}
+}
+
+func pod(name string, lbls map[string]string, ports ...corev1.ContainerPort) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: "uid-" + "name", Labels: lbls},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Ports: ports}}},
+	}
+}
+
+var app = map[string]string{"app": "backend"}
+
+func TestDesired(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	sidecar := pod("p", app)
+	sidecar.Spec.InitContainers = []corev1.Container{
+		{Name: "init", Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 1111}}},                          // runs once: not a server
+		{Name: "proxy", RestartPolicy: &always, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9901}}}, // a sidecar
+	}
+	cases := []struct {
+		name     string
+		pod      *corev1.Pod
+		services []*corev1.Service
+		cluster  string
+		want     string
+		skipped  []string // reasons
+	}{
+		{
+			name:     "named targetPort resolved against the container",
+			pod:      pod("p", app, corev1.ContainerPort{Name: "web", ContainerPort: 8080}),
+			services: []*corev1.Service{svc("backend", app, sport("http", 80, intstr.FromString("web"), corev1.ProtocolTCP))},
+			want:     `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]}]}`,
+		},
+		{
+			name:     "numeric and unset targetPort, default protocol, cluster written",
+			pod:      pod("p", app),
+			services: []*corev1.Service{svc("backend", app, sport("a", 80, intstr.FromInt32(8080), ""), sport("b", 53, intstr.IntOrString{}, corev1.ProtocolUDP))},
+			cluster:  "edge-a",
+			want:     `{"services":[{"name":"backend","namespace":"ns","cluster":"edge-a","ports":[{"name":"a","port":80,"targetPort":8080,"protocol":"TCP"},{"name":"b","port":53,"targetPort":53,"protocol":"UDP"}]}]}`,
+		},
+		{
+			name: "a named targetPort the Pod lacks (or has for another protocol) is left out, the rest stays",
+			pod:  pod("p", app, corev1.ContainerPort{Name: "dns", ContainerPort: 5353, Protocol: corev1.ProtocolTCP}),
+			services: []*corev1.Service{svc("backend", app,
+				sport("http", 80, intstr.FromString("web"), corev1.ProtocolTCP),
+				sport("dns", 53, intstr.FromString("dns"), corev1.ProtocolUDP),
+				sport("plain", 81, intstr.FromInt32(81), corev1.ProtocolTCP))},
+			want:    `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"plain","port":81,"targetPort":81,"protocol":"TCP"}]}]}`,
+			skipped: []string{skipPortUnresolved, skipPortUnresolved},
+		},
+		{
+			name:     "sidecar ports resolve, ports of init containers that end do not",
+			pod:      sidecar,
+			services: []*corev1.Service{svc("backend", app, sport("metrics", 9901, intstr.FromString("metrics"), corev1.ProtocolTCP))},
+			want:     `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"metrics","port":9901,"targetPort":9901,"protocol":"TCP"}]}]}`,
+		},
+		{
+			name: "several Services, sorted by name; others' selectors do not match",
+			pod:  pod("p", map[string]string{"app": "backend", "tier": "db"}),
+			services: []*corev1.Service{
+				svc("zeta", map[string]string{"tier": "db"}), svc("alpha", app),
+				svc("other", map[string]string{"app": "frontend"}), svc("no-selector", nil),
+			},
+			want: `{"services":[{"name":"alpha","namespace":"ns"},{"name":"zeta","namespace":"ns"}]}`,
+		},
+		{
+			name:     "selected by nothing",
+			pod:      pod("p", map[string]string{"app": "x"}),
+			services: []*corev1.Service{svc("backend", app)},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var ex []exported
+			for _, s := range tc.services {
+				ex = append(ex, newExported(s))
+			}
+			sortServices(ex)
+			got, names, skips := desired(tc.pod, ex, tc.cluster)
+			if got != tc.want {
+				t.Errorf("annotation\n got %s\nwant %s", got, tc.want)
+			}
+			var reasons []string
+			for _, s := range skips {
+				reasons = append(reasons, s.reason)
+				if s.detail == "" || s.key == "" {
+					t.Errorf("skip %+v: no key or detail", s)
+				}
+			}
+			if !reflect.DeepEqual(reasons, tc.skipped) {
+				t.Errorf("skipped %v, want %v", reasons, tc.skipped)
+			}
+			if got == "" {
+				if names != nil {
+					t.Errorf("names %v with no annotation", names)
+				}
+				return
+			}
+			// What is written reads back, with the plugin's own parser, as
+			// the names reported, in the source cluster.
+			read, rej := annotation.ParseExports(got, "ns", "edge-a")
+			if len(rej) > 0 {
+				t.Fatalf("the plugin rejects it: %v", rej)
+			}
+			var readNames []string
+			for _, e := range read {
+				readNames = append(readNames, e.Name)
+				if e.Cluster != "edge-a" {
+					t.Errorf("entry %s reads as cluster %q", e.Name, e.Cluster)
+				}
+			}
+			if !reflect.DeepEqual(readNames, names) {
+				t.Errorf("reads back as %v, reported %v", readNames, names)
+			}
+		})
+	}
+}
+
+// More exported Services select a Pod than an annotation may list: the
+// first MaxServices by name are written, each other one is a skip.
+func TestDesiredTooManyServices(t *testing.T) {
+	var ex []exported
+	for i := range annotation.MaxServices + 3 {
+		ex = append(ex, newExported(svc(fmt.Sprintf("s%03d", i), app)))
+	}
+	got, names, skips := desired(pod("p", app), ex, "")
+	if len(names) != annotation.MaxServices || names[0] != "s000" {
+		t.Fatalf("%d names from %v, want the first %d", len(names), names[:1], annotation.MaxServices)
+	}
+	if len(skips) != 3 || skips[0].reason != skipTooManyServices || !strings.Contains(skips[0].detail, "s064") {
+		t.Errorf("skips %+v, want 3 too_many_services from s064", skips)
+	}
+	if _, rej := annotation.ParseExports(got, "ns", "c"); len(rej) > 0 {
+		t.Errorf("rejected: %v", rej)
+	}
+}
+
+// An annotation that would pass the readers' size limit loses Services from
+// the end until it fits.
+func TestDesiredTooLarge(t *testing.T) {
+	var ports []corev1.ServicePort
+	for i := range annotation.MaxPortsPerExport {
+		ports = append(ports, sport(fmt.Sprintf("port-name-%05d", i), int32(1000+i), intstr.FromInt32(int32(2000+i)), corev1.ProtocolTCP))
+	}
+	var ex []exported
+	for i := range 12 {
+		ex = append(ex, newExported(svc(fmt.Sprintf("s%02d", i), app, ports...)))
+	}
+	got, names, skips := desired(pod("p", app), ex, "edge-a")
+	if got == "" || len(got) > annotation.MaxBytes {
+		t.Fatalf("annotation of %d bytes, want some, at most %d", len(got), annotation.MaxBytes)
+	}
+	if len(names)+len(skips) != 12 || len(skips) == 0 {
+		t.Fatalf("%d written, %d skipped, want 12 in all and some skipped", len(names), len(skips))
+	}
+	for _, s := range skips {
+		if s.reason != skipTooLarge {
+			t.Errorf("skip %+v, want too_large", s)
+		}
+	}
+	if names[len(names)-1] >= skips[0].key[len("p/"):] {
+		t.Errorf("kept %v and dropped %s: want the last ones dropped", names, skips[0].key)
+	}
+}
+
+func TestWritable(t *testing.T) {
+	now := metav1.Now()
+	for _, tc := range []struct {
+		mod  func(*corev1.Pod)
+		want bool
+	}{
+		{func(*corev1.Pod) {}, true},
+		{func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }, true},
+		{func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, false},
+		{func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, false},
+		{func(p *corev1.Pod) { p.DeletionTimestamp = &now }, false},
+	} {
+		p := pod("p", app)
+		tc.mod(p)
+		if got := writable(p); got != tc.want {
+			t.Errorf("writable(phase %q, deleting %v) = %v", p.Status.Phase, p.DeletionTimestamp != nil, got)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package annotator
+
+import (
+	"bytes"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+)
+
+// FieldManager is the server-side apply field manager the annotator writes
+// Pods with. What it owns is what it removes when nothing exports a Pod.
+const FieldManager = "mcs-annotator"
+
+// The fields the annotator owns on a Pod, as they appear in managedFields.
+var (
+	fieldExport    = []byte(`"f:` + annotation.ExportAnnotation + `"`)
+	fieldSignature = []byte(`"f:` + annotation.SignatureAnnotation + `"`)
+	fieldLabel     = []byte(`"f:` + annotation.ExporterLabel + `"`)
+)
+
+// slimPod is the transform of the Pod informer: it keeps what selecting,
+// resolving ports and comparing needs (name, namespace, UID, labels, the
+// export and signature annotations, the annotator's own managedFields entries, container
+// ports, phase, deletion) and drops the rest of the Pod before it is stored.
+func slimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // tombstones pass through
+	}
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID,
+			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
+			Labels: pod.Labels,
+		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}
+	for _, k := range []string{annotation.ExportAnnotation, annotation.SignatureAnnotation} {
+		if v, ok := pod.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	for _, mf := range pod.ManagedFields {
+		if mf.Manager == FieldManager {
+			out.ManagedFields = append(out.ManagedFields, mf)
+		}
+	}
+	out.Spec.Containers = slimContainers(pod.Spec.Containers, false)
+	out.Spec.InitContainers = slimContainers(pod.Spec.InitContainers, true)
+	return out, nil
+}
+
+// slimContainers keeps the ports (and, for init containers, only sidecars,
+// which keep running and can serve).
+func slimContainers(cs []corev1.Container, sidecarsOnly bool) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range cs {
+		if len(c.Ports) == 0 {
+			continue
+		}
+		if sidecarsOnly && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			continue
+		}
+		out = append(out, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
+	}
+	return out
+}
+
+// slimService is the transform of the Service informer: name, namespace,
+// UID, the export annotation, type, selector and ports.
+func slimService(obj any) (any, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion,
+		},
+		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, Selector: svc.Spec.Selector, Ports: svc.Spec.Ports},
+	}
+	if v, ok := svc.Annotations[annotation.ExportServiceAnnotation]; ok {
+		out.Annotations = map[string]string{annotation.ExportServiceAnnotation: v}
+	}
+	return out, nil
+}
+
+// owned tells whether the annotator wrote the Pod's export annotation,
+// signature or label (and so removes them when nothing exports the Pod).
+func owned(pod *corev1.Pod) bool {
+	return owns(pod, fieldExport) || owns(pod, fieldSignature) || owns(pod, fieldLabel)
+}
+
+// owns tells whether the annotator's managedFields entry lists field.
+func owns(pod *corev1.Pod, field []byte) bool {
+	for _, mf := range pod.ManagedFields {
+		if mf.Manager == FieldManager && mf.FieldsV1 != nil && bytes.Contains(mf.FieldsV1.Raw, field) {
+			return true
+		}
+	}
+	return false
+}
+
+// inSync tells whether pod already carries want (the annotation value, or ""
+// for none) and sig (its signature, or "" when not signing) as the
+// annotator would leave them.
+func inSync(pod *corev1.Pod, want, sig string) bool {
+	if want == "" {
+		return !owned(pod) // what others wrote is theirs
+	}
+	if pod.Annotations[annotation.ExportAnnotation] != want || pod.Labels[annotation.ExporterLabel] != annotation.LabelValue {
+		return false
+	}
+	haveSig, hasSig := pod.Annotations[annotation.SignatureAnnotation]
+	if sig == "" {
+		// Not signing (any more): a signature the annotator wrote goes;
+		// one that someone else wrote is theirs.
+		return !hasSig || !owns(pod, fieldSignature)
+	}
+	return haveSig == sig
+}

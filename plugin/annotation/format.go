@@ -1,0 +1,50 @@
+package annotation
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// The JSON shapes as the annotator writes them: cluster is left out when
+// empty (the reader defaults it to the cluster it read the Pod from).
+type outExport struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Cluster   string `json:"cluster,omitempty"`
+	Ports     []Port `json:"ports,omitempty"`
+}
+
+type outEnvelope struct {
+	Services []outExport `json:"services"`
+}
+
+// FormatExports writes exports as the value of the export-services
+// annotation, in the order given, and checks it the way a reader will: the
+// value must parse back, entry for entry, into the same exports for a Pod of
+// podNamespace read from sourceCluster (when the exports leave Cluster empty,
+// any valid cluster ID). An error says what a reader would reject.
+func FormatExports(exports []Export, podNamespace, sourceCluster string) (string, error) {
+	env := outEnvelope{Services: make([]outExport, len(exports))}
+	for i, e := range exports {
+		env.Services[i] = outExport{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: e.Ports}
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return "", err
+	}
+	raw := string(b)
+	back, rej := ParseExports(raw, podNamespace, sourceCluster)
+	if len(rej) > 0 {
+		return "", &FormatError{rej[0]}
+	}
+	if len(back) != len(exports) {
+		return "", fmt.Errorf("a reader would read %d entries, not %d", len(back), len(exports))
+	}
+	return raw, nil
+}
+
+// FormatError is what FormatExports returns when a reader would reject the
+// value: the first rejection a reader would log.
+type FormatError struct{ Rejection Rejection }
+
+func (e *FormatError) Error() string { return "a reader would reject " + e.Rejection.String() }

@@ -1,0 +1,741 @@
+package manifests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+// The annotator's identity and contract (SPEC section 3), written out here,
+// not imported from the annotator, so that the manifests are checked against
+// the contract.
+const (
+	annotatorSA        = "mcs-annotator"
+	annotatorLease     = "mcs-annotator" // --lease-name's default
+	annotatorBinary    = "/mcs-annotator"
+	serviceExportGroup = "multicluster.x-k8s.io"
+	// exportServiceAnnotation marks a Service as exported without a ServiceExport.
+	exportServiceAnnotation = "multicluster.kubernetes.io/export"
+	// clusterPlaceholder is the word coredns/configmap.yaml and
+	// annotator/deployment.yaml hold where the cluster's ID goes.
+	clusterPlaceholder = "CLUSTER_ID"
+)
+
+var serviceExports = schema.GroupVersionResource{Group: serviceExportGroup, Version: "v1beta1", Resource: "serviceexports"}
+
+// grant is one (API group, resource, verb) an RBAC rule allows.
+type grant struct{ group, resource, verb string }
+
+func (g grant) String() string {
+	if g.group == "" {
+		return g.verb + " " + g.resource
+	}
+	return g.verb + " " + g.resource + "." + g.group
+}
+
+// annotatorClusterGrants is exactly what the contract lists cluster-wide.
+var annotatorClusterGrants = grants(
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
+	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceexports"}, Verbs: []string{"get", "list", "watch"}},
+	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceexports/status"}, Verbs: []string{"patch"}},
+)
+
+// annotatorLeaseGrants is what the contract lists in its own namespace.
+var annotatorLeaseGrants = grants(
+	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+)
+
+// grants expands rules into the set of (group, resource, verb) they allow.
+func grants(rules ...rbacv1.PolicyRule) map[grant]bool {
+	out := map[grant]bool{}
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out[grant{g, res, v}] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// exactGrants fails the test unless the rules allow exactly want: nothing
+// more (no wildcard, no secrets, no non-resource URL), nothing less.
+func exactGrants(t *testing.T, what string, rules []rbacv1.PolicyRule, want map[grant]bool) {
+	t.Helper()
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, "*") || slices.Contains(r.Resources, "*") || slices.Contains(r.Verbs, "*") ||
+			slices.Contains(r.Resources, "secrets") || len(r.NonResourceURLs) > 0 {
+			t.Errorf("%s: rule %+v is too broad", what, r)
+		}
+		for _, v := range r.Verbs {
+			switch {
+			case v == "patch" && !slices.Contains(r.Resources, "pods") && !slices.Contains(r.Resources, "serviceexports/status"):
+				t.Errorf("%s: patch on %v: the annotator patches Pods and ServiceExport status only", what, r.Resources)
+			case v == "update" && !slices.Contains(r.Resources, "leases"):
+				t.Errorf("%s: update on %v: the annotator updates its Lease only (ServiceExport status is a patch)", what, r.Resources)
+			case (v == "create" || v == "delete" || v == "deletecollection" || v == "update") && slices.Contains(r.Resources, "pods"):
+				t.Errorf("%s: %s on pods: the annotator only patches Pods' metadata", what, v)
+			}
+		}
+	}
+	got := grants(rules...)
+	for g := range got {
+		if !want[g] {
+			t.Errorf("%s grants %s: not in the annotator's contract", what, g)
+		}
+	}
+	for g := range want {
+		if !got[g] {
+			t.Errorf("%s does not grant %s, which the annotator's contract needs", what, g)
+		}
+	}
+}
+
+// annotator holds the typed objects of manifests/annotator.
+type annotator struct {
+	sa             corev1.ServiceAccount
+	role           rbacv1.ClusterRole
+	binding        rbacv1.ClusterRoleBinding
+	leaseRole      rbacv1.Role
+	leaseBinding   rbacv1.RoleBinding
+	deployment     appsv1.Deployment
+	objs           []*unstructured.Unstructured
+	rbacObjs       []*unstructured.Unstructured // all but the Deployment
+	deploymentObjs []*unstructured.Unstructured
+}
+
+func readAnnotator(t *testing.T) *annotator {
+	t.Helper()
+	var a annotator
+	a.objs = manifests(t, "annotator")
+	typed(t, a.objs, map[string]any{
+		"ServiceAccount": &a.sa, "ClusterRole": &a.role, "ClusterRoleBinding": &a.binding,
+		"Role": &a.leaseRole, "RoleBinding": &a.leaseBinding, "Deployment": &a.deployment,
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, u := range a.objs {
+		if u.GetKind() == "Deployment" {
+			a.deploymentObjs = append(a.deploymentObjs, u)
+		} else {
+			a.rbacObjs = append(a.rbacObjs, u)
+		}
+	}
+	return &a
+}
+
+// flags reads "--name=value" and "--name value" arguments; a repeated flag
+// is an error (the last would win silently).
+func flags(t *testing.T, args []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			t.Errorf("argument %q is not a flag", a)
+			continue
+		}
+		name, value, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !ok && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			value = args[i+1]
+			i++
+		}
+		if _, dup := out[name]; dup {
+			t.Errorf("flag --%s given twice", name)
+		}
+		out[name] = value
+	}
+	return out
+}
+
+// probePort resolves a probe's port against the container's ports.
+func probePort(ctr *corev1.Container, p *corev1.Probe) int32 {
+	if p == nil || p.HTTPGet == nil {
+		return 0
+	}
+	if p.HTTPGet.Port.Type == intstr.Int {
+		return p.HTTPGet.Port.IntVal
+	}
+	for _, cp := range ctr.Ports {
+		if cp.Name == p.HTTPGet.Port.StrVal {
+			return cp.ContainerPort
+		}
+	}
+	return 0
+}
+
+// TestAnnotatorStatic needs no cluster: manifests/annotator's objects convert
+// strictly to their types, refer to each other, grant exactly the
+// annotator's contract, and run it as that identity with probes on its
+// --listen port.
+func TestAnnotatorStatic(t *testing.T) {
+	a := readAnnotator(t)
+
+	// Names and namespaces.
+	for what, ns := range map[string]string{"ServiceAccount": a.sa.Namespace, "Role": a.leaseRole.Namespace,
+		"RoleBinding": a.leaseBinding.Namespace, "Deployment": a.deployment.Namespace} {
+		if ns != kubeSystem {
+			t.Errorf("%s in namespace %q, want %s", what, ns, kubeSystem)
+		}
+	}
+	if a.sa.Name != annotatorSA {
+		t.Errorf("ServiceAccount %q, want %s", a.sa.Name, annotatorSA)
+	}
+	bindsSA := func(what string, subjects []rbacv1.Subject) {
+		if len(subjects) != 1 || subjects[0].Kind != "ServiceAccount" || subjects[0].Name != a.sa.Name || subjects[0].Namespace != a.sa.Namespace {
+			t.Errorf("%s subjects %+v, want the ServiceAccount %s/%s only", what, subjects, a.sa.Namespace, a.sa.Name)
+		}
+	}
+	if r := a.binding.RoleRef; r.APIGroup != rbacv1.GroupName || r.Kind != "ClusterRole" || r.Name != a.role.Name {
+		t.Errorf("ClusterRoleBinding refers to %+v, the ClusterRole is %s", r, a.role.Name)
+	}
+	bindsSA("ClusterRoleBinding", a.binding.Subjects)
+	if r := a.leaseBinding.RoleRef; r.APIGroup != rbacv1.GroupName || r.Kind != "Role" || r.Name != a.leaseRole.Name {
+		t.Errorf("RoleBinding refers to %+v, the Role is %s", r, a.leaseRole.Name)
+	}
+	bindsSA("RoleBinding", a.leaseBinding.Subjects)
+
+	// Least privilege: exactly the contract.
+	exactGrants(t, "ClusterRole "+a.role.Name, a.role.Rules, annotatorClusterGrants)
+	exactGrants(t, "Role "+a.leaseRole.Name, a.leaseRole.Rules, annotatorLeaseGrants)
+	for _, r := range a.role.Rules {
+		if len(r.ResourceNames) > 0 {
+			t.Errorf("ClusterRole rule %+v is limited to names: the annotator watches all of them", r)
+		}
+	}
+
+	// The Deployment runs the annotator as that identity.
+	d := a.deployment
+	pod := d.Spec.Template.Spec
+	if pod.ServiceAccountName != a.sa.Name {
+		t.Errorf("Deployment runs as %q, the ServiceAccount is %q", pod.ServiceAccountName, a.sa.Name)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2 (leader election: one writes, one stands by)", d.Spec.Replicas)
+	}
+	if d.Spec.Selector == nil || len(d.Spec.Selector.MatchLabels) == 0 {
+		t.Fatalf("Deployment has no selector")
+	}
+	for k, v := range d.Spec.Selector.MatchLabels {
+		if d.Spec.Template.Labels[k] != v {
+			t.Errorf("selector %v does not select the template's labels %v", d.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+		}
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	ctr := pod.Containers[0]
+	if !slices.Equal(ctr.Command, []string{annotatorBinary}) {
+		t.Errorf("command %q, want [%s]", ctr.Command, annotatorBinary)
+	}
+	if !strings.Contains(ctr.Image, "mcs-annotator") {
+		t.Errorf("image %q is not the annotator's", ctr.Image)
+	}
+	f := flags(t, ctr.Args)
+	for name := range f {
+		if !slices.Contains([]string{"cluster", "lease-namespace", "lease-name", "listen", "leader-elect", "id", "workers",
+			"lease-duration", "renew-deadline", "retry-period", "serviceexport-poll"}, name) {
+			t.Errorf("flag --%s is not the annotator's", name)
+		}
+	}
+
+	// The cluster ID: the same placeholder as the Corefile's.
+	c := readCoreDNS(t)
+	if !strings.Contains(c.configMap.Data["Corefile"], "cluster "+clusterPlaceholder+"\n") || f["cluster"] != clusterPlaceholder {
+		t.Errorf("--cluster %q: want the placeholder %s, as coredns/configmap.yaml has", f["cluster"], clusterPlaceholder)
+	}
+
+	// The Lease: in the Pod's namespace (the downward API), the namespace
+	// of the Role; the Role's names, if any, cover the Lease.
+	env := map[string]corev1.EnvVar{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e
+	}
+	if f["lease-namespace"] != "$(POD_NAMESPACE)" {
+		t.Errorf("--lease-namespace %q, want $(POD_NAMESPACE)", f["lease-namespace"])
+	}
+	if e := env["POD_NAMESPACE"]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+		t.Errorf("env POD_NAMESPACE %+v: want the downward API's metadata.namespace", e)
+	}
+	if d.Namespace != a.leaseRole.Namespace {
+		t.Errorf("the Pods run in %q (their Lease's namespace), the Role is in %q", d.Namespace, a.leaseRole.Namespace)
+	}
+	lease := annotatorLease
+	if n, ok := f["lease-name"]; ok {
+		lease = n
+	}
+	for _, r := range a.leaseRole.Rules {
+		if len(r.ResourceNames) == 0 {
+			continue
+		}
+		if !slices.Contains(r.ResourceNames, lease) {
+			t.Errorf("Role rule %+v: names %v do not cover the Lease %q", r, r.ResourceNames, lease)
+		}
+		if slices.Contains(r.Verbs, "create") {
+			t.Errorf("Role rule %+v: create limited by name never matches (a create has no name to authorize)", r)
+		}
+	}
+	if e := env["GOMEMLIMIT"]; e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil ||
+		e.ValueFrom.ResourceFieldRef.Resource != "limits.memory" || ctr.Resources.Limits.Memory().IsZero() {
+		t.Errorf("GOMEMLIMIT must come from the container's memory limit: env %+v, limits %v", e, ctr.Resources.Limits)
+	}
+
+	// Probes on the --listen port, which the container declares.
+	_, port, ok := strings.Cut(f["listen"], ":")
+	if !ok || port == "" {
+		t.Fatalf("--listen %q: want an address with a port", f["listen"])
+	}
+	declared := false
+	for _, cp := range ctr.Ports {
+		declared = declared || fmt.Sprint(cp.ContainerPort) == port
+	}
+	if !declared {
+		t.Errorf("the container does not declare the --listen port %s: %+v", port, ctr.Ports)
+	}
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"liveness", ctr.LivenessProbe, "/healthz"}, {"readiness", ctr.ReadinessProbe, "/readyz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("no HTTP %s probe", p.name)
+			continue
+		}
+		if got := probePort(&ctr, p.probe); fmt.Sprint(got) != port || p.probe.HTTPGet.Path != p.path {
+			t.Errorf("%s probe on port %d path %q, want %s on the --listen port %s", p.name, got, p.probe.HTTPGet.Path, p.path, port)
+		}
+	}
+
+	// Hardening: non-root, no privilege escalation, no capability, a
+	// read-only root file system.
+	sc := ctr.SecurityContext
+	nonRoot := func(s *bool) bool { return s != nil && *s }
+	if sc == nil || !(nonRoot(sc.RunAsNonRoot) || (pod.SecurityContext != nil && nonRoot(pod.SecurityContext.RunAsNonRoot))) {
+		t.Errorf("the container may run as root")
+	}
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 || (sc.Privileged != nil && *sc.Privileged) {
+		t.Errorf("container securityContext %+v: want no privilege escalation, every capability dropped, a read-only root file system", sc)
+	}
+	if len(pod.Volumes) > 0 || pod.HostNetwork {
+		t.Errorf("volumes %v, hostNetwork %v: the annotator needs neither", pod.Volumes, pod.HostNetwork)
+	}
+}
+
+// createService creates a Service with annotations, selector and ports (or
+// an ExternalName Service when externalName is set).
+func createService(t *testing.T, c *harness.Cluster, ns, name string, annotations, selector map[string]string, externalName string, ports ...corev1.ServicePort) {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
+		Spec:       corev1.ServiceSpec{Selector: selector, Ports: ports},
+	}
+	if externalName != "" {
+		svc.Spec.Type, svc.Spec.ExternalName = corev1.ServiceTypeExternalName, externalName
+	}
+	cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Client.CoreV1().Services(ns).Create(cx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create service %s/%s: %v", ns, name, err)
+	}
+}
+
+// createServiceExport creates a v1beta1 ServiceExport (as admin).
+func createServiceExport(t *testing.T, dyn dynamic.Interface, ns, name string) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": serviceExports.GroupVersion().String(), "kind": "ServiceExport",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+	}}
+	cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := dyn.Resource(serviceExports).Namespace(ns).Create(cx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ServiceExport %s/%s: %v", ns, name, err)
+	}
+}
+
+// condition is one status condition of a ServiceExport as the test wants it.
+type condition struct{ status, reason string }
+
+// exportConditions checks a ServiceExport's status conditions: each wanted
+// type with its status and reason, and observedGeneration equal to the
+// object's generation.
+func exportConditions(dyn dynamic.Interface, ns, name string, want map[string]condition) error {
+	cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	u, err := dyn.Resource(serviceExports).Namespace(ns).Get(cx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	raw, _, err := unstructured.NestedSlice(u.Object, "status", "conditions")
+	if err != nil {
+		return err
+	}
+	got := map[string]metav1.Condition{}
+	for _, r := range raw {
+		var c metav1.Condition
+		m, _ := r.(map[string]any)
+		if err := harness.ToTyped(&unstructured.Unstructured{Object: m}, &c); err != nil {
+			return fmt.Errorf("ServiceExport %s/%s: condition %v: %w", ns, name, r, err)
+		}
+		got[c.Type] = c
+	}
+	for typ, w := range want {
+		c, ok := got[typ]
+		if !ok || string(c.Status) != w.status || c.Reason != w.reason || c.ObservedGeneration != u.GetGeneration() {
+			return fmt.Errorf("ServiceExport %s/%s: condition %s is %+v, want %s/%s at generation %d; all: %v",
+				ns, name, typ, c, w.status, w.reason, u.GetGeneration(), raw)
+		}
+	}
+	return nil
+}
+
+// podExports checks a Pod's exporter label and export annotation: absent
+// when want is nil, else the annotation holds exactly want (compared as
+// data, not bytes).
+func podExports(c *harness.Cluster, ns, name string, want []harness.ExportService) error {
+	cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := c.Client.CoreV1().Pods(ns).Get(cx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	label, hasLabel := p.Labels[harness.ExporterLabel]
+	ann, hasAnn := p.Annotations[harness.ExportAnnotation]
+	if want == nil {
+		if hasLabel || hasAnn {
+			return fmt.Errorf("pod %s/%s: label %q (%v), annotation %q (%v); want neither", ns, name, label, hasLabel, ann, hasAnn)
+		}
+		return nil
+	}
+	if label != "true" {
+		return fmt.Errorf("pod %s/%s: label %s=%q (%v), want \"true\"", ns, name, harness.ExporterLabel, label, hasLabel)
+	}
+	var got struct {
+		Services []harness.ExportService `json:"services"`
+	}
+	if err := json.Unmarshal([]byte(ann), &got); err != nil {
+		return fmt.Errorf("pod %s/%s: annotation %q: %v", ns, name, ann, err)
+	}
+	if !reflect.DeepEqual(got.Services, want) {
+		return fmt.Errorf("pod %s/%s: annotation %s, want %s", ns, name, ann, harness.ExportJSON(want...))
+	}
+	return nil
+}
+
+// annotatorArgs are the Deployment's arguments for a run on 127.0.0.1: the
+// cluster placeholder replaced, $(POD_NAMESPACE) resolved as the kubelet
+// would (to the Deployment's namespace), --listen left to the harness.
+func annotatorArgs(t *testing.T, d *appsv1.Deployment, cluster string) []string {
+	t.Helper()
+	var out []string
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--listen") {
+			continue
+		}
+		a = strings.ReplaceAll(a, clusterPlaceholder, cluster)
+		a = strings.ReplaceAll(a, "$(POD_NAMESPACE)", d.Namespace)
+		out = append(out, a)
+	}
+	f := flags(t, out)
+	if f["cluster"] != cluster || f["lease-namespace"] != kubeSystem {
+		t.Fatalf("the Deployment's arguments %q give --cluster %q, --lease-namespace %q", out, f["cluster"], f["lease-namespace"])
+	}
+	return out
+}
+
+// metric reads one sample of the annotator's metrics; an absent sample
+// (say, a counter vector with no such label yet) reads 0.
+func metric(a *harness.Annotator, name string) (float64, error) {
+	v, _, err := a.Metric(name)
+	return v, err
+}
+
+// TestAnnotatorManifests applies manifests/annotator (and the MCS CRDs) to a
+// real kube-apiserver and runs bin/mcs-annotator with the Deployment's
+// arguments as the mcs-annotator ServiceAccount (impersonation: the API
+// server authorizes each request as that account). It must become leader,
+// annotate the Pods of a Service exported by annotation and of one exported
+// by a ServiceExport, set ServiceExport status, remove what it wrote when a
+// Service stops being exported, hand the lease over to a second replica,
+// and never be forbidden; and the account may do nothing beyond the contract.
+func TestAnnotatorManifests(t *testing.T) {
+	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolAnnotator)
+	c := harness.StartCluster(t, "edge-a")
+	waitNamespace(t, c, kubeSystem)
+	c.InstallMCSCRDs(t)
+	m := readAnnotator(t)
+	apply(t, c, m.objs)
+	dyn := c.Dynamic(t)
+
+	// Workloads: Service backend exported by annotation (a named
+	// targetPort), Service api by a ServiceExport (targetPort unset), a Pod
+	// selected by both, one by neither; a ServiceExport without a Service and
+	// one of an ExternalName Service.
+	ns := c.NewNamespace(t)
+	exported := map[string]string{exportServiceAnnotation: "true"}
+	createService(t, c, ns, "backend", exported, map[string]string{"app": "backend"}, "",
+		corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP})
+	createService(t, c, ns, "api", nil, map[string]string{"tier": "api"}, "",
+		corev1.ServicePort{Name: "grpc", Port: 9000, Protocol: corev1.ProtocolTCP})
+	createService(t, c, ns, "ext", nil, nil, "example.com")
+	for _, name := range []string{"api", "ghost", "ext"} {
+		createServiceExport(t, dyn, ns, name)
+	}
+	for name, labels := range map[string]map[string]string{
+		"backend-0": {"app": "backend"}, "api-0": {"tier": "api"}, "shared-0": {"app": "backend", "tier": "api"}, "other-0": {"app": "other"},
+	} {
+		c.CreatePodObject(t, harness.Pod{Name: name, Labels: labels}.Object(ns))
+	}
+
+	const cluster = "edge-a"
+	backend := harness.ExportService{Name: "backend", Namespace: ns, Cluster: cluster,
+		Ports: []harness.ExportPort{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}
+	api := harness.ExportService{Name: "api", Namespace: ns, Cluster: cluster,
+		Ports: []harness.ExportPort{{Name: "grpc", Port: 9000, TargetPort: 9000, Protocol: "TCP"}}}
+
+	saUser, saGroups := harness.ServiceAccountUser(kubeSystem, annotatorSA), harness.ServiceAccountGroups(kubeSystem)
+	kubeconfig := c.KubeconfigAs(t, saUser, saGroups...)
+	args := append(annotatorArgs(t, &m.deployment, cluster),
+		"--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms")
+	first := harness.StartAnnotator(t, kubeconfig, append(args, "--id", "first")...)
+	noForbidden := func(a *harness.Annotator) {
+		t.Helper()
+		for _, line := range strings.Split(a.Log(), "\n") {
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				t.Errorf("the annotator (%s) was forbidden something: %s", a.Addr(), line)
+			}
+		}
+	}
+
+	t.Run("Leader", func(t *testing.T) {
+		harness.Eventually(t, 20*time.Second, func() error {
+			if v, err := metric(first, "mcs_annotator_leader"); err != nil || v != 1 {
+				return fmt.Errorf("mcs_annotator_leader %v (%v); log:\n%s", v, err, harness.Tail(first.Process().LogPath, 20))
+			}
+			_, err := first.Get("/readyz")
+			return err
+		})
+	})
+
+	t.Run("PodsAnnotated", func(t *testing.T) {
+		harness.Eventually(t, 20*time.Second, func() error {
+			for name, want := range map[string][]harness.ExportService{
+				"backend-0": {backend}, "api-0": {api}, "shared-0": {api, backend}, "other-0": nil,
+			} {
+				if err := podExports(c, ns, name, want); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+
+	t.Run("ServiceExportStatus", func(t *testing.T) {
+		harness.Eventually(t, 20*time.Second, func() error {
+			for name, want := range map[string]map[string]condition{
+				"api":   {"Valid": {"True", "Valid"}, "Ready": {"True", "Exported"}, "Conflict": {"False", "NoConflicts"}},
+				"ghost": {"Valid": {"False", "NoService"}, "Ready": {"False", "Failed"}},
+				"ext":   {"Valid": {"False", "InvalidServiceType"}, "Ready": {"False", "Failed"}},
+			} {
+				if err := exportConditions(dyn, ns, name, want); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+
+	t.Run("Unexported", func(t *testing.T) {
+		// backend no longer exported: what the annotator wrote goes away.
+		cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, exportServiceAnnotation)
+		if _, err := c.Client.CoreV1().Services(ns).Patch(cx, "backend", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		harness.Eventually(t, 20*time.Second, func() error {
+			for name, want := range map[string][]harness.ExportService{"backend-0": nil, "api-0": {api}, "shared-0": {api}} {
+				if err := podExports(c, ns, name, want); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+
+	// The writes went through as the ServiceAccount, none failed (status is
+	// written with server-side apply: no resourceVersion, so no conflict with
+	// the annotator's own last write).
+	t.Run("Writes", func(t *testing.T) {
+		for _, name := range []string{`mcs_annotator_pod_writes_total{result="error"}`, `mcs_annotator_status_writes_total{result="error"}`} {
+			if v, err := metric(first, name); err != nil || v != 0 {
+				t.Errorf("%s %v (%v), want 0", name, v, err)
+			}
+		}
+		for _, name := range []string{`mcs_annotator_pod_writes_total{result="ok"}`, `mcs_annotator_status_writes_total{result="ok"}`} {
+			if v, err := metric(first, name); err != nil || v == 0 {
+				t.Errorf("%s %v (%v), want > 0", name, v, err)
+			}
+		}
+	})
+
+	// A second replica, as the Deployment runs: it stands by, then takes the
+	// lease when the leader stops (and releases it on SIGTERM). Both acquire
+	// and renew the Lease as the ServiceAccount: the Role is enough.
+	t.Run("HandOver", func(t *testing.T) {
+		second := harness.StartAnnotator(t, kubeconfig, append(args, "--id", "second")...)
+		harness.Eventually(t, 20*time.Second, func() error {
+			_, err := second.Get("/readyz")
+			return err
+		})
+		time.Sleep(time.Second) // a few retry periods: it must stay a follower
+		if v, err := metric(second, "mcs_annotator_leader"); err != nil || v != 0 {
+			t.Fatalf("second replica: mcs_annotator_leader %v (%v), want 0 while the first leads", v, err)
+		}
+		first.Kill(t, syscall.SIGTERM)
+		took := harness.Eventually(t, 15*time.Second, func() error {
+			if v, err := metric(second, "mcs_annotator_leader"); err != nil || v != 1 {
+				return fmt.Errorf("second replica: mcs_annotator_leader %v (%v); log:\n%s", v, err, harness.Tail(second.Process().LogPath, 20))
+			}
+			return nil
+		})
+		t.Logf("the second replica leads %s after the first got SIGTERM", took.Round(time.Millisecond))
+		cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		lease, err := c.Client.CoordinationV1().Leases(kubeSystem).Get(cx, annotatorLease, metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "second" {
+			t.Errorf("Lease %s/%s: %+v (%v), want held by second", kubeSystem, annotatorLease, lease, err)
+		}
+		// The new leader keeps the Pods as they are, and follows changes.
+		cx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel2()
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, exportServiceAnnotation)
+		if _, err := c.Client.CoreV1().Services(ns).Patch(cx2, "backend", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		harness.Eventually(t, 20*time.Second, func() error {
+			for name, want := range map[string][]harness.ExportService{"backend-0": {backend}, "api-0": {api}, "shared-0": {api, backend}} {
+				if err := podExports(c, ns, name, want); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		noForbidden(second)
+	})
+	noForbidden(first)
+	if !strings.Contains(first.Log(), "became leader") {
+		t.Errorf("the first annotator never logged \"became leader\"")
+	}
+
+	// Least privilege: what the account may and may not do.
+	t.Run("LeastPrivilege", func(t *testing.T) {
+		cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		sa := harness.NewClient(t, kubeconfig, 0)
+		cfg, err := harness.RESTConfig(kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sadyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allowed, forbidden := verdicts(t)
+		_, err = sa.CoreV1().Pods("").List(cx, metav1.ListOptions{Limit: 1})
+		allowed("list pods in all namespaces", err)
+		_, err = sa.CoreV1().Services(ns).Get(cx, "api", metav1.GetOptions{})
+		allowed("get a service", err)
+		_, err = sadyn.Resource(serviceExports).Namespace("").List(cx, metav1.ListOptions{Limit: 1})
+		allowed("list serviceexports", err)
+		_, err = sa.CoordinationV1().Leases(kubeSystem).Get(cx, annotatorLease, metav1.GetOptions{})
+		allowed("get its Lease", err)
+
+		_, err = sa.CoreV1().Secrets(kubeSystem).List(cx, metav1.ListOptions{})
+		forbidden("list secrets", err)
+		_, err = sa.CoreV1().Secrets(ns).Get(cx, "any", metav1.GetOptions{})
+		forbidden("get a secret", err)
+		err = sa.CoreV1().Pods(ns).Delete(cx, "other-0", metav1.DeleteOptions{})
+		forbidden("delete a pod", err)
+		_, err = sa.CoreV1().Pods(ns).Create(cx, harness.Pod{Name: "x"}.Object(ns), metav1.CreateOptions{})
+		forbidden("create a pod", err)
+		p, err := c.Client.CoreV1().Pods(ns).Get(cx, "other-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sa.CoreV1().Pods(ns).Update(cx, p, metav1.UpdateOptions{})
+		forbidden("update a pod", err)
+		_, err = sa.CoreV1().Services(ns).Patch(cx, "api", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+		forbidden("patch a service", err)
+		err = sa.CoreV1().Services(ns).Delete(cx, "api", metav1.DeleteOptions{})
+		forbidden("delete a service", err)
+		_, err = sa.CoreV1().ConfigMaps(kubeSystem).List(cx, metav1.ListOptions{})
+		forbidden("list configmaps", err)
+		_, err = sa.CoreV1().Events(ns).Create(cx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "other-0"}}, metav1.CreateOptions{})
+		forbidden("create an event", err)
+		_, err = sadyn.Resource(serviceExports).Namespace(ns).Patch(cx, "api", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+		forbidden("patch a ServiceExport (not its status)", err)
+		err = sadyn.Resource(serviceExports).Namespace(ns).Delete(cx, "api", metav1.DeleteOptions{})
+		forbidden("delete a ServiceExport", err)
+		createSE := &unstructured.Unstructured{Object: map[string]any{"apiVersion": serviceExports.GroupVersion().String(),
+			"kind": "ServiceExport", "metadata": map[string]any{"name": "backend", "namespace": ns}}}
+		_, err = sadyn.Resource(serviceExports).Namespace(ns).Create(cx, createSE, metav1.CreateOptions{})
+		forbidden("create a ServiceExport", err)
+		_, err = sa.CoordinationV1().Leases(kubeSystem).List(cx, metav1.ListOptions{})
+		forbidden("list leases", err)
+		_, err = sa.CoordinationV1().Leases(kubeSystem).Get(cx, "kube-controller-manager", metav1.GetOptions{})
+		forbidden("get another Lease", err)
+		_, err = sa.CoordinationV1().Leases(ns).Get(cx, annotatorLease, metav1.GetOptions{})
+		forbidden("get a Lease in another namespace", err)
+		err = sa.CoordinationV1().Leases(kubeSystem).Delete(cx, annotatorLease, metav1.DeleteOptions{})
+		forbidden("delete its Lease", err)
+	})
+}
+
+// TestAnnotatorPlaceholderClusterID: the Deployment's arguments as shipped
+// (CLUSTER_ID not replaced) stop the annotator at start-up with a message
+// that names the word, rather than let it write a cluster ID every reader
+// rejects.
+func TestAnnotatorPlaceholderClusterID(t *testing.T) {
+	tools := harness.RequireTools(t, harness.ToolAnnotator)
+	m := readAnnotator(t)
+	args := []string{"--kubeconfig", filepath.Join(t.TempDir(), "none"), "--listen", fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))}
+	for _, a := range m.deployment.Spec.Template.Spec.Containers[0].Args {
+		if !strings.HasPrefix(a, "--listen") {
+			args = append(args, strings.ReplaceAll(a, "$(POD_NAMESPACE)", m.deployment.Namespace))
+		}
+	}
+	cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cx, tools.Annotator, args...).CombinedOutput()
+	if err == nil || cx.Err() != nil || !strings.Contains(string(out), `"`+clusterPlaceholder+`"`) {
+		t.Errorf("mcs-annotator %q: err %v (context %v), want an exit naming %s; output:\n%s", args, err, cx.Err(), clusterPlaceholder, out)
+	}
+}
