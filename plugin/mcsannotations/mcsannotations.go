@@ -139,6 +139,19 @@ func newMCS(cfg config) (*MCS, error) {
 			return nil, fmt.Errorf("peer %q has the name of the local cluster", p.name)
 		}
 	}
+	// parse checked the keys of the clusters the Corefile names; an ID
+	// found here is checked now, before anything starts.
+	if err := cfg.hasKey(cluster, "the local cluster"); err != nil {
+		how := "read from the ClusterProperty"
+		if remembered {
+			how = "remembered in " + cfg.snapshot + clusterIDSuffix
+		}
+		return nil, fmt.Errorf("%w (the cluster ID is not in the Corefile; it was %s)", err, how)
+	}
+
+	if cfg.keys != nil {
+		log.Infof("verify %s: export annotations count only when signed with their cluster's key (%d keys)", cfg.verify, len(cfg.keys))
+	}
 
 	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality})
 	t.OnChange(func(ix *table.Index) {
@@ -152,7 +165,7 @@ func newMCS(cfg config) (*MCS, error) {
 	}
 	t.OnPodChange(m.journal)
 	m.clients.OnChange(m.journalClient)
-	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(cluster), source.Options{StopWait: stopWait}))
+	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(cluster), source.Options{StopWait: stopWait, Key: cfg.keys[cluster]}))
 	// Importers are local Pods; enforcing needs every local Pod.
 	m.watcher = clients.NewWatcher(local, m.clients, cfg.enforce, func(ns, name string, rej []annotation.Rejection) {
 		logRejected(cluster, ns, name, rej)
@@ -167,7 +180,7 @@ func newMCS(cfg config) (*MCS, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(p.name), source.Options{StopWait: stopWait}))
+		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(p.name), source.Options{StopWait: stopWait, Key: cfg.keys[p.name]}))
 	}
 	return m, nil
 }
@@ -235,6 +248,10 @@ func informerEvents(informer string) podinformer.Events {
 func logRejected(cluster, ns, name string, rej []annotation.Rejection) {
 	for _, r := range rej {
 		rejectedAnnotations.WithLabelValues(cluster, string(r.Reason)).Inc()
+	}
+	if len(rej) == 1 && rej[0].Index < 0 {
+		log.Warningf("cluster %s: Pod %s/%s: annotation ignored as a whole: %s", cluster, ns, name, rej[0])
+		return
 	}
 	log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
 }

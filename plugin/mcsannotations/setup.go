@@ -1,8 +1,10 @@
 package mcsannotations
 
 import (
+	"crypto/ed25519"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,6 +84,8 @@ type config struct {
 	expire      time.Duration // 0: never
 	enforce     bool          // imports enforce
 	allow       []netip.Prefix
+	verify      string                       // folder of public keys; empty: no verification
+	keys        map[string]ed25519.PublicKey // by cluster ID, read from verify
 }
 
 // peerConfig is one peer word: a cluster watched through its own kubeconfig.
@@ -92,6 +96,7 @@ type peerConfig struct {
 // parse reads the plugin's one block. Every error names the offending line.
 func parse(c *caddy.Controller) (config, error) {
 	cfg := config{ttl: defaultTTL, locality: table.PreferLocal}
+	var verifyErr func(error) error
 	i := 0
 	for c.Next() {
 		if i > 0 {
@@ -214,6 +219,25 @@ func parse(c *caddy.Controller) (config, error) {
 					}
 					cfg.allow = append(cfg.allow, p.Masked())
 				}
+			case "verify":
+				if cfg.verify != "" {
+					return cfg, c.Errf("verify is given twice")
+				}
+				v, err := oneArg(c)
+				if err != nil {
+					return cfg, err
+				}
+				keys, err := annotation.ReadPublicKeys(v)
+				if err != nil {
+					return cfg, c.Errf("verify %s: cannot read the public keys: %v", v, err)
+				}
+				cfg.verify, cfg.keys = v, keys
+				// Whether every cluster has a key is known at the end of
+				// the block; that error names this line, as c.Errf would.
+				file, line := c.File(), c.Line()
+				verifyErr = func(err error) error {
+					return fmt.Errorf("%s:%d - Error during parsing: %w", file, line, err)
+				}
 			case "fallthrough":
 				cfg.fall.SetZonesFromArgs(c.RemainingArgs())
 			default:
@@ -226,7 +250,31 @@ func parse(c *caddy.Controller) (config, error) {
 			return cfg, fmt.Errorf("peer %q has the name of the local cluster", p.name)
 		}
 	}
+	if cfg.keys != nil {
+		// Every watched cluster needs its key. A local ID not in the
+		// Corefile is checked once it is known (newMCS).
+		if cfg.cluster != "" {
+			if err := cfg.hasKey(cfg.cluster, "the local cluster"); err != nil {
+				return cfg, verifyErr(err)
+			}
+		}
+		for _, p := range cfg.peers {
+			if err := cfg.hasKey(p.name, "peer"); err != nil {
+				return cfg, verifyErr(err)
+			}
+		}
+	}
 	return cfg, nil
+}
+
+// hasKey says whether verify has the public key of cluster, which is what
+// (the local cluster, a peer).
+func (cfg config) hasKey(cluster, what string) error {
+	if cfg.keys == nil || cfg.keys[cluster] != nil {
+		return nil
+	}
+	return fmt.Errorf("verify %s: no public key for %s %s: %s is missing", cfg.verify, what, cluster,
+		filepath.Join(cfg.verify, cluster+annotation.KeySuffix))
 }
 
 func oneArg(c *caddy.Controller) (string, error) {

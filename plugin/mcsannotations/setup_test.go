@@ -1,7 +1,14 @@
 package mcsannotations
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"maps"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +16,7 @@ import (
 
 	"github.com/coredns/caddy"
 
+	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
@@ -113,5 +121,80 @@ func TestSetupKubeconfigMissing(t *testing.T) {
 	err := setup(c)
 	if err == nil || !strings.Contains(err.Error(), "kubeconfig /nonexistent/kubeconfig") {
 		t.Fatalf("error %v, want one naming the kubeconfig", err)
+	}
+}
+
+// writeKey writes cluster's public key into dir as the verify word reads it
+// (<cluster>.pub, PEM PKIX) and returns the private key.
+func writeKey(t *testing.T, dir, cluster string) ed25519.PrivateKey {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, cluster+annotation.KeySuffix), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return priv
+}
+
+func TestParseVerify(t *testing.T) {
+	keys := t.TempDir()
+	writeKey(t, keys, "edge-a")
+	writeKey(t, keys, "edge-b")
+	garbage := t.TempDir()
+	writeKey(t, garbage, "edge-a")
+	os.WriteFile(filepath.Join(garbage, "edge-b.pub"), []byte("not a key"), 0o644)
+	badName := t.TempDir()
+	writeKey(t, badName, "Edge_A")
+	notDir := filepath.Join(keys, "edge-a.pub")
+
+	tests := []struct {
+		input string
+		err   string // substring of the error; "" for success
+		keys  []string
+	}{
+		{input: "mcsannotations {\n cluster edge-a\n peer edge-b /b\n verify " + keys + "\n}", keys: []string{"edge-a", "edge-b"}},
+		// Peers listed after verify are checked too; unused keys are fine.
+		{input: "mcsannotations {\n verify " + keys + "\n cluster edge-a\n}", keys: []string{"edge-a", "edge-b"}},
+		// No cluster word: the local key is checked once the ID is known.
+		{input: "mcsannotations {\n verify " + keys + "\n}", keys: []string{"edge-a", "edge-b"}},
+		{input: "mcsannotations {\n cluster edge-a\n}"},
+		{input: "mcsannotations {\n cluster edge-a\n verify\n}", err: "verify takes exactly one argument, got 0"},
+		{input: "mcsannotations {\n cluster edge-a\n verify a b\n}", err: "verify takes exactly one argument, got 2"},
+		{input: "mcsannotations {\n cluster edge-a\n verify " + keys + "\n verify " + keys + "\n}", err: ":4 - Error during parsing: verify is given twice"},
+		{input: "mcsannotations {\n cluster edge-a\n verify /nonexistent/keys\n}",
+			err: "verify /nonexistent/keys: cannot read the public keys: open /nonexistent/keys: no such file or directory"},
+		{input: "mcsannotations {\n cluster edge-a\n verify " + notDir + "\n}", err: "cannot read the public keys: open " + notDir + ": not a directory"},
+		{input: "mcsannotations {\n cluster edge-a\n verify " + garbage + "\n}",
+			err: "verify " + garbage + ": cannot read the public keys: " + filepath.Join(garbage, "edge-b.pub") + `: no PEM "PUBLIC KEY" block`},
+		{input: "mcsannotations {\n cluster edge-a\n verify " + badName + "\n}", err: filepath.Join(badName, "Edge_A.pub") + `: "Edge_A" is not a cluster ID`},
+		{input: "mcsannotations {\n cluster edge-x\n verify " + keys + "\n}",
+			err: ":3 - Error during parsing: verify " + keys + ": no public key for the local cluster edge-x: " + filepath.Join(keys, "edge-x.pub") + " is missing"},
+		{input: "mcsannotations {\n cluster edge-a\n verify " + keys + "\n peer edge-b /b\n peer edge-c /c\n}",
+			err: ":3 - Error during parsing: verify " + keys + ": no public key for peer edge-c: " + filepath.Join(keys, "edge-c.pub") + " is missing"},
+		{input: "mcsannotations {\n verify " + keys + "\n peer edge-c /c\n}", err: "no public key for peer edge-c: " + filepath.Join(keys, "edge-c.pub") + " is missing"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.input, func(t *testing.T) {
+			cfg, err := parse(caddy.NewTestController("dns", tc.input))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			got := slices.Sorted(maps.Keys(cfg.keys))
+			if !slices.Equal(got, tc.keys) || (cfg.verify != "") != (tc.keys != nil) {
+				t.Errorf("verify %q, keys %v, want %v", cfg.verify, got, tc.keys)
+			}
+		})
 	}
 }

@@ -1,7 +1,7 @@
 package source
 
 import (
-	"hash/fnv"
+	"crypto/ed25519"
 	"net/netip"
 	"sync"
 
@@ -20,7 +20,7 @@ import (
 type slimPod struct {
 	slimmeta.Meta
 	rec      *table.Pod
-	annoHash uint64 // of the raw export annotation, to log each change once
+	annoHash uint64 // of the raw export annotation (and signature, when verified), to log each change once
 	rejected []annotation.Rejection
 }
 
@@ -35,15 +35,34 @@ func (p *slimPod) DeepCopyObject() runtime.Object {
 // toSlim is the informer's transform: it runs before anything is stored, so
 // the full Pod is dropped at once. Objects that are already slim, and
 // tombstones, pass through.
-func toSlim(cluster string) func(any) (any, error) {
+//
+// With a key, an export annotation counts only when the Pod's signature
+// annotation verifies with it, over the cluster, the Pod's namespace, name
+// and UID and the annotation (SPEC section 6); otherwise the Pod exports
+// nothing and the one rejection says why. The check is per Pod (the
+// signature covers its name and UID), before the parse cache, which a
+// verified Pod shares with the others. A nil key verifies nothing.
+func toSlim(cluster string, key ed25519.PublicKey) func(any) (any, error) {
 	parsed := newParseCache(cluster)
 	return func(obj any) (any, error) {
 		pod, ok := obj.(*v1.Pod)
 		if !ok {
 			return obj, nil
 		}
-		raw := pod.Annotations[annotation.ExportAnnotation]
-		common, rejected := parsed.parse(raw, pod.Namespace)
+		raw, present := pod.Annotations[annotation.ExportAnnotation]
+		var common *table.Common
+		var rejected []annotation.Rejection
+		annoHash := hash(raw)
+		if key != nil && present {
+			sig := pod.Annotations[annotation.SignatureAnnotation]
+			annoHash = hash(raw, sig)
+			if r, ok := annotation.Verify(key, sig, cluster, pod.Namespace, pod.Name, string(pod.UID), raw); !ok {
+				common, rejected = parsed.none(pod.Namespace), []annotation.Rejection{r}
+			}
+		}
+		if common == nil {
+			common, rejected = parsed.parse(raw, pod.Namespace)
+		}
 		rec := &table.Pod{
 			Common:   common,
 			Name:     pod.Name,
@@ -54,7 +73,7 @@ func toSlim(cluster string) func(any) (any, error) {
 		return &slimPod{
 			Meta:     slimmeta.Of(pod),
 			rec:      rec,
-			annoHash: hash(raw),
+			annoHash: annoHash,
 			rejected: rejected,
 		}, nil
 	}
@@ -71,7 +90,12 @@ type parseCache struct {
 	m       map[parseKey]parseResult
 }
 
-type parseKey struct{ raw, namespace string }
+// parseKey: refused keys the empty record of a Pod whose annotation was
+// refused before any parse (a signature that does not verify).
+type parseKey struct {
+	raw, namespace string
+	refused        bool
+}
 
 type parseResult struct {
 	common   *table.Common
@@ -87,7 +111,7 @@ func newParseCache(cluster string) *parseCache {
 // parse returns the record part that the annotation raw on a Pod in
 // namespace gives, and what the parse rejected.
 func (c *parseCache) parse(raw, namespace string) (*table.Common, []annotation.Rejection) {
-	k := parseKey{raw, namespace}
+	k := parseKey{raw: raw, namespace: namespace}
 	c.mu.Lock()
 	r, ok := c.m[k]
 	c.mu.Unlock()
@@ -97,13 +121,32 @@ func (c *parseCache) parse(raw, namespace string) (*table.Common, []annotation.R
 	r.common = &table.Common{Cluster: c.cluster, Namespace: namespace}
 	r.common.Exports, r.rejected = annotation.ParseExports(raw, namespace, c.cluster)
 	c.mu.Lock()
-	if c.bytes+len(raw)+len(namespace) > maxCachedBytes {
+	c.add(k, r)
+	c.mu.Unlock()
+	return r.common, r.rejected
+}
+
+// add stores a result, starting over when the cache is full; c.mu is held.
+func (c *parseCache) add(k parseKey, r parseResult) {
+	if c.bytes+len(k.raw)+len(k.namespace) > maxCachedBytes {
 		c.m, c.bytes = map[parseKey]parseResult{}, 0
 	}
 	c.m[k] = r
-	c.bytes += len(raw) + len(namespace)
-	c.mu.Unlock()
-	return r.common, r.rejected
+	c.bytes += len(k.raw) + len(k.namespace)
+}
+
+// none returns the record part of a Pod in namespace that exports nothing
+// (its annotation is refused as a whole), shared like a parse.
+func (c *parseCache) none(namespace string) *table.Common {
+	k := parseKey{namespace: namespace, refused: true}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[k]
+	if !ok {
+		r.common = &table.Common{Cluster: c.cluster, Namespace: namespace}
+		c.add(k, r)
+	}
+	return r.common
 }
 
 // podReady: the Pod's Ready condition is True and it is not terminating.
@@ -145,8 +188,19 @@ func podIPs(pod *v1.Pod) []netip.Addr {
 	return out
 }
 
-func hash(s string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(s))
-	return h.Sum64()
+// hash is FNV-1a (64 bits) of strs, each after its length, so that moving
+// bytes from one to the next changes it.
+func hash(strs ...string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, s := range strs {
+		n := len(s)
+		for _, b := range [...]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)} {
+			h = (h ^ uint64(b)) * prime
+		}
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint64(s[i])) * prime
+		}
+	}
+	return h
 }

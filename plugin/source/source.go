@@ -6,6 +6,7 @@ package source
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,12 @@ type Options struct {
 	// Check replaces the /readyz check (for tests: fake clientsets have no
 	// REST client).
 	Check func(context.Context) error
+	// Key, when set, is the cluster's public key: a Pod's export annotation
+	// counts only with a signature annotation that verifies with it (SPEC
+	// section 6); others export nothing and are reported through
+	// Events.Rejected (annotation.ReasonUnsigned, ReasonBadSignature). Nil:
+	// no verification.
+	Key ed25519.PublicKey
 }
 
 // Source is one cluster's feed into the table.
@@ -230,7 +237,7 @@ func (s *Source) startInformer() (*informer, error) {
 	s.started.Store(time.Now().UnixNano())
 
 	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	factory, inf, err := podinformer.New(s.client, selector, toSlim(s.cluster), s.ev.Informer)
+	factory, inf, err := podinformer.New(s.client, selector, toSlim(s.cluster, s.opts.Key), s.ev.Informer)
 	if err != nil {
 		cancel()
 		return nil, err

@@ -188,7 +188,7 @@ func TestSourceLifecycle(t *testing.T) {
 func TestOnDeleteTombstone(t *testing.T) {
 	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
 	s := New("edge-a", fake.NewClientset(), tb, Events{}, Options{})
-	slim, _ := toSlim("edge-a")(newPod("a", "10.0.0.1", backend, true))
+	slim, _ := toSlim("edge-a", nil)(newPod("a", "10.0.0.1", backend, true))
 	run := &informer{live: true}
 	s.onAdd(run, slim)
 	if got := answer(tb, "backend.default.svc."); len(got) != 1 {
@@ -211,7 +211,7 @@ func TestToSlim(t *testing.T) {
 	p.Spec.Hostname = "web-0"
 	p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}, {IP: "not-an-ip"}, {IP: "10.0.0.1"}}
 	p.Spec.Containers = []v1.Container{{Name: "big", Image: "x"}}
-	obj, err := toSlim("edge-a")(p)
+	obj, err := toSlim("edge-a", nil)(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestToSlim(t *testing.T) {
 	} {
 		q := newPod("a", "10.0.0.1", backend, true)
 		mut(q)
-		obj, _ := toSlim("edge-a")(q)
+		obj, _ := toSlim("edge-a", nil)(q)
 		if obj.(*slimPod).rec.Ready {
 			t.Errorf("%+v must not be ready", q.Status)
 		}
@@ -243,12 +243,12 @@ func TestToSlim(t *testing.T) {
 	// Only podIP set (old API servers).
 	q := newPod("a", "10.0.0.1", backend, true)
 	q.Status.PodIPs = nil
-	obj, _ = toSlim("edge-a")(q)
+	obj, _ = toSlim("edge-a", nil)(q)
 	if ips := obj.(*slimPod).rec.IPs; len(ips) != 1 {
 		t.Errorf("podIP fallback: %v", ips)
 	}
 	// Non-Pod objects pass through.
-	if o, _ := toSlim("edge-a")("x"); o != "x" {
+	if o, _ := toSlim("edge-a", nil)("x"); o != "x" {
 		t.Error("passthrough")
 	}
 }
@@ -395,7 +395,7 @@ func TestExpireAndStopDoNotWaitForStuckInformer(t *testing.T) {
 // table.Common); another namespace gets its own (the namespace is part of the
 // result), and the cache stays bounded.
 func TestToSlimSharesParse(t *testing.T) {
-	f := toSlim("edge-a")
+	f := toSlim("edge-a", nil)
 	a, _ := f(newPod("a", "10.0.0.1", backend, true))
 	b, _ := f(newPod("b", "10.0.0.2", backend, true))
 	ra, rb := a.(*slimPod).rec, b.(*slimPod).rec
@@ -459,8 +459,8 @@ func TestToSlimThroughPodproto(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err1 := toSlim("edge-a")(whole)
-			b, err2 := toSlim("edge-a")(trimmed)
+			a, err1 := toSlim("edge-a", nil)(whole)
+			b, err2 := toSlim("edge-a", nil)(trimmed)
 			if err1 != nil || err2 != nil {
 				t.Fatal(err1, err2)
 			}

@@ -19,7 +19,7 @@ import (
 // decoder drops fails there.
 var Plugin = Keep{
 	Labels:      []string{annotation.ExporterLabel, annotation.ImporterLabel},
-	Annotations: []string{annotation.ExportAnnotation, annotation.ImportAnnotation},
+	Annotations: []string{annotation.ExportAnnotation, annotation.SignatureAnnotation, annotation.ImportAnnotation},
 }
 
 // Trim returns pod as a client built by NewClient with keep receives it:
