@@ -3,9 +3,11 @@
 // the link to the API server is cut and CoreDNS restarts while it is.
 //
 // It runs real etcd and kube-apiserver processes on 127.0.0.1 through the
-// end-to-end test harness (test/harness), creates the Pods of
-// manifests/examples/<cluster>.yaml with client-go, acts as their kubelet,
-// runs bin/coredns, and prints dig's answers at each step. It checks every
+// end-to-end test harness (test/harness), creates the Services,
+// ServiceExports and Pods of manifests/examples/<cluster>.yaml with
+// client-go, acts as the Pods' kubelet, runs bin/mcs-annotator in each
+// cluster (it writes the Pods' export annotations) and bin/coredns, and
+// prints dig's answers at each step. It checks every
 // answer and exits non-zero with a message when one is wrong; it stops every
 // process it started (by PID) and removes its temporary folders, also on
 // failure and on Ctrl-C.
@@ -24,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +35,9 @@ import (
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
@@ -42,9 +48,10 @@ const (
 	peerName = "edge-b"
 	ns       = "demo"
 
-	syncTimeout    = 20 * time.Second // first answers after CoreDNS starts
-	offlineWatch   = 6 * time.Second  // how long answers are watched after the cut
-	restartTimeout = 5 * time.Second  // answers after the restart
+	syncTimeout     = 20 * time.Second // first answers after CoreDNS starts
+	annotateTimeout = 20 * time.Second // the annotator's first writes
+	offlineWatch    = 6 * time.Second  // how long answers are watched after the cut
+	restartTimeout  = 5 * time.Second  // answers after the restart
 )
 
 // peers: edge-a's CoreDNS also watches edge-b (the Corefile word
@@ -142,10 +149,12 @@ func demo(r *runner) {
 		r.started(c.Etcd().PID(), c.APIServer().PID())
 	}
 
-	step(r, 2, "create the sample workloads from manifests/examples/ and act as their kubelet")
+	step(r, 2, "create the sample workloads from manifests/examples/, act as their kubelet, run the annotator")
 	world := model{}
 	for _, c := range cs {
-		createWorkloads(r, c, filepath.Join(root, "manifests", "examples", c.Name+".yaml"), world)
+		c.InstallMCSCRDs(r) // edge-b's db is exported by a ServiceExport
+		pods, exports := createWorkloads(r, c, filepath.Join(root, "manifests", "examples", c.Name+".yaml"))
+		annotate(r, c, pods, exports, world)
 	}
 
 	watched := []string{local}
@@ -207,19 +216,54 @@ func step(r *runner, n int, format string, args ...any) {
 	r.setStep(" at step " + strconv.Itoa(n))
 }
 
-// createWorkloads creates the Namespaces and Pods of one cluster's manifest
-// file, then makes each Pod Running and Ready with the IPs of its `status`
-// (as a kubelet would), and records the Pods in the model.
-func createWorkloads(r *runner, c *harness.Cluster, path string, world model) {
+// workloadPod is a Pod the demo created, with the IPs it reported for it
+// and whether an exported Service of the sample selects it.
+type workloadPod struct {
+	namespace, name string
+	ips             []string
+	exported        bool
+}
+
+// createWorkloads creates the objects of one cluster's manifest file
+// (Namespaces, Services, ServiceExports, Pods), then makes each Pod Running
+// and Ready with the IPs of its `status` (as a kubelet would). It returns
+// the Pods, each marked when an exported Service (annotation
+// multicluster.kubernetes.io/export: "true", or a ServiceExport) selects it,
+// and the ServiceExports ("namespace/name").
+func createWorkloads(r *runner, c *harness.Cluster, path string) ([]workloadPod, []string) {
 	objs, err := harness.ReadManifests(path)
 	if err != nil {
 		r.Fatalf("%v", err)
 	}
-	var pods []string
+	var selectors []labels.Selector
+	var exports []string
+	exportedBy := map[string]bool{}
+	for _, u := range objs {
+		if u.GetKind() == "ServiceExport" {
+			exports = append(exports, u.GetNamespace()+"/"+u.GetName())
+			exportedBy[u.GetNamespace()+"/"+u.GetName()] = true
+		}
+	}
+	var pods []workloadPod
+	var created []string
 	for _, u := range objs {
 		switch u.GetKind() {
 		case "Namespace":
 			c.CreateNamespace(r, u.GetName())
+		case "Service", "ServiceExport":
+			if u.GetKind() == "Service" {
+				var svc corev1.Service
+				if err := harness.ToTyped(u, &svc); err != nil {
+					r.Fatalf("%s: %v", path, err)
+				}
+				if svc.Annotations[harness.ServiceExportAnnotation] == "true" || exportedBy[svc.Namespace+"/"+svc.Name] {
+					selectors = append(selectors, labels.SelectorFromSet(svc.Spec.Selector))
+				}
+			}
+			if _, err := c.CreateObjects([]*unstructured.Unstructured{u}, false); err != nil {
+				r.Fatalf("%s: %v", path, err)
+			}
+			created = append(created, u.GetKind()+" "+u.GetNamespace()+"/"+u.GetName())
 		case "Pod":
 			var p corev1.Pod
 			if err := harness.ToTyped(u, &p); err != nil {
@@ -234,15 +278,78 @@ func createWorkloads(r *runner, c *harness.Cluster, path string, world model) {
 			}
 			c.CreatePodObject(r, &p)
 			c.SetPodReady(r, p.Namespace, p.Name, true, ips...)
-			if err := world.add(c.Name, &p, ips); err != nil {
-				r.Fatalf("%s: %v", path, err)
-			}
-			pods = append(pods, fmt.Sprintf("%s/%s %s", p.Namespace, p.Name, strings.Join(ips, ",")))
+			pods = append(pods, workloadPod{namespace: p.Namespace, name: p.Name, ips: ips})
+			created = append(created, fmt.Sprintf("Pod %s/%s %s (Ready)", p.Namespace, p.Name, strings.Join(ips, ",")))
 		default:
-			r.Fatalf("%s: %s: the demo creates Namespaces and Pods only", path, harness.ObjectName(u))
+			r.Fatalf("%s: %s: the demo creates Namespaces, Services, ServiceExports and Pods only", path, harness.ObjectName(u))
 		}
 	}
-	fmt.Printf("   %s: %s Ready: %s\n", c.Name, plural(len(pods), "Pod"), strings.Join(pods, ", "))
+	for i := range pods {
+		p := c.GetPod(r, pods[i].namespace, pods[i].name)
+		for _, sel := range selectors {
+			if sel.Matches(labels.Set(p.Labels)) {
+				pods[i].exported = true
+			}
+		}
+	}
+	fmt.Printf("   %s: %s\n", c.Name, strings.Join(created, ", "))
+	return pods, exports
+}
+
+// annotate runs the annotator against c, waits until it has written the
+// export annotation of every Pod an exported Service selects and the Ready
+// condition of each ServiceExport, and records those Pods, as the annotator
+// left them, in the model.
+func annotate(r *runner, c *harness.Cluster, pods []workloadPod, exports []string, world model) {
+	a := harness.StartAnnotator(r, c.Kubeconfig, "--cluster", c.Name, "--leader-elect=false")
+	r.started(a.Process().PID())
+	var shown bool
+	took := harness.Eventually(r, annotateTimeout, func() error {
+		for _, w := range pods {
+			p := c.GetPod(r, w.namespace, w.name)
+			if _, has := p.Annotations[harness.ExportAnnotation]; has != w.exported {
+				return fmt.Errorf("%s: Pod %s/%s: export annotation %v, want %v", c.Name, w.namespace, w.name, has, w.exported)
+			}
+		}
+		for _, e := range exports {
+			ns, name, _ := strings.Cut(e, "/")
+			_, conds, err := c.ServiceExportStatus(ns, name)
+			if err != nil {
+				return err
+			}
+			if !slices.ContainsFunc(conds, func(c metav1.Condition) bool { return c.Type == "Ready" && c.Status == metav1.ConditionTrue }) {
+				return fmt.Errorf("%s: ServiceExport %s: not Ready yet: %v", c.Name, e, conds)
+			}
+		}
+		return nil
+	})
+	for _, w := range pods {
+		if !w.exported {
+			continue
+		}
+		p := c.GetPod(r, w.namespace, w.name)
+		if err := world.add(c.Name, p, w.ips); err != nil {
+			r.Fatalf("%s: %v", c.Name, err)
+		}
+		if !shown {
+			fmt.Printf("   %s: mcs-annotator (PID %d) annotated the exported Pods in %s, e.g. %s/%s:\n     %s: %s\n",
+				c.Name, a.Process().PID(), took.Round(time.Millisecond), w.namespace, w.name,
+				harness.ExportAnnotation, strings.TrimSpace(p.Annotations[harness.ExportAnnotation]))
+			shown = true
+		}
+	}
+	for _, e := range exports {
+		ns, name, _ := strings.Cut(e, "/")
+		_, conds, err := c.ServiceExportStatus(ns, name)
+		if err != nil {
+			r.Fatalf("%s: ServiceExport %s: %v", c.Name, e, err)
+		}
+		var shownConds []string
+		for _, cd := range conds {
+			shownConds = append(shownConds, fmt.Sprintf("%s=%s (%s)", cd.Type, cd.Status, cd.Reason))
+		}
+		fmt.Printf("   %s: ServiceExport %s status: %s\n", c.Name, e, strings.Join(shownConds, ", "))
+	}
 }
 
 func plural(n int, s string) string {
