@@ -141,7 +141,7 @@ func (m *MCS) respond(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, sta
 	msg.Authoritative = true
 	owner := r.Question[0].Name // answers echo the name as asked (state.QName(), as above)
 	switch ans.Kind {
-	case table.KindService, table.KindEndpoint:
+	case table.KindService, table.KindEndpoint, table.KindClusterSetIP:
 		msg.Answer = appendAddrs(nil, ans.A, ans.AAAA, owner)
 	case table.KindSRV:
 		msg.Answer = copySRV(ans.SRV.SRV, owner)

@@ -184,15 +184,21 @@ func TestServeDNSCopiesRecords(t *testing.T) {
 }
 
 func BenchmarkServeDNS(b *testing.B) {
-	m := testMCS(false)
-	for _, q := range []struct {
-		name, qname string
-		qtype       uint16
-	}{
+	benchServe(b, testMCS(false), []benchQuery{
 		{"A", "backend.default.svc.clusterset.local.", dns.TypeA},
 		{"SRV", "_http._tcp.backend.default.svc.clusterset.local.", dns.TypeSRV},
 		{"NXDOMAIN", "nope.default.svc.clusterset.local.", dns.TypeA},
-	} {
+	})
+}
+
+type benchQuery struct {
+	name, qname string
+	qtype       uint16
+}
+
+// benchServe runs ServeDNS on m for each query as a sub-benchmark.
+func benchServe(b *testing.B, m *MCS, qs []benchQuery) {
+	for _, q := range qs {
 		b.Run(q.name, func(b *testing.B) {
 			req := (&test.Case{Qname: q.qname, Qtype: q.qtype}).Msg()
 			w := &test.ResponseWriter{}

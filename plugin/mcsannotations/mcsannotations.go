@@ -17,6 +17,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -28,6 +29,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/redial"
 	"github.com/mcsannotations/mcsannotations/plugin/internal/watchread"
+	"github.com/mcsannotations/mcsannotations/plugin/serviceimport"
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/source"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
@@ -47,6 +49,10 @@ type MCS struct {
 	// Who is asking: local Pods by IP, for alias names and imports enforce.
 	clients *clients.Index
 	watcher *clients.Watcher
+
+	// imports watches the local cluster's ServiceImports for ClusterSetIP
+	// services; nil when no client for them could be made.
+	imports *serviceimport.Watcher
 	enforce bool
 	allow   []netip.Prefix
 
@@ -71,32 +77,23 @@ var stopWait = informerstop.Wait
 
 const protobuf = "application/vnd.kubernetes.protobuf"
 
-// clientFor builds the API client of a source; tests replace it.
-var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
+// restConfigFor is the REST config of a kubeconfig and context ("": in-cluster).
+func restConfigFor(kubeconfig, kubecontext string) (*rest.Config, error) {
 	if kubeconfig == "" {
-		rc, err = rest.InClusterConfig()
-	} else {
-		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
-			&clientcmd.ConfigOverrides{CurrentContext: kubecontext}).ClientConfig()
+		return rest.InClusterConfig()
 	}
-	if err != nil {
-		return nil, err
-	}
-	rc.UserAgent = "coredns-" + pluginName
-	// Pods in protobuf: decoding is several times cheaper than JSON, which
-	// is most of a (re)list's cost. JSON stays acceptable for what has no
-	// protobuf form (custom resources).
-	rc.ContentType = protobuf
-	rc.AcceptContentTypes = protobuf + ",application/json"
-	// Watches wait for an API server that refuses connections instead of
-	// failing into client-go's retry backoff: the watch resumes (no relist)
-	// within redial.Interval of the server's return.
-	//
-	// Watch streams are read in large chunks: over HTTP/2 every read returns
-	// flow-control credit with a write of its own (see watchread).
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: kubecontext}).ClientConfig()
+}
+
+// wrapTransport makes watches wait for an API server that refuses
+// connections instead of failing into client-go's retry backoff: the watch
+// resumes (no relist) within redial.Interval of the server's return.
+//
+// Watch streams are read in large chunks: over HTTP/2 every read returns
+// flow-control credit with a write of its own (see watchread).
+func wrapTransport(rc *rest.Config) {
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return redial.Wrap(watchread.Wrap(rt), redial.Interval, func(waiting bool) {
 			if waiting {
@@ -106,10 +103,37 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 			}
 		})
 	})
+}
+
+// clientFor builds the API client of a source; tests replace it.
+var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
+	rc, err := restConfigFor(kubeconfig, kubecontext)
+	if err != nil {
+		return nil, err
+	}
+	rc.UserAgent = "coredns-" + pluginName
+	// Pods in protobuf: decoding is several times cheaper than JSON, which
+	// is most of a (re)list's cost. JSON stays acceptable for what has no
+	// protobuf form (custom resources).
+	rc.ContentType = protobuf
+	rc.AcceptContentTypes = protobuf + ",application/json"
+	wrapTransport(rc)
 	// Pods are decoded with only the fields the sources and the clients
 	// watcher read (see podproto): a relist builds no containers, managed
 	// fields or statuses only to drop them.
 	return podproto.NewClient(rc, podproto.Plugin)
+}
+
+// dynamicFor builds the local cluster's client for ServiceImports (a custom
+// resource, in JSON); tests replace it.
+var dynamicFor = func(kubeconfig, kubecontext string) (dynamic.Interface, error) {
+	rc, err := restConfigFor(kubeconfig, kubecontext)
+	if err != nil {
+		return nil, err
+	}
+	rc.UserAgent = "coredns-" + pluginName
+	wrapTransport(rc)
+	return dynamic.NewForConfig(rc)
 }
 
 // newMCS builds the handler and its sources (the local cluster first, then
@@ -157,6 +181,7 @@ func newMCS(cfg config) (*MCS, error) {
 	t.OnChange(func(ix *table.Index) {
 		indexBuilds.Inc()
 		services.Set(float64(ix.Len()))
+		serviceImports.Set(float64(ix.ClusterSetIPLen()))
 	})
 	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t, snapshotPath: cfg.snapshot, expire: cfg.expire,
 		clients: clients.NewIndex(), enforce: cfg.enforce, allow: cfg.allow, snapshotCheck: snapshotCheckEvery}
@@ -175,6 +200,11 @@ func newMCS(cfg config) (*MCS, error) {
 	m.watcher.OnDropped(func(n int) {
 		log.Infof("local Pods: the first list dropped %d DNS clients remembered from the snapshot (gone meanwhile)", n)
 	})
+	if dyn, err := dynamicFor(cfg.kubeconfig, cfg.kubecontext); err != nil {
+		log.Warningf("ServiceImports: no client for them (%v): ClusterSetIP services are answered as headless ones", err)
+	} else {
+		m.imports = serviceimport.New(local.Discovery(), dyn, m.importEvents(), serviceimport.Options{Recheck: importRecheck, StopWait: stopWait})
+	}
 	for _, p := range cfg.peers {
 		client, err := clientOf(p.name, p.kubeconfig, p.kubecontext)
 		if err != nil {
@@ -286,6 +316,9 @@ func (m *MCS) start() error {
 	if err := m.watcher.Start(); err != nil {
 		return fmt.Errorf("local Pods: %w", err)
 	}
+	if m.imports != nil {
+		m.imports.Start()
+	}
 	collector.add(m)
 	return nil
 }
@@ -299,6 +332,9 @@ func (m *MCS) stop() error {
 	// backoff against an unreachable API server.
 	var wg sync.WaitGroup
 	wg.Go(func() { stopped("clients", m.watcher.Stop()) })
+	if m.imports != nil {
+		wg.Go(func() { stopped("serviceimports", m.imports.Stop()) })
+	}
 	for _, s := range m.sources {
 		wg.Go(func() { stopped("cluster/"+s.Cluster(), s.Stop()) })
 	}

@@ -26,7 +26,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "answers_total",
-		Help:      "Answers given, by server and kind (service, endpoint, srv, nxdomain, nodata, version, apex, nameserver).",
+		Help:      "Answers given, by server and kind (service, endpoint, srv, nxdomain, nodata, version, apex, nameserver, clustersetip).",
 	}, []string{"server", "kind"})
 
 	refused = promauto.NewCounterVec(prometheus.CounterOpts{
@@ -99,6 +99,20 @@ var (
 		Name:      "watches_waiting",
 		Help:      "Watch requests waiting for an API server that refuses connections (tried again every 250 ms).",
 	})
+
+	serviceImports = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "serviceimports",
+		Help:      "ClusterSetIP services (local ServiceImports of type ClusterSetIP with IPs) in the answer index.",
+	})
+
+	rejectedImports = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "rejected_serviceimports_total",
+		Help:      "Parts of ServiceImports ignored, by reason: malformed, invalid_type, invalid_ip, invalid_port.",
+	}, []string{"reason"})
 
 	indexBuilds = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,

@@ -61,6 +61,10 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 			m.loadClients(st, records)
 			return nil
 		}
+		if cluster == importsSource {
+			m.loadImports(st, records)
+			return nil
+		}
 		s := m.sourceFor(cluster)
 		if s == nil {
 			st.DropSource(cluster)
@@ -273,6 +277,7 @@ func (m *MCS) reopenSnapshot() error {
 		recs[c.Namespace+"/"+c.Name] = clients.Encode(c, ips)
 	})
 	st.ReplaceSource(clientsSource, recs, snapshot.Meta{})
+	m.journalImports(m.table.ClusterSetIPs())
 	return nil
 }
 

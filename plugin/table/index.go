@@ -24,6 +24,11 @@ type Index struct {
 	serial     uint32
 	services   map[string]*entry // "<svc>.<ns>"
 	namespaces map[string]struct{}
+	// imports are the ClusterSetIP services, keyed as services are: their
+	// service and port names answer with the ClusterSetIP instead of the
+	// endpoints (which keep their own names). Shared with the table and
+	// later indexes; never changed.
+	imports map[string]*Service
 
 	SOA     dns.SOA
 	NS      dns.NS
@@ -157,13 +162,16 @@ func (ix *Index) Service(namespace, name string) *Service {
 	return nil
 }
 
-func newIndex(cfg Config, services map[string]*entry, serial uint32) *Index {
-	ix := &Index{cfg: cfg, serial: serial, services: services, namespaces: make(map[string]struct{})}
+func newIndex(cfg Config, services map[string]*entry, imports map[string]*Service, serial uint32) *Index {
+	ix := &Index{cfg: cfg, serial: serial, services: services, imports: imports, namespaces: make(map[string]struct{})}
 	if ix.services == nil {
 		ix.services = map[string]*entry{}
 	}
 	for _, e := range ix.services {
 		ix.namespaces[e.sk.Namespace] = struct{}{}
+	}
+	for _, s := range ix.imports {
+		ix.namespaces[s.Namespace] = struct{}{}
 	}
 	zone := cfg.Zone
 	ix.SOA = dns.SOA{

@@ -11,18 +11,19 @@ type Kind uint8
 
 // The answer kinds.
 const (
-	KindNXDomain   Kind = iota // name does not exist
-	KindNoData                 // name exists, not with this type
-	KindService                // <svc>.<ns>.svc A/AAAA
-	KindEndpoint               // <hostname>.<clusterid>.<svc>.<ns>.svc A/AAAA
-	KindSRV                    // SRV of the bare name or of _<port>._<proto>
-	KindVersion                // dns-version TXT
-	KindApex                   // SOA or NS at the zone apex
-	KindNameserver             // ns.dns.<zone> A/AAAA: the handler answers with its own address
+	KindNXDomain     Kind = iota // name does not exist
+	KindNoData                   // name exists, not with this type
+	KindService                  // <svc>.<ns>.svc A/AAAA
+	KindEndpoint                 // <hostname>.<clusterid>.<svc>.<ns>.svc A/AAAA
+	KindSRV                      // SRV of the bare name or of _<port>._<proto>
+	KindVersion                  // dns-version TXT
+	KindApex                     // SOA or NS at the zone apex
+	KindNameserver               // ns.dns.<zone> A/AAAA: the handler answers with its own address
+	KindClusterSetIP             // <svc>.<ns>.svc A/AAAA of a ClusterSetIP service
 	numKinds
 )
 
-var kindNames = [...]string{"nxdomain", "nodata", "service", "endpoint", "srv", "version", "apex", "nameserver"}
+var kindNames = [...]string{"nxdomain", "nodata", "service", "endpoint", "srv", "version", "apex", "nameserver", "clustersetip"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -82,6 +83,11 @@ func (ix *Index) Lookup(qname string, qtype uint16) Answer {
 		}
 		return Answer{Kind: KindNXDomain}
 	}
+	if ci := ix.imports[key]; ci != nil {
+		if a, ok := clusterSetIP(ci, prefix, qtype); ok {
+			return a
+		}
+	}
 	e := ix.services[key]
 	if e == nil {
 		return Answer{Kind: KindNXDomain}
@@ -127,8 +133,18 @@ func splitService(qname, zone string) (prefix, key string, dot int, ok bool) {
 // LookupService answers a name under the service <name>.<namespace> —
 // prefix "" for the service name itself, "_http._tcp" for a port, or
 // "<hostname>.<clusterid>" for an endpoint — limited to cluster's endpoints
-// when cluster is not "". Alias names use it.
+// when cluster is not "". Alias names use it. A ClusterSetIP service answers
+// its service and port names with its ClusterSetIP, unless cluster is set: the
+// virtual IP leads to every cluster's endpoints, so an import limited to one
+// cluster keeps that cluster's endpoints.
 func (ix *Index) LookupService(namespace, name, cluster, prefix string, qtype uint16) Answer {
+	if cluster == "" && len(ix.imports) > 0 {
+		if ci := ix.imports[name+"."+namespace]; ci != nil {
+			if a, ok := clusterSetIP(ci, prefix, qtype); ok {
+				return a
+			}
+		}
+	}
 	svc := ix.Service(namespace, name)
 	if svc != nil {
 		svc = svc.InCluster(cluster)

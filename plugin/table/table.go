@@ -71,6 +71,11 @@ type Table struct {
 	dirty map[svcKey]struct{}
 	gen   uint64 // bumped by every write, under mu
 
+	// The ClusterSetIP services (SetClusterSetIPs): as set, and rendered,
+	// keyed as the index's services are. Replaced whole, never changed.
+	importList []ClusterSetIP
+	imports    map[string]*Service
+
 	kick     chan struct{}
 	built    atomic.Uint64 // the gen the current index reflects
 	buildMu  sync.Mutex    // one builder at a time
@@ -88,7 +93,7 @@ func New(cfg Config) *Table {
 		dirty: make(map[svcKey]struct{}),
 		kick:  make(chan struct{}, 1),
 	}
-	t.cur.Store(newIndex(cfg, nil, 0))
+	t.cur.Store(newIndex(cfg, nil, nil, 0))
 	return t
 }
 
@@ -402,6 +407,7 @@ func (t *Table) Rebuild() *Index {
 		}
 		members[sk] = l.pods
 	}
+	imports := t.imports
 	t.mu.Unlock()
 
 	old := t.cur.Load()
@@ -417,7 +423,7 @@ func (t *Table) Rebuild() *Index {
 			delete(services, name)
 		}
 	}
-	idx := newIndex(t.cfg, services, uint32(time.Now().Unix()))
+	idx := newIndex(t.cfg, services, imports, uint32(time.Now().Unix()))
 	t.cur.Store(idx)
 	t.built.Store(gen)
 	if t.onChange != nil {

@@ -1,0 +1,87 @@
+package mcsannotations
+
+import (
+	"iter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/mcsannotations/mcsannotations/plugin/serviceimport"
+	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
+)
+
+// ClusterSetIP services: the local cluster's MCS ServiceImports of type
+// ClusterSetIP with IPs (serviceimport.Watcher) go into the table, whose
+// index answers their service and port names with the ClusterSetIP, and into
+// the snapshot, so that they are answered from the first query after a
+// restart while the API server is unreachable.
+
+// importRecheck is how often discovery is asked again for ServiceImports
+// (the CRD may be installed later); tests shorten it.
+var importRecheck = 30 * time.Second
+
+// importsSource is the snapshot's bucket of ClusterSetIP services, keyed
+// "<namespace>/<name>". A cluster name cannot start with "~", so it never
+// meets a cluster's bucket; a build without ClusterSetIP support drops it as
+// a cluster it does not watch (a cache: the next list fills it again).
+const importsSource = "~serviceimports"
+
+// importEvents turns the ServiceImport watcher's callbacks into the table's
+// ClusterSetIP services, the snapshot, log lines and metrics.
+func (m *MCS) importEvents() serviceimport.Events {
+	return serviceimport.Events{
+		Changed: func(list []table.ClusterSetIP) {
+			m.table.SetClusterSetIPs(list)
+			m.journalImports(list)
+		},
+		Rejected: func(ns, name string, rej []serviceimport.Rejection) {
+			for _, r := range rej {
+				rejectedImports.WithLabelValues(string(r.Reason)).Inc()
+			}
+			log.Warningf("ServiceImport %s/%s: %d things ignored: first: %s", ns, name, len(rej), rej[0])
+		},
+		Watching: func(gvr schema.GroupVersionResource) {
+			log.Infof("ServiceImports: watching %s: services with a ClusterSetIP ServiceImport answer with its IPs", gvr.GroupVersion())
+		},
+		Absent: func() {
+			log.Infof("ServiceImports: the API server serves no %s ServiceImports: no ClusterSetIP services (looking again every %s)",
+				serviceimport.Group, importRecheck)
+		},
+	}
+}
+
+// journalImports replaces the snapshot's ClusterSetIP services with list.
+func (m *MCS) journalImports(list []table.ClusterSetIP) {
+	st := m.store.Load()
+	if st == nil {
+		return
+	}
+	recs := make(map[string][]byte, len(list))
+	for _, ci := range list {
+		b, err := table.EncodeClusterSetIP(ci)
+		if err != nil {
+			snapshotErrors.WithLabelValues("encode").Inc()
+			continue
+		}
+		recs[ci.Namespace+"/"+ci.Name] = b
+	}
+	st.ReplaceSource(importsSource, recs, snapshot.Meta{})
+}
+
+// loadImports seeds the table's ClusterSetIP services from the snapshot; the
+// watcher's first complete list (or word that the CRD is gone) replaces them.
+func (m *MCS) loadImports(st *snapshot.Store, records iter.Seq2[[]byte, []byte]) {
+	var list []table.ClusterSetIP
+	for k, b := range records {
+		ci, err := table.DecodeClusterSetIP(b)
+		if err != nil || !isNameKey(k, ci.Namespace, ci.Name) {
+			snapshotErrors.WithLabelValues("bad_record").Inc()
+			st.Delete(importsSource, string(k))
+			continue
+		}
+		list = append(list, ci)
+	}
+	m.table.SetClusterSetIPs(list)
+	log.Infof("snapshot: %d ClusterSetIP services (from ServiceImports)", len(list))
+}

@@ -1,0 +1,509 @@
+// Package serviceimport watches the MCS ServiceImports (multicluster.x-k8s.io)
+// of the local cluster and hands the ClusterSetIP services among them to the
+// table: a service with a ServiceImport of type ClusterSetIP that has IPs is
+// answered with those IPs (KEP-1645 DNS specification 1.0.0).
+//
+// The CRD is optional: while the API server does not serve ServiceImports
+// the watcher holds nothing and looks again every Options.Recheck, so that a
+// CRD installed later is picked up. An API server that does not answer
+// changes nothing: what is held (from the snapshot, or from before) stays.
+package serviceimport
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/plugin/table"
+)
+
+// Group is the MCS API group.
+const Group = "multicluster.x-k8s.io"
+
+// Resource is the ServiceImport resource name.
+const Resource = "serviceimports"
+
+// Versions are the API versions looked for, the preferred first. Both name the
+// same objects: only one is watched.
+var Versions = []string{"v1beta1", "v1alpha1"}
+
+// TypeClusterSetIP is the ServiceImport type that has a virtual IP.
+const TypeClusterSetIP = "ClusterSetIP"
+
+const typeHeadless = "Headless"
+
+// Reason says why (part of) a ServiceImport was ignored; the values double as
+// metric labels.
+type Reason string
+
+// The reasons.
+const (
+	ReasonMalformed   Reason = "malformed"    // spec is not the shape of a ServiceImport's
+	ReasonInvalidType Reason = "invalid_type" // type is neither ClusterSetIP nor Headless
+	ReasonInvalidIP   Reason = "invalid_ip"   // an entry of spec.ips is no IP address (that entry is ignored)
+	ReasonInvalidPort Reason = "invalid_port" // a port out of 1-65535, or a bad protocol or name (that port is ignored)
+)
+
+// Reasons lists every Reason, for pre-registering metric labels.
+var Reasons = []Reason{ReasonMalformed, ReasonInvalidType, ReasonInvalidIP, ReasonInvalidPort}
+
+// Rejection is one thing ignored in a ServiceImport.
+type Rejection struct {
+	Reason Reason
+	Detail string
+}
+
+func (r Rejection) String() string { return string(r.Reason) + ": " + r.Detail }
+
+// Events are the watcher's callbacks; each may be nil. They are called from
+// the watcher's goroutines and must not block; Changed is called one at a
+// time, in order.
+type Events struct {
+	// Changed hands over the complete set of ClusterSetIP services: after
+	// the first complete list of a watch, after every change from then on,
+	// and (empty) once the API server says it serves no ServiceImports.
+	Changed func([]table.ClusterSetIP)
+	// Rejected reports what was ignored in a ServiceImport, once per change
+	// of it.
+	Rejected func(namespace, name string, rej []Rejection)
+	// Watching reports the resource a watch starts on.
+	Watching func(gvr schema.GroupVersionResource)
+	// Absent reports, once per change, that the API server serves no
+	// ServiceImports.
+	Absent func()
+}
+
+// Options tune a watcher; zero values take the defaults.
+type Options struct {
+	// Recheck is how often discovery is asked again (default 30s): for the
+	// CRD when it is absent, or for a change of the served version.
+	Recheck time.Duration
+	// StopWait bounds the wait for a stopping informer (default 2s).
+	StopWait time.Duration
+}
+
+// Watcher watches the ServiceImports of one cluster.
+type Watcher struct {
+	disc discovery.DiscoveryInterface
+	dyn  dynamic.Interface
+	ev   Events
+	opts Options
+
+	mu     sync.Mutex // serialises Start, Stop and the checks; guards the fields below
+	cancel context.CancelFunc
+	loop   sync.WaitGroup
+	run    *run
+	absent bool // the last check found no ServiceImports served
+
+	pushMu sync.Mutex // one Changed at a time, each from the store as it is then
+}
+
+// run is one informer on one resource.
+type run struct {
+	gvr     schema.GroupVersionResource
+	ctx     context.Context // cancelled when the run stops: it hands over nothing more
+	cancel  context.CancelFunc
+	factory dynamicinformer.DynamicSharedInformerFactory
+	store   cache.Store
+	synced  bool // under Watcher.pushMu
+	wg      sync.WaitGroup
+}
+
+// New returns a watcher; Start starts it.
+func New(disc discovery.DiscoveryInterface, dyn dynamic.Interface, ev Events, opts Options) *Watcher {
+	if opts.Recheck <= 0 {
+		opts.Recheck = 30 * time.Second
+	}
+	if opts.StopWait <= 0 {
+		opts.StopWait = 2 * time.Second
+	}
+	return &Watcher{disc: disc, dyn: dyn, ev: ev, opts: opts}
+}
+
+// Start looks for ServiceImports now and every Options.Recheck, in the
+// background; it never waits for the API server.
+func (w *Watcher) Start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	w.loop.Go(func() {
+		t := time.NewTicker(w.opts.Recheck)
+		defer t.Stop()
+		for {
+			w.check(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+}
+
+// Stop stops the checks and the informer, waiting for the informer at most
+// Options.StopWait (the error then says it ends in the background).
+func (w *Watcher) Stop() error {
+	w.mu.Lock()
+	cancel := w.cancel
+	w.cancel = nil
+	w.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	// A check may be waiting for discovery from a hung API server (client-go
+	// bounds that at 32 s): it is not waited for. Once it returns it sees
+	// the cancel, under mu, and starts nothing.
+	var errs []error
+	if !waitBounded(w.loop.Wait, w.opts.StopWait) {
+		errs = append(errs, fmt.Errorf("%w: a discovery request still pending after %s; it ends on its own", informerstop.ErrSlow, w.opts.StopWait))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.run != nil {
+		errs = append(errs, w.run.stop(w.opts.StopWait))
+		w.run = nil
+	}
+	return errors.Join(errs...)
+}
+
+// waitBounded runs wait and reports whether it returned within d.
+func waitBounded(wait func(), d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wait()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Find asks discovery which version of ServiceImport the API server serves.
+// found is false with a nil error when it serves none; an error means the
+// API server did not say (unreachable, or another failure).
+func Find(d discovery.DiscoveryInterface) (gvr schema.GroupVersionResource, found bool, err error) {
+	var errs []error
+	for _, v := range Versions {
+		rl, err := d.ServerResourcesForGroupVersion(Group + "/" + v)
+		if err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		for _, r := range rl.APIResources {
+			if r.Name == Resource {
+				return schema.GroupVersionResource{Group: Group, Version: v, Resource: Resource}, true, nil
+			}
+		}
+	}
+	return schema.GroupVersionResource{}, false, errors.Join(errs...)
+}
+
+// check starts, replaces or stops the informer after what discovery says.
+func (w *Watcher) check(ctx context.Context) {
+	gvr, found, err := Find(w.disc)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ctx.Err() != nil || err != nil {
+		return // stopped, or no word from the API server: keep what is held
+	}
+	if !found {
+		if w.run != nil {
+			_ = w.run.stop(w.opts.StopWait)
+			w.run = nil
+		}
+		if !w.absent {
+			w.absent = true
+			if w.ev.Absent != nil {
+				w.ev.Absent()
+			}
+			w.pushMu.Lock()
+			w.changed(nil)
+			w.pushMu.Unlock()
+		}
+		return
+	}
+	w.absent = false
+	if w.run != nil && w.run.gvr == gvr {
+		return
+	}
+	if w.run != nil {
+		_ = w.run.stop(w.opts.StopWait)
+	}
+	w.run = w.start(gvr)
+}
+
+func (w *Watcher) changed(list []table.ClusterSetIP) {
+	if w.ev.Changed != nil {
+		w.ev.Changed(list)
+	}
+}
+
+// start runs an informer on gvr. Until its first complete list the table
+// keeps what it held; from then on the informer's store is the truth.
+func (w *Watcher) start(gvr schema.GroupVersionResource) *run {
+	if w.ev.Watching != nil {
+		w.ev.Watching(gvr)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, 0)
+	inf := f.ForResource(gvr).Informer()
+	_ = inf.SetTransform(Transform)
+	r := &run{gvr: gvr, ctx: ctx, cancel: cancel, factory: f, store: inf.GetStore()}
+	_, _ = inf.AddEventHandler(w.handlers(ctx, r))
+	f.Start(ctx.Done())
+	r.wg.Go(func() {
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return
+		}
+		w.pushMu.Lock()
+		r.synced = true
+		w.pushMu.Unlock()
+		if ctx.Err() == nil {
+			w.push(r)
+		}
+	})
+	return r
+}
+
+// handlers hand the store's set over after every change, once the first
+// list is in; what changed matters only for the log of rejections.
+func (w *Watcher) handlers(ctx context.Context, r *run) cache.ResourceEventHandlerFuncs {
+	push := func() {
+		if ctx.Err() == nil {
+			w.push(r)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			w.reject(nil, obj)
+			push()
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			if rv(oldObj) == rv(newObj) {
+				return // a relist's copy of what is held
+			}
+			w.reject(oldObj, newObj)
+			push()
+		},
+		// The store no longer holds it (a tombstone, when the delete was
+		// missed, included): push reads the store.
+		DeleteFunc: func(any) { push() },
+	}
+}
+
+// push hands the store's ClusterSetIP services to Changed, once the run's
+// first list is in.
+func (w *Watcher) push(r *run) {
+	w.pushMu.Lock()
+	defer w.pushMu.Unlock()
+	if !r.synced || r.ctx.Err() != nil {
+		return
+	}
+	w.changed(Collect(r.store.List()))
+}
+
+// Collect returns the ClusterSetIP services among objects (as Transform
+// leaves them), sorted by namespace and name.
+func Collect(objs []any) []table.ClusterSetIP {
+	var out []table.ClusterSetIP
+	for _, obj := range objs {
+		if s, ok := obj.(*Slim); ok && s.ClusterSetIP != nil {
+			out = append(out, *s.ClusterSetIP)
+		}
+	}
+	slices.SortFunc(out, func(a, b table.ClusterSetIP) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// reject reports what newObj's ServiceImport had ignored, unless oldObj had
+// the same.
+func (w *Watcher) reject(oldObj, newObj any) {
+	s, ok := newObj.(*Slim)
+	if !ok || len(s.Rejected) == 0 || w.ev.Rejected == nil {
+		return
+	}
+	if o, ok := oldObj.(*Slim); ok && slices.Equal(o.Rejected, s.Rejected) {
+		return
+	}
+	w.ev.Rejected(s.Namespace, s.Name, s.Rejected)
+}
+
+func rv(obj any) string {
+	if s, ok := obj.(*Slim); ok {
+		return s.ResourceVersion
+	}
+	return ""
+}
+
+func (r *run) stop(within time.Duration) error {
+	r.cancel()
+	if waitBounded(func() { r.factory.Shutdown(); r.wg.Wait() }, within) {
+		return nil
+	}
+	return fmt.Errorf("%w: gave up waiting after %s; it ends on its own", informerstop.ErrSlow, within)
+}
+
+// Slim is what the informer stores of a ServiceImport: its name, version and
+// what DNS needs.
+type Slim struct {
+	metav1.ObjectMeta // name, namespace, resourceVersion only
+	// ClusterSetIP is set when the ServiceImport is of type ClusterSetIP
+	// and has at least one valid IP.
+	ClusterSetIP *table.ClusterSetIP
+	Rejected     []Rejection
+}
+
+// GetObjectKind and DeepCopyObject make Slim a runtime.Object for the
+// informer's store (it is never copied: the store's objects are not changed).
+func (s *Slim) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object.
+func (s *Slim) DeepCopyObject() runtime.Object { c := *s; return &c }
+
+// Transform cuts a ServiceImport (unstructured) down to a Slim; other objects
+// (tombstones included) pass unchanged.
+func Transform(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	return FromUnstructured(u), nil
+}
+
+// FromUnstructured reads a ServiceImport of either version: spec.type,
+// spec.ips and spec.ports have the same shape in v1alpha1 and v1beta1.
+func FromUnstructured(u *unstructured.Unstructured) *Slim {
+	s := &Slim{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion()}}
+	typ, _, err := unstructured.NestedString(u.Object, "spec", "type")
+	if err != nil {
+		s.Rejected = append(s.Rejected, Rejection{ReasonMalformed, "spec.type: " + err.Error()})
+		return s
+	}
+	switch typ {
+	case TypeClusterSetIP:
+	case typeHeadless:
+		return s // answered from the endpoints, as without a ServiceImport
+	default:
+		s.Rejected = append(s.Rejected, Rejection{ReasonInvalidType, fmt.Sprintf("spec.type %q is neither ClusterSetIP nor Headless", typ)})
+		return s
+	}
+	ci := &table.ClusterSetIP{Namespace: s.Namespace, Name: s.Name}
+	rawIPs, _, err := unstructured.NestedFieldNoCopy(u.Object, "spec", "ips")
+	if err != nil {
+		s.Rejected = append(s.Rejected, Rejection{ReasonMalformed, "spec.ips: " + err.Error()})
+		return s
+	}
+	if rawIPs != nil {
+		list, ok := rawIPs.([]any)
+		if !ok {
+			s.Rejected = append(s.Rejected, Rejection{ReasonMalformed, fmt.Sprintf("spec.ips is a %T, not a list", rawIPs)})
+			return s
+		}
+		for i, v := range list {
+			str, _ := v.(string)
+			ip, err := netip.ParseAddr(str)
+			if err != nil || ip.Zone() != "" || ip.IsUnspecified() {
+				s.Rejected = append(s.Rejected, Rejection{ReasonInvalidIP, fmt.Sprintf("spec.ips[%d] %v is no IP address", i, v)})
+				continue
+			}
+			if ip = ip.Unmap(); !slices.Contains(ci.IPs, ip) {
+				ci.IPs = append(ci.IPs, ip)
+			}
+		}
+	}
+	rawPorts, _, err := unstructured.NestedFieldNoCopy(u.Object, "spec", "ports")
+	if err != nil {
+		s.Rejected = append(s.Rejected, Rejection{ReasonMalformed, "spec.ports: " + err.Error()})
+	} else if rawPorts != nil {
+		list, ok := rawPorts.([]any)
+		if !ok {
+			s.Rejected = append(s.Rejected, Rejection{ReasonMalformed, fmt.Sprintf("spec.ports is a %T, not a list", rawPorts)})
+		}
+		for i, v := range list {
+			p, err := port(v)
+			if err != nil {
+				s.Rejected = append(s.Rejected, Rejection{ReasonInvalidPort, fmt.Sprintf("spec.ports[%d]: %v", i, err)})
+				continue
+			}
+			ci.Ports = append(ci.Ports, p)
+		}
+	}
+	if len(ci.IPs) > 0 {
+		s.ClusterSetIP = ci
+	}
+	return s
+}
+
+// port reads one entry of spec.ports.
+func port(v any) (table.ImportPort, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return table.ImportPort{}, fmt.Errorf("a %T, not an object", v)
+	}
+	name, _ := m["name"].(string)
+	proto, _ := m["protocol"].(string)
+	proto = cmp.Or(proto, "TCP")
+	var n int64
+	switch x := m["port"].(type) {
+	case int64:
+		n = x
+	case float64:
+		n = int64(x)
+		if float64(n) != x {
+			n = 0
+		}
+	}
+	switch {
+	case n < 1 || n > 65535:
+		return table.ImportPort{}, fmt.Errorf("port %v is not in 1-65535", m["port"])
+	case proto != "TCP" && proto != "UDP" && proto != "SCTP":
+		return table.ImportPort{}, fmt.Errorf("protocol %q is not TCP, UDP or SCTP", proto)
+	case name != "" && !validLabel(name):
+		return table.ImportPort{}, fmt.Errorf("name %q is not a DNS label", name)
+	}
+	return table.ImportPort{Name: name, Protocol: proto, Port: uint16(n)}, nil
+}
+
+// validLabel reports whether s is an RFC 1123 label (lower case).
+func validLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
