@@ -111,7 +111,8 @@ type Watcher struct {
 	run    *run
 	absent bool // the last check found no ServiceImports served
 
-	pushMu sync.Mutex // one Changed at a time, each from the store as it is then
+	pushMu sync.Mutex           // one Changed at a time, each from the store as it is then
+	last   []table.ClusterSetIP // the set Changed last heard; under pushMu
 }
 
 // run is one informer on one resource.
@@ -122,6 +123,7 @@ type run struct {
 	factory dynamicinformer.DynamicSharedInformerFactory
 	store   cache.Store
 	synced  bool // under Watcher.pushMu
+	pushed  bool // Changed heard this run's set once; under Watcher.pushMu
 	wg      sync.WaitGroup
 }
 
@@ -245,6 +247,7 @@ func (w *Watcher) check(ctx context.Context) {
 				w.ev.Absent()
 			}
 			w.pushMu.Lock()
+			w.last = nil
 			w.changed(nil)
 			w.pushMu.Unlock()
 		}
@@ -327,7 +330,20 @@ func (w *Watcher) push(r *run) {
 	if !r.synced || r.ctx.Err() != nil {
 		return
 	}
-	w.changed(Collect(r.store.List()))
+	list := Collect(r.store.List())
+	// Most events change no ClusterSetIP (a headless import, a status
+	// update): the table and the snapshot hear only of a changed set. A
+	// run's first set always goes through: it replaces what the snapshot
+	// seeded.
+	if r.pushed && slices.EqualFunc(list, w.last, sameClusterSetIP) {
+		return
+	}
+	r.pushed, w.last = true, list
+	w.changed(list)
+}
+
+func sameClusterSetIP(a, b table.ClusterSetIP) bool {
+	return a.Namespace == b.Namespace && a.Name == b.Name && slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Ports, b.Ports)
 }
 
 // Collect returns the ClusterSetIP services among objects (as Transform

@@ -332,3 +332,40 @@ func TestStopWithHungDiscovery(t *testing.T) {
 		t.Error("handed something over")
 	}
 }
+
+// Events that change no ClusterSetIP (a headless import created or updated,
+// a ClusterSetIP import's status) hand nothing over: the table and the
+// snapshot would rebuild and rewrite for nothing. A run's first set always
+// goes through, empty or not: it replaces what the snapshot seeded.
+func TestUnchangedSetNotHandedOver(t *testing.T) {
+	d := &disco{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}}
+	d.set("v1beta1", false)
+	gvr := schema.GroupVersionResource{Group: Group, Version: "v1beta1", Resource: Resource}
+	dyn := fakeDynamic(serviceImport("v1beta1", "default", "h", "Headless", nil))
+	var rec recorder
+	w := New(d, dyn, rec.events(), Options{Recheck: time.Hour})
+	w.Start()
+	defer w.Stop()
+	rec.waitFor(t) // the first set, empty, is handed over
+	count := func() int { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.sets) }
+
+	ctx := context.Background()
+	h := serviceImport("v1beta1", "default", "h", "Headless", nil)
+	h.SetResourceVersion("2")
+	h.SetLabels(map[string]string{"changed": "yes"})
+	if _, err := dyn.Resource(gvr).Namespace("default").Update(ctx, h, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(gvr).Namespace("default").Create(ctx, serviceImport("v1beta1", "default", "h2", "Headless", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A ClusterSetIP import after them: once it shows, the events before it
+	// were all handled, in order.
+	if _, err := dyn.Resource(gvr).Namespace("default").Create(ctx, serviceImport("v1beta1", "default", "v", "ClusterSetIP", []any{"10.96.0.7"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, "default/v=10.96.0.7")
+	if n := count(); n != 2 {
+		t.Errorf("%d sets handed over, want 2 (the first, then the ClusterSetIP): the headless events handed over unchanged sets", n)
+	}
+}
