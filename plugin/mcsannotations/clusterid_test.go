@@ -44,6 +44,19 @@ func parsed(t *testing.T, corefile string) config {
 	return cfg
 }
 
+// withClusterProperty makes the plugin's clients read the ClusterProperty
+// from a server that answers id, and returns the value it answers (to change).
+func withClusterProperty(t *testing.T, id string) *atomic.Value {
+	t.Helper()
+	var value atomic.Value
+	value.Store(id)
+	url := propertyServer(t, &value)
+	withClient(t, func(string, string) (kubernetes.Interface, error) {
+		return kubernetes.NewForConfig(&rest.Config{Host: url})
+	})
+	return &value
+}
+
 func TestClusterIDDiscovery(t *testing.T) {
 	oldTimeout := discoverTimeout
 	discoverTimeout = 500 * time.Millisecond
@@ -127,12 +140,7 @@ func TestCheckClusterIDRemembersChange(t *testing.T) {
 }
 
 func TestClusterIDGarbageRemembered(t *testing.T) {
-	var value atomic.Value
-	value.Store("edge-z")
-	url := propertyServer(t, &value)
-	withClient(t, func(string, string) (kubernetes.Interface, error) {
-		return kubernetes.NewForConfig(&rest.Config{Host: url})
-	})
+	withClusterProperty(t, "edge-z")
 	snap := filepath.Join(t.TempDir(), "table.db")
 	if err := os.WriteFile(snap+clusterIDSuffix, []byte("!!! not an id\x00"), 0o644); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 )
@@ -98,12 +96,7 @@ func TestVerifyDiscoveredClusterID(t *testing.T) {
 	oldTimeout := discoverTimeout
 	discoverTimeout = 500 * time.Millisecond
 	t.Cleanup(func() { discoverTimeout = oldTimeout })
-	var value atomic.Value
-	value.Store("edge-z")
-	url := propertyServer(t, &value)
-	withClient(t, func(string, string) (kubernetes.Interface, error) {
-		return kubernetes.NewForConfig(&rest.Config{Host: url})
-	})
+	withClusterProperty(t, "edge-z")
 	keys := t.TempDir()
 	writeKey(t, keys, "edge-b")
 	snap := filepath.Join(t.TempDir(), "table.db")

@@ -177,7 +177,7 @@ func (w *Watcher) Stop() error {
 	// bounds that at 32 s): it is not waited for. Once it returns it sees
 	// the cancel, under mu, and starts nothing.
 	var errs []error
-	if !waitBounded(w.loop.Wait, w.opts.StopWait) {
+	if !informerstop.Bounded(w.loop.Wait, w.opts.StopWait) {
 		errs = append(errs, fmt.Errorf("%w: a discovery request still pending after %s; it ends on its own", informerstop.ErrSlow, w.opts.StopWait))
 	}
 	w.mu.Lock()
@@ -187,23 +187,6 @@ func (w *Watcher) Stop() error {
 		w.run = nil
 	}
 	return errors.Join(errs...)
-}
-
-// waitBounded runs wait and reports whether it returned within d.
-func waitBounded(wait func(), d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		wait()
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // Find asks discovery which version of ServiceImport the API server serves.
@@ -383,7 +366,7 @@ func rv(obj any) string {
 
 func (r *run) stop(within time.Duration) error {
 	r.cancel()
-	if waitBounded(func() { r.factory.Shutdown(); r.wg.Wait() }, within) {
+	if informerstop.Bounded(func() { r.factory.Shutdown(); r.wg.Wait() }, within) {
 		return nil
 	}
 	return fmt.Errorf("%w: gave up waiting after %s; it ends on its own", informerstop.ErrSlow, within)

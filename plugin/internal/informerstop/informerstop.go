@@ -36,18 +36,27 @@ var ErrSlow = errors.New("informer still stopping")
 // must already be cancelled. It returns an error wrapping ErrSlow when they have
 // not, and leaves them to end in the background.
 func Shutdown(f informers.SharedInformerFactory, within time.Duration) error {
+	if Bounded(f.Shutdown, within) {
+		return nil
+	}
+	return fmt.Errorf("%w: gave up waiting after %s (client-go's watch-list retry sleeps out its backoff); it ends on its own", ErrSlow, within)
+}
+
+// Bounded runs wait and reports whether it returned within d; when it has
+// not, it is left to return in the background.
+func Bounded(wait func(), d time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		f.Shutdown()
+		wait()
 	}()
-	t := time.NewTimer(within)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:
-		return nil
+		return true
 	case <-t.C:
-		return fmt.Errorf("%w: gave up waiting after %s (client-go's watch-list retry sleeps out its backoff); it ends on its own", ErrSlow, within)
+		return false
 	}
 }
 
