@@ -337,11 +337,12 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 	}
 	var errs []error
 	annotated := 0
+	chk := newChecker(ns, c.cfg.Cluster)
 	for _, pod := range pods {
 		if !writable(pod) {
 			continue
 		}
-		want, names, skips := desired(pod, exportedSvcs, c.cfg.Cluster)
+		want, names, skips := desired(pod, exportedSvcs, c.cfg.Cluster, chk)
 		for _, k := range skips {
 			skipped[k.reason+"/"+k.key] = k
 		}

@@ -56,11 +56,44 @@ func writable(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 }
 
+// checker checks annotation values the way readers will
+// (annotation.CheckExports), for the Pods of one namespace, remembering each
+// value's verdict: the Pods of one Service carry one value, and the check (a
+// parse) is most of what computing a Pod's annotation costs.
+type checker struct {
+	namespace, cluster string // cluster: a valid ID to check entries without one against
+	seen               map[string]error
+}
+
+func newChecker(namespace, cluster string) *checker {
+	if cluster == "" {
+		cluster = "local" // entries without a cluster: a reader defaults it to a valid ID of its own
+	}
+	return &checker{namespace: namespace, cluster: cluster, seen: map[string]error{}}
+}
+
+// format writes exports and checks the value.
+func (c *checker) format(exports []annotation.Export) (string, error) {
+	raw, err := annotation.MarshalExports(exports)
+	if err != nil {
+		return "", err
+	}
+	verdict, ok := c.seen[raw]
+	if !ok {
+		verdict = annotation.CheckExports(raw, len(exports), c.namespace, c.cluster)
+		c.seen[raw] = verdict
+	}
+	if verdict != nil {
+		return "", verdict
+	}
+	return raw, nil
+}
+
 // desired returns the value of the export annotation pod should carry, given
 // the exported Services of its namespace (sorted by name), or "" when none
 // selects it, and what was left out. cluster is written into each entry when
-// not empty.
-func desired(pod *corev1.Pod, services []exported, cluster string) (string, []string, []skip) {
+// not empty; chk is the namespace's checker.
+func desired(pod *corev1.Pod, services []exported, cluster string, chk *checker) (string, []string, []skip) {
 	var exports []annotation.Export
 	var names []string
 	var skips []skip
@@ -81,12 +114,8 @@ func desired(pod *corev1.Pod, services []exported, cluster string) (string, []st
 	if len(exports) == 0 {
 		return "", nil, skips
 	}
-	check := cluster
-	if check == "" {
-		check = "local" // entries without a cluster: a reader defaults it to a valid ID of its own
-	}
 	for len(exports) > 0 {
-		raw, err := annotation.FormatExports(exports, pod.Namespace, check)
+		raw, err := chk.format(exports)
 		if err == nil {
 			return raw, names, skips
 		}

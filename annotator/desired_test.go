@@ -99,7 +99,7 @@ func TestDesired(t *testing.T) {
 				ex = append(ex, newExported(s))
 			}
 			sortServices(ex)
-			got, names, skips := desired(tc.pod, ex, tc.cluster)
+			got, names, skips := desired(tc.pod, ex, tc.cluster, newChecker("ns", tc.cluster))
 			if got != tc.want {
 				t.Errorf("annotation\n got %s\nwant %s", got, tc.want)
 			}
@@ -146,7 +146,7 @@ func TestDesiredTooManyServices(t *testing.T) {
 	for i := range annotation.MaxServices + 3 {
 		ex = append(ex, newExported(svc(fmt.Sprintf("s%03d", i), app)))
 	}
-	got, names, skips := desired(pod("p", app), ex, "")
+	got, names, skips := desired(pod("p", app), ex, "", newChecker("ns", ""))
 	if len(names) != annotation.MaxServices || names[0] != "s000" {
 		t.Fatalf("%d names from %v, want the first %d", len(names), names[:1], annotation.MaxServices)
 	}
@@ -169,7 +169,7 @@ func TestDesiredTooLarge(t *testing.T) {
 	for i := range 12 {
 		ex = append(ex, newExported(svc(fmt.Sprintf("s%02d", i), app, ports...)))
 	}
-	got, names, skips := desired(pod("p", app), ex, "edge-a")
+	got, names, skips := desired(pod("p", app), ex, "edge-a", newChecker("ns", "edge-a"))
 	if got == "" || len(got) > annotation.MaxBytes {
 		t.Fatalf("annotation of %d bytes, want some, at most %d", len(got), annotation.MaxBytes)
 	}

@@ -19,28 +19,43 @@ type outEnvelope struct {
 }
 
 // FormatExports writes exports as the value of the export-services
-// annotation, in the order given, and checks it the way a reader will: the
-// value must parse back, entry for entry, into the same exports for a Pod of
-// podNamespace read from sourceCluster (when the exports leave Cluster empty,
-// any valid cluster ID). An error says what a reader would reject.
+// annotation, in the order given, and checks it the way a reader will (see
+// CheckExports). An error says what a reader would reject.
 func FormatExports(exports []Export, podNamespace, sourceCluster string) (string, error) {
+	raw, err := MarshalExports(exports)
+	if err != nil {
+		return "", err
+	}
+	if err := CheckExports(raw, len(exports), podNamespace, sourceCluster); err != nil {
+		return "", err
+	}
+	return raw, nil
+}
+
+// MarshalExports writes exports as the value of the export-services
+// annotation, in the order given, unchecked.
+func MarshalExports(exports []Export) (string, error) {
 	env := outEnvelope{Services: make([]outExport, len(exports))}
 	for i, e := range exports {
 		env.Services[i] = outExport{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: e.Ports}
 	}
 	b, err := json.Marshal(env)
-	if err != nil {
-		return "", err
-	}
-	raw := string(b)
+	return string(b), err
+}
+
+// CheckExports checks a value written from n exports the way a reader will:
+// it must parse back, entry for entry, for a Pod of podNamespace read from
+// sourceCluster (when the exports leave Cluster empty, any valid cluster
+// ID). The error is a *FormatError with the reader's first rejection.
+func CheckExports(raw string, n int, podNamespace, sourceCluster string) error {
 	back, rej := ParseExports(raw, podNamespace, sourceCluster)
 	if len(rej) > 0 {
-		return "", &FormatError{rej[0]}
+		return &FormatError{rej[0]}
 	}
-	if len(back) != len(exports) {
-		return "", fmt.Errorf("a reader would read %d entries, not %d", len(back), len(exports))
+	if len(back) != n {
+		return fmt.Errorf("a reader would read %d entries, not %d", len(back), n)
 	}
-	return raw, nil
+	return nil
 }
 
 // FormatError is what FormatExports returns when a reader would reject the
