@@ -42,6 +42,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
 )
 
 // Config tunes a Controller; zero values take the defaults.
@@ -182,11 +183,11 @@ func (c *Controller) enqueue(obj any) {
 // ServiceExportPoll until it is found. It returns once the caches synced.
 func (c *Controller) Start(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
-	if gvr, ok := findServiceExport(c.discovery); ok {
+	if gvr, ok, _ := mcsapi.Find(c.discovery, mcsapi.ServiceExports); ok {
 		c.startServiceExports(ctx, gvr)
 	} else {
 		klog.Infof("ServiceExport (%s) is not served: exporting Services annotated %s=%q only; looking again every %v",
-			mcsGroup, annotation.ExportServiceAnnotation, annotation.LabelValue, c.cfg.ServiceExportPoll)
+			mcsapi.Group, annotation.ExportServiceAnnotation, annotation.LabelValue, c.cfg.ServiceExportPoll)
 		go c.pollServiceExports(ctx)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
@@ -216,7 +217,7 @@ func (c *Controller) pollServiceExports(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if gvr, ok := findServiceExport(c.discovery); ok {
+		if gvr, ok, _ := mcsapi.Find(c.discovery, mcsapi.ServiceExports); ok {
 			c.startServiceExports(ctx, gvr)
 			return
 		}

@@ -24,13 +24,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
 )
 
-var seGVR = schema.GroupVersionResource{Group: mcsGroup, Version: "v1beta1", Resource: "serviceexports"}
+var seGVR = schema.GroupVersionResource{Group: mcsapi.Group, Version: "v1beta1", Resource: "serviceexports"}
 
 func serviceExport(name string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(mcsGroup + "/v1beta1")
+	u.SetAPIVersion(mcsapi.Group + "/v1beta1")
 	u.SetKind("ServiceExport")
 	u.SetNamespace("ns")
 	u.SetName(name)
@@ -57,7 +58,7 @@ func startWith(t *testing.T, cfg Config, withCRD bool, objs []runtime.Object, ex
 	client := fake.NewClientset(objs...)
 	if withCRD {
 		client.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
-			GroupVersion: mcsGroup + "/v1beta1",
+			GroupVersion: mcsapi.Group + "/v1beta1",
 			APIResources: []metav1.APIResource{{Name: "serviceexports", Namespaced: true, Kind: "ServiceExport"}},
 		}}
 	}

@@ -11,35 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 	"k8s.io/klog/v2"
 	mcs "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
-
-// The MCS API group; ServiceExport is read as unstructured, so one code path
-// serves v1beta1 and v1alpha1 (their status conditions are the same shape).
-const mcsGroup = "multicluster.x-k8s.io"
-
-// serviceExportVersions in order of preference.
-var serviceExportVersions = []string{"v1beta1", "v1alpha1"}
-
-// findServiceExport asks discovery which version of ServiceExport the API
-// server serves, if any. Both versions name the same objects: only one is
-// watched.
-func findServiceExport(d discovery.DiscoveryInterface) (schema.GroupVersionResource, bool) {
-	for _, v := range serviceExportVersions {
-		rl, err := d.ServerResourcesForGroupVersion(mcsGroup + "/" + v)
-		if err != nil || rl == nil {
-			continue
-		}
-		for _, r := range rl.APIResources {
-			if r.Name == "serviceexports" {
-				return schema.GroupVersionResource{Group: mcsGroup, Version: v, Resource: "serviceexports"}, true
-			}
-		}
-	}
-	return schema.GroupVersionResource{}, false
-}
 
 // exportResult is what a reconcile learned about one exported Service.
 type exportResult struct {

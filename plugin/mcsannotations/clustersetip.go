@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
 	"github.com/mcsannotations/mcsannotations/plugin/serviceimport"
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
@@ -46,7 +47,7 @@ func (m *MCS) importEvents() serviceimport.Events {
 		},
 		Absent: func() {
 			log.Infof("ServiceImports: the API server serves no %s ServiceImports: no ClusterSetIP services (looking again every %s)",
-				serviceimport.Group, importRecheck)
+				mcsapi.Group, importRecheck)
 		},
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/serviceimport"
+	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
 	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
@@ -38,7 +38,7 @@ func deadDynamic(string, string) (dynamic.Interface, error) {
 // clusterSetIPObject is a v1beta1 ServiceImport of type ClusterSetIP.
 func clusterSetIPObject(ns, name string, ips []any, ports ...any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"type": "ClusterSetIP", "ips": ips, "ports": ports}}}
-	u.SetAPIVersion(serviceimport.Group + "/v1beta1")
+	u.SetAPIVersion(mcsapi.Group + "/v1beta1")
 	u.SetKind("ServiceImport")
 	u.SetNamespace(ns)
 	u.SetName(name)
@@ -51,11 +51,11 @@ func clusterSetIPObject(ns, name string, ips []any, ports ...any) *unstructured.
 func liveAPIWithImports(t *testing.T, pods []runtime.Object, imports ...runtime.Object) {
 	c := fake.NewClientset(pods...)
 	c.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
-		GroupVersion: serviceimport.Group + "/v1beta1",
-		APIResources: []metav1.APIResource{{Name: serviceimport.Resource, Namespaced: true, Kind: "ServiceImport"}},
+		GroupVersion: mcsapi.Group + "/v1beta1",
+		APIResources: []metav1.APIResource{{Name: mcsapi.ServiceImports, Namespaced: true, Kind: "ServiceImport"}},
 	}}
 	withClient(t, func(string, string) (kubernetes.Interface, error) { return c, nil })
-	gvr := schema.GroupVersionResource{Group: serviceimport.Group, Version: "v1beta1", Resource: serviceimport.Resource}
+	gvr := schema.GroupVersionResource{Group: mcsapi.Group, Version: "v1beta1", Resource: mcsapi.ServiceImports}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "ServiceImportList"}, imports...)
 	withDynamic(t, func(string, string) (dynamic.Interface, error) { return dyn, nil })
 }

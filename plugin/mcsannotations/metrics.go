@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/mcsannotations/mcsannotations/plugin/serviceimport"
 	"github.com/mcsannotations/mcsannotations/plugin/source"
 )
 
@@ -200,5 +201,11 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(contactDesc, prometheus.GaugeValue, since, cl)
 		}
+	}
+}
+
+func init() {
+	for _, r := range serviceimport.Reasons {
+		rejectedImports.WithLabelValues(string(r))
 	}
 }

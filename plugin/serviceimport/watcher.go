@@ -19,29 +19,20 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
-
-// Group is the MCS API group.
-const Group = "multicluster.x-k8s.io"
-
-// Resource is the ServiceImport resource name.
-const Resource = "serviceimports"
-
-// Versions are the API versions looked for, the preferred first. Both name the
-// same objects: only one is watched.
-var Versions = []string{"v1beta1", "v1alpha1"}
 
 // TypeClusterSetIP is the ServiceImport type that has a virtual IP.
 const TypeClusterSetIP = "ClusterSetIP"
@@ -189,31 +180,9 @@ func (w *Watcher) Stop() error {
 	return errors.Join(errs...)
 }
 
-// Find asks discovery which version of ServiceImport the API server serves.
-// found is false with a nil error when it serves none; an error means the
-// API server did not say (unreachable, or another failure).
-func Find(d discovery.DiscoveryInterface) (gvr schema.GroupVersionResource, found bool, err error) {
-	var errs []error
-	for _, v := range Versions {
-		rl, err := d.ServerResourcesForGroupVersion(Group + "/" + v)
-		if err != nil {
-			if !apierrors.IsNotFound(err) {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		for _, r := range rl.APIResources {
-			if r.Name == Resource {
-				return schema.GroupVersionResource{Group: Group, Version: v, Resource: Resource}, true, nil
-			}
-		}
-	}
-	return schema.GroupVersionResource{}, false, errors.Join(errs...)
-}
-
 // check starts, replaces or stops the informer after what discovery says.
 func (w *Watcher) check(ctx context.Context) {
-	gvr, found, err := Find(w.disc)
+	gvr, found, err := mcsapi.Find(w.disc, mcsapi.ServiceImports)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if ctx.Err() != nil || err != nil {
@@ -487,22 +456,8 @@ func port(v any) (table.ImportPort, error) {
 		return table.ImportPort{}, fmt.Errorf("port %v is not in 1-65535", m["port"])
 	case proto != "TCP" && proto != "UDP" && proto != "SCTP":
 		return table.ImportPort{}, fmt.Errorf("protocol %q is not TCP, UDP or SCTP", proto)
-	case name != "" && !validLabel(name):
+	case name != "" && len(validation.IsDNS1123Label(name)) > 0:
 		return table.ImportPort{}, fmt.Errorf("name %q is not a DNS label", name)
 	}
 	return table.ImportPort{Name: name, Protocol: proto, Port: uint16(n)}, nil
-}
-
-// validLabel reports whether s is an RFC 1123 label (lower case).
-func validLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
 	"github.com/mcsannotations/mcsannotations/plugin/table"
 )
 
@@ -32,7 +33,7 @@ func serviceImport(version, ns, name, typ string, ips []any, ports ...any) *unst
 		spec["ports"] = ports
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	u.SetAPIVersion(Group + "/" + version)
+	u.SetAPIVersion(mcsapi.Group + "/" + version)
 	u.SetKind("ServiceImport")
 	u.SetNamespace(ns)
 	u.SetName(name)
@@ -121,8 +122,8 @@ func (d *disco) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceLi
 	if d.down {
 		return nil, errors.New("connect: connection refused")
 	}
-	if d.version != "" && gv == Group+"/"+d.version {
-		return &metav1.APIResourceList{GroupVersion: gv, APIResources: []metav1.APIResource{{Name: Resource, Namespaced: true, Kind: "ServiceImport"}}}, nil
+	if d.version != "" && gv == mcsapi.Group+"/"+d.version {
+		return &metav1.APIResourceList{GroupVersion: gv, APIResources: []metav1.APIResource{{Name: mcsapi.ServiceImports, Namespaced: true, Kind: "ServiceImport"}}}, nil
 	}
 	return (&fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}).ServerResourcesForGroupVersion(gv)
 }
@@ -182,8 +183,8 @@ func (r *recorder) waitFor(t *testing.T, want ...string) {
 
 func fakeDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	lists := map[schema.GroupVersionResource]string{}
-	for _, v := range Versions {
-		lists[schema.GroupVersionResource{Group: Group, Version: v, Resource: Resource}] = "ServiceImportList"
+	for _, v := range mcsapi.Versions {
+		lists[schema.GroupVersionResource{Group: mcsapi.Group, Version: v, Resource: mcsapi.ServiceImports}] = "ServiceImportList"
 	}
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), lists, objs...)
 }
@@ -192,7 +193,7 @@ func fakeDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 // the next check; then every change, deletion included, is handed over.
 func TestWatcher(t *testing.T) {
 	d := &disco{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}}
-	gvr := schema.GroupVersionResource{Group: Group, Version: "v1beta1", Resource: Resource}
+	gvr := schema.GroupVersionResource{Group: mcsapi.Group, Version: "v1beta1", Resource: mcsapi.ServiceImports}
 	dyn := fakeDynamic(serviceImport("v1beta1", "default", "a", "ClusterSetIP", []any{"10.96.0.1"}, httpPort()),
 		serviceImport("v1beta1", "default", "h", "Headless", nil),
 		serviceImport("v1beta1", "web", "bad", "ClusterSetIP", []any{"nope"}))
@@ -242,22 +243,6 @@ func TestWatcher(t *testing.T) {
 	// The CRD removed: the set empties.
 	d.set("", false)
 	rec.waitFor(t)
-}
-
-// v1alpha1 is watched when v1beta1 is not served.
-func TestFind(t *testing.T) {
-	d := &disco{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}}
-	if _, found, err := Find(d); found || err != nil {
-		t.Errorf("none served: found %v, err %v", found, err)
-	}
-	d.set("v1alpha1", false)
-	if gvr, found, err := Find(d); !found || err != nil || gvr.Version != "v1alpha1" {
-		t.Errorf("v1alpha1 served: %v %v %v", gvr, found, err)
-	}
-	d.set("v1beta1", true)
-	if _, found, err := Find(d); found || err == nil {
-		t.Errorf("unreachable: found %v, err %v; want an error", found, err)
-	}
 }
 
 // A delete the informer missed arrives as a tombstone: the handlers hand
@@ -340,7 +325,7 @@ func TestStopWithHungDiscovery(t *testing.T) {
 func TestUnchangedSetNotHandedOver(t *testing.T) {
 	d := &disco{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}}
 	d.set("v1beta1", false)
-	gvr := schema.GroupVersionResource{Group: Group, Version: "v1beta1", Resource: Resource}
+	gvr := schema.GroupVersionResource{Group: mcsapi.Group, Version: "v1beta1", Resource: mcsapi.ServiceImports}
 	dyn := fakeDynamic(serviceImport("v1beta1", "default", "h", "Headless", nil))
 	var rec recorder
 	w := New(d, dyn, rec.events(), Options{Recheck: time.Hour})
