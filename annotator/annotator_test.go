@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -55,7 +58,17 @@ func start(t *testing.T, withCRD bool, objs []runtime.Object, exports ...*unstru
 
 func startWith(t *testing.T, cfg Config, withCRD bool, objs []runtime.Object, exports ...*unstructured.Unstructured) *fixture {
 	t.Helper()
+	return startHooked(t, cfg, nil, withCRD, objs, exports...)
+}
+
+// startHooked is startWith with hook run on the fake clientset before the
+// controller starts (to add reactors).
+func startHooked(t *testing.T, cfg Config, hook func(*fake.Clientset), withCRD bool, objs []runtime.Object, exports ...*unstructured.Unstructured) *fixture {
+	t.Helper()
 	client := fake.NewClientset(objs...)
+	if hook != nil {
+		hook(client)
+	}
 	if withCRD {
 		client.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 			GroupVersion: mcsapi.Group + "/v1beta1",
@@ -346,6 +359,19 @@ func TestSameButVersion(t *testing.T) {
 	if sameButVersion(a, s1) {
 		t.Error("a Pod and a Service: want different")
 	}
+	e1, e2 := serviceExport("db"), serviceExport("db")
+	e1.SetResourceVersion("1")
+	e2.SetResourceVersion("2")
+	if err := unstructured.SetNestedSlice(e2.Object, []any{map[string]any{"type": "Ready"}}, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	if !sameButVersion(e1, e2) {
+		t.Error("a ServiceExport whose status alone changed (the annotator's own write): want same")
+	}
+	e2.SetGeneration(2)
+	if sameButVersion(e1, e2) {
+		t.Error("a ServiceExport whose spec changed: want different")
+	}
 }
 
 // The transforms keep what the annotator reads and drop the rest.
@@ -413,6 +439,14 @@ func TestControllerSigns(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.eventually("signed again for the new UID", verified)
+
+	// Another exported Service selects it: the new value is signed (the
+	// remembered signature is for the old one).
+	if _, err := f.client.CoreV1().Services("ns").Create(context.Background(), svc("api", app), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want = `{"services":[{"name":"api","namespace":"ns","cluster":"edge-a"},{"name":"backend","namespace":"ns","cluster":"edge-a"}]}`
+	f.eventually("the changed value signed", verified)
 }
 
 func TestInSyncSignature(t *testing.T) {
@@ -439,4 +473,43 @@ func TestInSyncSignature(t *testing.T) {
 			t.Errorf("%s: inSync = %v, want %v", tc.name, got, tc.inSync)
 		}
 	}
+}
+
+// A Pod write that fails (here Forbidden, as with a missing RBAC verb) is
+// counted, reported in the ServiceExport's Ready condition and retried with
+// backoff; once writes go through, the Pod is annotated and Ready turns True.
+func TestControllerWriteFails(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	deny := func(c *fake.Clientset) {
+		c.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if failing.Load() {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New("no patch"))
+			}
+			return false, nil, nil
+		})
+	}
+	db := svc("db", map[string]string{"app": "db"})
+	f := startHooked(t, Config{Cluster: "edge-a", ServiceExportPoll: time.Hour}, deny, true,
+		[]runtime.Object{db, pod("db-0", map[string]string{"app": "db"})}, serviceExport("db"))
+	f.eventually("the failure reported", func() error {
+		if n := testutil.ToFloat64(f.m.PodWrites.WithLabelValues("error")); n == 0 {
+			return errors.New("no failed write counted")
+		}
+		if got := f.conditions("db")["Ready"]; got != "False/Failed" {
+			return fmt.Errorf("Ready %s, want False/Failed", got)
+		}
+		if n := testutil.ToFloat64(f.m.Reconciles.WithLabelValues("error")); n == 0 {
+			return errors.New("no failed reconcile counted")
+		}
+		return nil
+	})
+	failing.Store(false)
+	f.eventually("retried", f.podHas("db-0", `{"services":[{"name":"db","namespace":"ns","cluster":"edge-a"}]}`))
+	f.eventually("Ready again", func() error {
+		if got := f.conditions("db")["Ready"]; got != "True/Exported" {
+			return fmt.Errorf("Ready %s, want True/Exported", got)
+		}
+		return nil
+	})
 }

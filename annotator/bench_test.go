@@ -2,6 +2,7 @@ package annotator
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"testing"
 
@@ -19,8 +20,18 @@ import (
 // annotation computed and compared) that writes nothing. Pods are spread
 // evenly over the Services; a tenth are selected by none.
 func BenchmarkReconcileSettled(b *testing.B) {
-	for _, size := range []struct{ pods, services int }{{1000, 10}, {1000, 100}, {10000, 10}} {
-		b.Run(fmt.Sprintf("pods=%d/services=%d", size.pods, size.services), func(b *testing.B) {
+	_, key, _ := ed25519.GenerateKey(nil)
+	for _, size := range []struct {
+		pods, services int
+		signed         bool
+	}{{1000, 10, false}, {1000, 100, false}, {10000, 10, false}, {1000, 10, true}} {
+		name := fmt.Sprintf("pods=%d/services=%d", size.pods, size.services)
+		cfg := Config{Cluster: "edge-a"}
+		if size.signed {
+			name = "signed/" + name
+			cfg.SignKey = key
+		}
+		b.Run(name, func(b *testing.B) {
 			var svcs []exported
 			var objs []runtime.Object
 			for i := range size.services {
@@ -39,12 +50,15 @@ func BenchmarkReconcileSettled(b *testing.B) {
 				if want, _, _ := desired(p, svcs, "edge-a", newChecker("ns", "edge-a")); want != "" {
 					p.Labels[annotation.ExporterLabel] = annotation.LabelValue
 					p.Annotations = map[string]string{annotation.ExportAnnotation: want}
+					if size.signed {
+						p.Annotations[annotation.SignatureAnnotation] = annotation.Sign(key, "edge-a", "ns", p.Name, string(p.UID), want)
+					}
 				}
 				objs = append(objs, p)
 			}
 			client := fake.NewClientset(objs...)
 			m := NewMetrics(nil)
-			c := New(client, nil, client.Discovery(), Config{Cluster: "edge-a"}, m)
+			c := New(client, nil, client.Discovery(), cfg, m)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if err := c.Start(ctx); err != nil {

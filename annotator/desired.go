@@ -18,11 +18,12 @@ const (
 	skipExternalName    = "external_name"     // an ExternalName Service has no Pods to export
 	skipPortUnresolved  = "port_unresolved"   // a named targetPort the Pod does not declare
 	skipTooManyServices = "too_many_services" // more exported Services select the Pod than an annotation may list
+	skipTooManyPorts    = "too_many_ports"    // a Service has more ports than an entry may list
 	skipTooLarge        = "too_large"         // the annotation would pass the readers' size limit
 	skipInvalid         = "invalid"           // a reader would reject what would be written
 )
 
-var skipReasons = []string{skipExternalName, skipPortUnresolved, skipTooManyServices, skipTooLarge, skipInvalid}
+var skipReasons = []string{skipExternalName, skipPortUnresolved, skipTooManyServices, skipTooManyPorts, skipTooLarge, skipInvalid}
 
 // skip is one thing left out of a Pod's annotation, for the log and the metric.
 type skip struct {
@@ -142,7 +143,9 @@ func exportPorts(pod *corev1.Pod, svc *corev1.Service) ([]annotation.Port, []ski
 	var skips []skip
 	for _, sp := range svc.Spec.Ports {
 		if len(out) == annotation.MaxPortsPerExport {
-			break // the API server allows no more than this in practice; a reader would refuse more
+			skips = append(skips, skip{skipTooManyPorts, pod.Name + "/" + svc.Name,
+				fmt.Sprintf("Pod %s/%s: Service %s: ports after the first %d left out: a reader refuses an entry with more", pod.Namespace, pod.Name, svc.Name, annotation.MaxPortsPerExport)})
+			break
 		}
 		proto := string(sp.Protocol)
 		if proto == "" {

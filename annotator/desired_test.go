@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/mcsannotations/mcsannotations/plugin/annotation"
@@ -26,7 +27,7 @@ func sport(name string, port int32, target intstr.IntOrString, proto corev1.Prot
 
 func pod(name string, lbls map[string]string, ports ...corev1.ContainerPort) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: "uid-" + "name", Labels: lbls},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), Labels: lbls},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Ports: ports}}},
 	}
 }
@@ -183,6 +184,24 @@ func TestDesiredTooLarge(t *testing.T) {
 	}
 	if names[len(names)-1] >= skips[0].key[len("p/"):] {
 		t.Errorf("kept %v and dropped %s: want the last ones dropped", names, skips[0].key)
+	}
+}
+
+// A Service with more ports than an entry may list: the first
+// MaxPortsPerExport are written, the rest is one skip.
+func TestDesiredTooManyPorts(t *testing.T) {
+	var ports []corev1.ServicePort
+	for i := range annotation.MaxPortsPerExport + 5 {
+		ports = append(ports, sport(fmt.Sprintf("p%d", i), int32(1000+i), intstr.IntOrString{}, corev1.ProtocolTCP))
+	}
+	ex := []exported{newExported(svc("backend", app, ports...))}
+	got, _, skips := desired(pod("p", app), ex, "", newChecker("ns", ""))
+	read, rej := annotation.ParseExports(got, "ns", "c")
+	if len(rej) > 0 || len(read) != 1 || len(read[0].Ports) != annotation.MaxPortsPerExport {
+		t.Fatalf("read %d entries (%v), want 1 with %d ports", len(read), rej, annotation.MaxPortsPerExport)
+	}
+	if len(skips) != 1 || skips[0].reason != skipTooManyPorts {
+		t.Errorf("skips %+v, want one too_many_ports", skips)
 	}
 }
 

@@ -186,7 +186,6 @@ func run(ctx context.Context, o options) error {
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: o.id},
 	}
-	lost := make(chan struct{})
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   o.leaseDuration,
@@ -203,7 +202,6 @@ func run(ctx context.Context, o options) error {
 			OnStoppedLeading: func() {
 				m.Leader.Set(0)
 				klog.Infof("stopped leading (%s)", o.id)
-				close(lost)
 			},
 			OnNewLeader: func(id string) {
 				if id != o.id {
@@ -216,10 +214,6 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	le.Run(ctx) // returns when leadership is lost or ctx ends
-	select {
-	case <-lost:
-	default:
-	}
 	if ctx.Err() == nil {
 		// Lost the lease while running (the API server was unreachable past
 		// the renew deadline): exit so that a restart rejoins the election
