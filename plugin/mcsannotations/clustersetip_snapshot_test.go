@@ -168,3 +168,63 @@ func TestSnapshotClusterSetIPCompatibility(t *testing.T) {
 		t.Fatalf("after the bucket was dropped: %v", got)
 	}
 }
+
+// Bad records in the snapshot's ClusterSetIP bucket (garbage, or a record
+// filed under another service's key) are dropped from the file and counted
+// at start-up; the good one is answered, and nothing else is lost.
+func TestSnapshotBadClusterSetIPRecords(t *testing.T) {
+	const be = "backend.default.svc.clusterset.local."
+	path := filepath.Join(t.TempDir(), "table.db")
+	st, _, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := table.EncodeClusterSetIP(csip("default", "backend", []string{"10.96.0.10"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := table.EncodeClusterSetIP(csip("default", "other", []string{"10.96.0.11"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.ReplaceSource(importsSource, map[string][]byte{
+		"default/backend": good,
+		"default/garbage": []byte("{not json"),
+		"default/moved":   other, // its key names another service
+	}, snapshot.Meta{})
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bad0 := testutil.ToFloat64(snapshotErrors.WithLabelValues("bad_record"))
+
+	withClient(t, deadAPI)
+	withDynamic(t, deadDynamic)
+	i, udp, _ := serveSnapshot(t, path)
+	if got := addrsOf(exchange(t, "udp", udp, be, dns.TypeA, 0)); !slices.Equal(got, []string{"10.96.0.10"}) {
+		t.Fatalf("the good record: %v", got)
+	}
+	if got := exchange(t, "udp", udp, "moved.default.svc.clusterset.local.", dns.TypeA, 0); got.Rcode != dns.RcodeNameError {
+		t.Errorf("a record under another key answered: %v", got)
+	}
+	if n := testutil.ToFloat64(snapshotErrors.WithLabelValues("bad_record")) - bad0; n != 2 {
+		t.Errorf("bad_record counted %v times, want 2", n)
+	}
+	stopServer(i)
+
+	st, _, err = snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	all, err := st.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range all[importsSource].Records {
+		keys = append(keys, string(k))
+	}
+	if !slices.Equal(keys, []string{"default/backend"}) {
+		t.Errorf("the bucket holds %v after start-up, want the good record only", keys)
+	}
+}

@@ -83,16 +83,9 @@ func TestParse(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.input, func(t *testing.T) {
-			c := caddy.NewTestController("dns", tc.input)
-			cfg, err := parse(c)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want one containing %q", err, tc.err)
-				}
+			cfg, ok := parseCase(t, tc.input, tc.err)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
 			}
 			if strings.Join(cfg.zones, ",") != strings.Join(tc.zones, ",") || cfg.cluster != tc.cluster ||
 				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc || cfg.snapshot != tc.snapshot ||
@@ -181,15 +174,9 @@ func TestParseVerify(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.input, func(t *testing.T) {
-			cfg, err := parse(caddy.NewTestController("dns", tc.input))
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want one containing %q", err, tc.err)
-				}
+			cfg, ok := parseCase(t, tc.input, tc.err)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
 			}
 			got := slices.Sorted(maps.Keys(cfg.keys))
 			if !slices.Equal(got, tc.keys) || (cfg.verify != "") != (tc.keys != nil) {
@@ -197,4 +184,21 @@ func TestParseVerify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parseCase parses input as a test case: when wantErr is set, the error must
+// contain it (and ok is false); otherwise there must be none.
+func parseCase(t *testing.T, input, wantErr string) (cfg config, ok bool) {
+	t.Helper()
+	cfg, err := parse(caddy.NewTestController("dns", input))
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error %v, want one containing %q", err, wantErr)
+		}
+		return cfg, false
+	}
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	return cfg, true
 }
