@@ -340,13 +340,10 @@ func TestAnnotatorAnnotationExport(t *testing.T) {
 		}
 	}
 
-	// Metrics.
-	if v := metric(t, a, metricWritesOK); v <= 0 {
-		t.Errorf("%s = %v, want > 0", metricWritesOK, v)
-	}
-	if v := metric(t, a, metricUnresolve); v <= 0 {
-		t.Errorf("%s = %v after api-2 (no container port \"web\"), want > 0", metricUnresolve, v)
-	}
+	// Metrics. Counters move just after the write they count returns, which
+	// the API server may show first: wait for them.
+	eventuallyMetric(t, a, metricWritesOK, "> 0", func(v float64) bool { return v > 0 })
+	eventuallyMetric(t, a, metricUnresolve, "> 0 after api-2 (no container port \"web\")", func(v float64) bool { return v > 0 })
 	eventuallyMetric(t, a, metricExported, "3 (backend, api, admin)", func(v float64) bool { return v == 3 })
 	eventuallyMetric(t, a, metricAnnotated, "4 (backend-1, backend-2, api-1, api-2)", func(v float64) bool { return v == 4 })
 
@@ -666,9 +663,7 @@ func TestAnnotatorLeaderElection(t *testing.T) {
 	wantExports(t, c, ns, "one-1", wantOne)
 	wantExports(t, c, ns, "one-2", wantOne)
 	e.eventuallyAddrs(t, svc("one", ns), dns.TypeA, "10.244.40.1", "10.244.40.2")
-	if v := metric(t, as[leader], metricWritesOK); v < 2 {
-		t.Errorf("leader %s: %s = %v, want >= 2", ids[leader], metricWritesOK, v)
-	}
+	eventuallyMetric(t, as[leader], metricWritesOK, ">= 2 (the leader's)", func(v float64) bool { return v >= 2 })
 	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		if v := metric(t, as[follower], metricWritesOK); v != 0 {
 			t.Fatalf("follower %s: %s = %v, want 0 or absent", ids[follower], metricWritesOK, v)
@@ -717,9 +712,7 @@ func TestAnnotatorLeaderElection(t *testing.T) {
 	e.eventuallyAddrs(t, svc("two", ns), dns.TypeA, "10.244.40.11")
 	e.eventually(t, harness.Query{Name: "_grpc._tcp." + svc("two", ns), Type: dns.TypeSRV},
 		hasSRVs("9091 "+host(dashed("10.244.40.11"), "two", ns)))
-	if v := metric(t, as[follower], metricWritesOK); v <= 0 {
-		t.Errorf("new leader %s: %s = %v, want > 0", ids[follower], metricWritesOK, v)
-	}
+	eventuallyMetric(t, as[follower], metricWritesOK, "> 0 (the new leader's)", func(v float64) bool { return v > 0 })
 	wantExports(t, c, ns, "one-1", wantOne)
 	e.eventuallyAddrs(t, svc("one", ns), dns.TypeA, "10.244.40.1", "10.244.40.2")
 	if !as[follower].Running() {

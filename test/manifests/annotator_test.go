@@ -598,10 +598,14 @@ func TestAnnotatorManifests(t *testing.T) {
 				t.Errorf("%s %v (%v), want 0", name, v, err)
 			}
 		}
+		// A counter moves just after the write it counts returns: wait for it.
 		for _, name := range []string{`mcs_annotator_pod_writes_total{result="ok"}`, `mcs_annotator_status_writes_total{result="ok"}`} {
-			if v, err := metric(first, name); err != nil || v == 0 {
-				t.Errorf("%s %v (%v), want > 0", name, v, err)
-			}
+			harness.Eventually(t, 10*time.Second, func() error {
+				if v, err := metric(first, name); err != nil || v == 0 {
+					return fmt.Errorf("%s %v (%v), want > 0", name, v, err)
+				}
+				return nil
+			})
 		}
 	})
 
