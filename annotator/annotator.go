@@ -5,7 +5,7 @@
 // exporter label equal to the union of the exported Services that select it,
 // removes what it wrote when nothing exports a Pod any more, and sets the
 // ServiceExports' status conditions. It shares the wire format with the
-// plugin through plugin/annotation, and checks what it writes with the
+// plugin through package annotation, and checks what it writes with the
 // plugin's own parser.
 //
 // Layers: desired.go (what a Pod should carry: pure), slim.go (the
@@ -42,8 +42,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
 
 // Config tunes a Controller; zero values take the defaults.

@@ -26,8 +26,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
 
 var seGVR = schema.GroupVersionResource{Group: mcsapi.Group, Version: "v1beta1", Resource: "serviceexports"}

@@ -33,8 +33,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/annotator"
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
 )
 
 type options struct {

@@ -262,7 +262,7 @@ func writeReport(r *results) error {
 	if c := r.Cold; c != nil {
 		p("## Cold start from a snapshot")
 		p("")
-		p("A bbolt snapshot of %d endpoints (%d services x 10), written with `plugin/snapshot` and the `plugin/table` codec in %s (%s file); CoreDNS started with it and a kubeconfig whose API server does not exist (a closed port). Time from starting the process to the first correct A answer (polled every millisecond); the file is in the page cache (a warm-disk cold start).",
+		p("A bbolt snapshot of %d endpoints (%d services x 10), written with `internal/snapshot` and the `internal/table` codec in %s (%s file); CoreDNS started with it and a kubeconfig whose API server does not exist (a closed port). Time from starting the process to the first correct A answer (polled every millisecond); the file is in the page cache (a warm-disk cold start).",
 			c.Endpoints, c.Services, c.WriteTook.Round(time.Millisecond), mb(c.FileBytes))
 		p("")
 		var xs []string

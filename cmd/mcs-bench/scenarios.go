@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
@@ -670,10 +670,10 @@ func perfColdStart(b *bench, c *contender, ds dataset, probe int, out string) st
 // goBenchmarks runs the plugin's own Go benchmarks and keeps their output.
 func goBenchmarks(ctx context.Context, b *bench, res *results) {
 	for _, gb := range []struct{ pkg, args string }{
-		{"./plugin/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad)$ -benchtime 3x -benchmem"},
+		{"./internal/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad)$ -benchtime 3x -benchmem"},
 		{"./plugin/mcsannotations/", "-run ^$ -bench ^BenchmarkServeDNS$ -benchmem"},
-		{"./plugin/snapshot/", "-run ^$ -bench ^(BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 5x -benchmem"},
-		{"./plugin/clients/", "-run ^$ -bench ^BenchmarkSlimClientMemory$ -benchtime 3x"},
+		{"./internal/snapshot/", "-run ^$ -bench ^(BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 5x -benchmem"},
+		{"./internal/clients/", "-run ^$ -bench ^BenchmarkSlimClientMemory$ -benchtime 3x"},
 	} {
 		args := append([]string{"test", "-count=1", "-v"}, strings.Fields(gb.args)...)
 		args = append(args, gb.pkg)

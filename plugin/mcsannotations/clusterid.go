@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 // The cluster ID, when the Corefile does not give it, comes from the MCS

@@ -210,7 +210,7 @@ current-context: c
 }
 
 // The real API client lets a watch wait for a server that refuses
-// connections (plugin/internal/redial), counted in watches_waiting, until
+// connections (internal/redial), counted in watches_waiting, until
 // the watch's context ends; a list fails at once.
 func TestClientWatchWaitsForRefusingServer(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

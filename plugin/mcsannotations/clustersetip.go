@@ -6,10 +6,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
-	"github.com/mcsannotations/mcsannotations/plugin/serviceimport"
-	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
 
 // ClusterSetIP services: the local cluster's MCS ServiceImports of type

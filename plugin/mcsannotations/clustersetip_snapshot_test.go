@@ -19,10 +19,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
-	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
 
 func withDynamic(t *testing.T, f func(string, string) (dynamic.Interface, error)) {

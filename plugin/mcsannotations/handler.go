@@ -12,7 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 // ServeDNS implements plugin.Handler. Answers come from the current index

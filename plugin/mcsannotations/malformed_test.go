@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
-	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 // An API server whose lists of Pods break off (here 10 bytes short, inside

@@ -22,17 +22,17 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/clients"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/podinformer"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/redial"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/watchread"
-	"github.com/mcsannotations/mcsannotations/plugin/serviceimport"
-	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
-	"github.com/mcsannotations/mcsannotations/plugin/source"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/clients"
+	"github.com/mcsannotations/mcsannotations/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/internal/podinformer"
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/redial"
+	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/watchread"
 )
 
 // MCS is the plugin handler.

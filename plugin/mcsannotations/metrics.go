@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
-	"github.com/mcsannotations/mcsannotations/plugin/serviceimport"
-	"github.com/mcsannotations/mcsannotations/plugin/source"
+	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
+	"github.com/mcsannotations/mcsannotations/internal/source"
 )
 
 const subsystem = pluginName

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
-	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 // When an API server answers a watch with 410 (its watch cache begins after

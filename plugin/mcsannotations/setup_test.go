@@ -16,8 +16,8 @@ import (
 
 	"github.com/coredns/caddy"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 func TestParse(t *testing.T) {

@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcsannotations/mcsannotations/plugin/clients"
-	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
-	"github.com/mcsannotations/mcsannotations/plugin/source"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/internal/clients"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 // The snapshot is a cache of the table on disk: loaded into the table before

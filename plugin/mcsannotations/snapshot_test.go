@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/snapshot"
-	"github.com/mcsannotations/mcsannotations/plugin/source"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 func snapshotCorefile(path string) string {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
+	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 // benchPods makes n Pods backing n/per services (per endpoints each) in 50

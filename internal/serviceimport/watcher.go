@@ -29,9 +29,9 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
 
 // TypeClusterSetIP is the ServiceImport type that has a virtual IP.

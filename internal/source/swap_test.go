@@ -14,8 +14,8 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 // The first complete list replaces the records from a snapshot in one step:

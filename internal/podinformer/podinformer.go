@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/reuse"
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/reuse"
 )
 
 // Streamer lists Pods one at a time as they arrive, as podproto's client

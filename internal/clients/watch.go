@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/podinformer"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/slimmeta"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/internal/podinformer"
+	"github.com/mcsannotations/mcsannotations/internal/slimmeta"
 )
 
 // Watcher feeds an Index from the local cluster's Pods: only the Pods

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"net/netip"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/wire"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/wire"
 )
 
 // The persisted form of a client, so that alias names and imports enforce

@@ -26,10 +26,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 const zone = "clusterset.local."

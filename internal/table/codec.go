@@ -8,8 +8,8 @@ import (
 	"net/netip"
 	"unsafe"
 
-	"github.com/mcsannotations/mcsannotations/plugin/annotation"
-	"github.com/mcsannotations/mcsannotations/plugin/internal/wire"
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/wire"
 )
 
 // A persisted record starts with a version byte: a codec change gets a new

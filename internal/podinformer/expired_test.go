@@ -25,7 +25,7 @@ import (
 	restclientwatch "k8s.io/client-go/rest/watch"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 // expiring is an API server whose Pods are a and b at version 10; a watch

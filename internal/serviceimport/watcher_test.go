@@ -19,9 +19,9 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/plugin/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/plugin/mcsapi"
-	"github.com/mcsannotations/mcsannotations/plugin/table"
+	"github.com/mcsannotations/mcsannotations/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
 
 func serviceImport(version, ns, name, typ string, ips []any, ports ...any) *unstructured.Unstructured {

@@ -22,7 +22,7 @@ import (
 	restclientwatch "k8s.io/client-go/rest/watch"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/plugin/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 type cut struct{ v1.Pod }

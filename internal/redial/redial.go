@@ -19,7 +19,7 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
-	"github.com/mcsannotations/mcsannotations/plugin/internal/watchread"
+	"github.com/mcsannotations/mcsannotations/internal/watchread"
 )
 
 // Interval is how often a refused watch request is tried again.
