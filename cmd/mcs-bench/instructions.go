@@ -56,6 +56,24 @@ func (p instrPoint) perAnswer(n int64) float64 {
 // PerAnswer is the instructions per answered query.
 func (p instrPoint) PerAnswer() float64 { return p.perAnswer(p.Instr) }
 
+// Figure is one per-answer figure of the run: "all" instructions, "stack"
+// (those growing stacks), "nostack" (the rest), heap "bytes" or "allocs".
+func (p instrPoint) Figure(which string) float64 {
+	switch which {
+	case "all":
+		return p.PerAnswer()
+	case "stack":
+		return p.perAnswer(p.StackGrowth)
+	case "nostack":
+		return p.perAnswer(p.Instr - p.StackGrowth)
+	case "bytes":
+		return p.perAnswer(p.AllocBytes)
+	case "allocs":
+		return p.perAnswer(p.Allocs)
+	}
+	panic("instrPoint.Figure: unknown figure " + which)
+}
+
 // instrRunBound bounds one counted run: valgrind runs CoreDNS about 20 to 50
 // times slower than natively (700 to 1,000 answers a second here).
 const instrRunBound = 10 * time.Minute

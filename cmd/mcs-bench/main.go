@@ -5,9 +5,10 @@
 // (cold start from a snapshot, propagation, resync after a cut link).
 //
 // It drives test/harness (real etcd + kube-apiserver on 127.0.0.1,
-// bin/coredns), runs dnsperf, keeps every raw output under bench/raw/ and
-// writes BENCHMARKS.md. Every process it starts is stopped by PID, also on
-// failure and Ctrl-C.
+// bin/coredns), runs dnsperf, keeps every raw output under bench/raw/, writes
+// what it measured to results.json there and renders BENCHMARKS.md from it
+// (report.md.tmpl; -render renders a results.json again). Every process it
+// starts is stopped by PID, also on failure and Ctrl-C.
 //
 //	env $(tools/install.sh env) go run ./cmd/mcs-bench [-smoke] [flags]
 package main
@@ -50,8 +51,9 @@ type config struct {
 	InstrQueries  int    // queries in one counted run (whole passes through the query file)
 	Stages        string // comma-separated subset of gobench,cold,dns,instr,live; "" for all
 
-	Out string // BENCHMARKS.md
-	Raw string // folder for raw output
+	Out    string // BENCHMARKS.md
+	Raw    string // folder for raw output
+	Render string // a results.json to render instead of running
 
 	Command string // the command line, for the report
 }
@@ -78,6 +80,7 @@ func parseFlags() config {
 	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, dns (throughput, latency, memory), instr (instructions per answer, under callgrind), live (propagation, resync); default all")
 	flag.StringVar(&c.Out, "out", "", "report file (default BENCHMARKS.md at the repository root; bench/raw/smoke/BENCHMARKS.md with -smoke)")
 	flag.StringVar(&c.Raw, "raw", "", "folder for raw output (default bench/raw/<UTC time>, bench/raw/smoke with -smoke)")
+	flag.StringVar(&c.Render, "render", "", "render the report from this results.json of an earlier run instead of running (to -out, default the report that run wrote)")
 	flag.Parse()
 	if c.Smoke {
 		set := map[string]bool{}
@@ -112,6 +115,13 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "mcs-bench: %v (run it from the repository)\n", err)
 		os.Exit(2)
+	}
+	if cfg.Render != "" {
+		if err := rerender(cfg.Render, cfg.Out); err != nil {
+			fmt.Fprintf(os.Stderr, "mcs-bench: %v\n", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if cfg.Raw == "" {
 		cfg.Raw = filepath.Join(root, "bench", "raw", time.Now().UTC().Format("20060102T150405Z"))
@@ -161,49 +171,90 @@ func main() {
 	fmt.Printf("mcs-bench: done in %s; report %s, raw output %s\n", time.Since(res.Started).Round(time.Second), cfg.Out, cfg.Raw)
 }
 
-// run does every stage; a stage that fails is recorded and the others go on
-// where they can. The report is written at the end in any case.
+// scenario is one part of the benchmark: its function puts what it measures
+// into results, its targets function turns that into rows of the report's
+// table of targets, and its block of report.md.tmpl renders its figures. A
+// new scenario is one entry here, its function, and its template block.
+type scenario struct {
+	part    string // its name for -stages
+	name    string // the stage's name in the report
+	world   bool   // needs the clusters and the data
+	run     func(ctx context.Context, b *bench, res *results, w *world)
+	targets func(r *results) []target
+}
+
+// scenarios run in this order; the clusters start before the first that
+// needs them.
+var scenarios = []scenario{
+	{part: "gobench", name: "Go benchmarks", targets: goBenchTargets,
+		run: func(ctx context.Context, b *bench, res *results, _ *world) { goBenchmarks(ctx, b, res) }},
+	{part: "cold", name: "cold start from a snapshot", targets: coldTargets,
+		run: func(_ context.Context, b *bench, res *results, _ *world) { coldStart(b, res) }},
+	{part: "dns", name: "QPS and latency, pinned", world: true, targets: dnsTargets,
+		run: func(ctx context.Context, b *bench, res *results, w *world) { throughput(ctx, b, res, w, true) }},
+	{part: "dns", name: "QPS, unpinned; heap and RSS", world: true,
+		run: func(ctx context.Context, b *bench, res *results, w *world) { throughput(ctx, b, res, w, false) }},
+	{part: "instr", name: "instructions per answer (callgrind)", world: true, targets: instrTargets, run: instructions},
+	{part: "live", name: "propagation and resync", world: true, targets: liveTargets,
+		run: func(_ context.Context, b *bench, res *results, w *world) { liveChanges(b, res, w) }},
+}
+
+// run does every scenario wanted; one that fails is recorded and the others
+// go on where they can. The results and the report are written at the end in
+// any case.
 func run(ctx context.Context, b *bench, res *results) {
 	cfg := res.Cfg
 	defer func() {
 		res.Took = time.Since(res.Started)
-		if err := writeReport(res); err != nil {
-			b.Errorf("report: %v", err)
-		} else {
-			fmt.Printf("== report written to %s\n", cfg.Out)
+		res.Machine.LoadEnd = loadavg()
+		path, err := saveResults(res)
+		if err != nil {
+			b.Errorf("results: %v", err)
+			return
 		}
+		if err := writeReport(res, cfg.Out); err != nil {
+			b.Errorf("report: %v", err)
+			return
+		}
+		fmt.Printf("== results in %s, report written to %s\n", path, cfg.Out)
 	}()
 	stage(b, res, "preflight", func() { preflight(b, res) })
 	if len(res.Failures) > 0 {
 		return
 	}
-	if cfg.GoBench && cfg.wants("gobench") {
-		stage(b, res, "Go benchmarks", func() { goBenchmarks(ctx, b, res) })
-	}
-	if cfg.wants("cold") {
-		stage(b, res, "cold start from a snapshot", func() { coldStart(b, res) })
-	}
-	if !cfg.wants("dns") && !cfg.wants("instr") && !cfg.wants("live") {
-		return
-	}
 	var env *world
-	stage(b, res, "clusters and data", func() { env = setup(b, res) })
-	if env == nil {
-		return
-	}
-	if cfg.wants("dns") {
-		stage(b, res, "QPS and latency, pinned", func() { throughput(ctx, b, res, env, true) })
-		stage(b, res, "QPS, unpinned; heap and RSS", func() { throughput(ctx, b, res, env, false) })
-	}
-	if cfg.wants("instr") {
-		stage(b, res, "instructions per answer (callgrind)", func() { instructions(ctx, b, res, env) })
-	}
-	if cfg.wants("live") {
-		stage(b, res, "propagation and resync", func() { liveChanges(b, res, env) })
+	for _, s := range scenarios {
+		if !cfg.wants(s.part) || (s.part == "gobench" && !cfg.GoBench) {
+			continue
+		}
+		if s.world && env == nil {
+			stage(b, res, "clusters and data", func() { env = setup(b, res) })
+			if env == nil {
+				return
+			}
+		}
+		stage(b, res, s.name, func() { s.run(ctx, b, res, env) })
 	}
 	if cfg.Stages == "" {
 		checkSane(res)
 	}
+}
+
+// rerender writes the report of a results file again, to out or, when out
+// is empty, to the report its run wrote.
+func rerender(path, out string) error {
+	r, err := loadResults(path)
+	if err != nil {
+		return err
+	}
+	if out == "" {
+		out = r.Cfg.Out
+	}
+	if err := writeReport(r, out); err != nil {
+		return err
+	}
+	fmt.Printf("mcs-bench: report of %s written to %s\n", path, out)
+	return nil
 }
 
 // wants tells whether a part is to run.

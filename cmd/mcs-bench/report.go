@@ -26,9 +26,9 @@ type results struct {
 	ClustersTook time.Duration
 	Create       createStats
 	Sync         []syncPoint
-	QPS          map[string][]perf // mode/qtype/contender -> runs
+	Throughput   map[string][]perf // mode/qtype/contender -> runs
 	Latency      map[string]perf   // qtype/contender
-	Mem          []memPoint
+	Mems         []memPoint
 	ProfileTop   string
 	NewStack     []newStackShare
 	GoBench      []string
@@ -85,6 +85,17 @@ func (c *coldResult) snapshotShare() (time.Duration, bool) {
 	return pct(d, 50), true
 }
 
+// PerEndpoint is a heap figure less the empty heap, per endpoint.
+func (c *coldResult) PerEndpoint(heap int64) float64 {
+	return float64(heap-c.HeapEmpty) / float64(c.Endpoints)
+}
+
+// SnapshotShare is snapshotShare for the report (0 when unpaired).
+func (c *coldResult) SnapshotShare() time.Duration {
+	d, _ := c.snapshotShare()
+	return d
+}
+
 type propResult struct {
 	Source   string
 	Lat, API []time.Duration
@@ -117,8 +128,8 @@ func listedAgain(relist, resumed resyncResult) bool {
 	return relist.Received >= resumed.Received+int64(relist.Endpoints)*minPodBytes
 }
 
-// kind names the case, as the report's rows say it.
-func (rs resyncResult) kind() string {
+// Kind names the case, as the report's rows say it.
+func (rs resyncResult) Kind() string {
 	if rs.Restart {
 		return "API server restarted while cut: every Pod listed again"
 	}
@@ -130,11 +141,11 @@ func (r *results) setSync(mode, name string, d time.Duration) {
 }
 
 func (r *results) addQPS(mode, qtype, name string, p perf) {
-	if r.QPS == nil {
-		r.QPS = map[string][]perf{}
+	if r.Throughput == nil {
+		r.Throughput = map[string][]perf{}
 	}
 	k := mode + "/" + qtype + "/" + name
-	r.QPS[k] = append(r.QPS[k], p)
+	r.Throughput[k] = append(r.Throughput[k], p)
 }
 
 func (r *results) addLatency(qtype, name string, p perf) {
@@ -144,9 +155,9 @@ func (r *results) addLatency(qtype, name string, p perf) {
 	r.Latency[qtype+"/"+name] = p
 }
 
-// qps is the median QPS of a point, NaN when it was not measured.
-func (r *results) qps(mode, qtype, name string) float64 {
-	ps := r.QPS[mode+"/"+qtype+"/"+name]
+// QPS is the median QPS of a point, NaN when it was not measured.
+func (r *results) QPS(mode, qtype, name string) float64 {
+	ps := r.Throughput[mode+"/"+qtype+"/"+name]
 	if len(ps) == 0 {
 		return math.NaN()
 	}
@@ -157,14 +168,17 @@ func (r *results) qps(mode, qtype, name string) float64 {
 	return median(xs)
 }
 
-// instrPerAnswer is the median over a contender's counted callgrind runs of
-// a per-answer figure of each (instrPoint.PerAnswer, say), NaN when not
-// measured.
-func (r *results) instrPerAnswer(qtype, name string, f func(instrPoint) float64) float64 {
+// Runs are the QPS of every run of a point, for the report.
+func (r *results) Runs(mode, qtype, name string) []perf { return r.Throughput[mode+"/"+qtype+"/"+name] }
+
+// Instructions is the median over a contender's counted callgrind runs of a
+// per-answer figure: "all" instructions, "stack" (growing stacks), "nostack"
+// (the rest), "bytes" or "allocs" of the heap; NaN when not measured.
+func (r *results) Instructions(qtype, name, which string) float64 {
 	var xs []float64
 	for _, p := range r.Instr {
 		if p.QType == qtype && p.Contender == name && p.Answers > 0 {
-			xs = append(xs, f(p))
+			xs = append(xs, p.Figure(which))
 		}
 	}
 	if len(xs) == 0 {
@@ -173,11 +187,33 @@ func (r *results) instrPerAnswer(qtype, name string, f func(instrPoint) float64)
 	return median(xs)
 }
 
-// cpuPerAnswer is the median CoreDNS CPU time per answered query of a point,
-// and the median share of the run's wall time that CoreDNS was on a CPU;
-// NaN when not measured.
+// InstrRange is the least and most instructions per answer of a
+// contender's counted runs.
+func (r *results) InstrRange(qtype, name string) string {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, x := range r.Instr {
+		if x.QType == qtype && x.Contender == name {
+			lo, hi = math.Min(lo, x.PerAnswer()), math.Max(hi, x.PerAnswer())
+		}
+	}
+	return fmt.Sprintf("%.0f-%.0f", lo, hi)
+}
+
+// CPU is the median CoreDNS CPU time per answered query of a point, in
+// seconds; NaN when not measured.
+func (r *results) CPU(mode, qtype, name string) float64 {
+	x, _ := r.cpuPerAnswer(mode, qtype, name)
+	return x
+}
+
+// Busy is the median share of a point's wall time that CoreDNS was on a CPU.
+func (r *results) Busy(mode, qtype, name string) float64 {
+	_, b := r.cpuPerAnswer(mode, qtype, name)
+	return b
+}
+
 func (r *results) cpuPerAnswer(mode, qtype, name string) (perAnswer, busy float64) {
-	ps := r.QPS[mode+"/"+qtype+"/"+name]
+	ps := r.Throughput[mode+"/"+qtype+"/"+name]
 	var xs, bs []float64
 	for _, p := range ps {
 		if p.CPU > 0 && p.Completed > 0 && p.Took > 0 {
@@ -191,13 +227,25 @@ func (r *results) cpuPerAnswer(mode, qtype, name string) (perAnswer, busy float6
 	return median(xs), median(bs)
 }
 
-func (r *results) mem(name, when string) (memPoint, bool) {
-	for _, m := range r.Mem {
+// Mem is a memory point, nil when not measured.
+func (r *results) Mem(name, when string) *memPoint {
+	for i, m := range r.Mems {
 		if m.Contender == name && m.When == when {
-			return m, true
+			return &r.Mems[i]
 		}
 	}
-	return memPoint{}, false
+	return nil
+}
+
+// LivePerEndpoint is our plugin's heap per endpoint with live sources: the
+// heap with the data less the heap watching an empty cluster; NaN when not
+// measured.
+func (r *results) LivePerEndpoint() float64 {
+	a, e := r.Mem(ours, "loaded"), r.Mem(ours+" (empty)", "loaded")
+	if a == nil || e == nil || r.Create.Pods == 0 {
+		return math.NaN()
+	}
+	return float64(a.Heap-e.Heap) / float64(r.Create.Pods)
 }
 
 func pct(ds []time.Duration, q float64) time.Duration {
@@ -281,7 +329,7 @@ func checkSane(r *results) {
 				if q == "SRV" && c == hosts {
 					continue
 				}
-				ps := r.QPS[mode+"/"+q+"/"+c]
+				ps := r.Throughput[mode+"/"+q+"/"+c]
 				if len(ps) != r.Cfg.Runs {
 					bad("%s %s %s: %d dnsperf runs, want %d", mode, q, c, len(ps), r.Cfg.Runs)
 					continue
@@ -313,7 +361,7 @@ func checkSane(r *results) {
 		bad("no CPU profile")
 	}
 	for _, c := range []string{ours, hosts, intree} {
-		if m, ok := r.mem(c, "loaded"); !ok || m.Heap <= 0 || m.RSS <= 0 {
+		if m := r.Mem(c, "loaded"); m == nil || m.Heap <= 0 || m.RSS <= 0 {
 			bad("no heap/RSS for %s", c)
 		}
 	}
@@ -368,4 +416,33 @@ func checkSane(r *results) {
 	if r.Cfg.GoBench && len(r.GoBench) == 0 {
 		bad("no Go benchmark output")
 	}
+}
+
+// LatencyOf is a fixed-rate latency point, nil when not measured.
+func (r *results) LatencyOf(qtype, name string) *perf {
+	if p, ok := r.Latency[qtype+"/"+name]; ok {
+		return &p
+	}
+	return nil
+}
+
+// OursATop is our first counted A run with a callgrind listing, nil if none.
+func (r *results) OursATop() *instrPoint {
+	for i, x := range r.Instr {
+		if x.Contender == ours && x.QType == "A" && x.Top != "" {
+			return &r.Instr[i]
+		}
+	}
+	return nil
+}
+
+// ResyncRows are the resync cases that were measured.
+func (r *results) ResyncRows() []resyncResult {
+	var rs []resyncResult
+	for _, x := range []resyncResult{r.Resync, r.Relist} {
+		if x.Probes > 0 {
+			rs = append(rs, x)
+		}
+	}
+	return rs
 }

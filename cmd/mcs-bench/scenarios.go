@@ -237,7 +237,7 @@ func (r *results) memory(t harness.T, c *contender, when string) {
 		}
 		mp.Top = top
 	}
-	r.Mem = append(r.Mem, mp)
+	r.Mems = append(r.Mems, mp)
 }
 
 // liveChanges measures propagation (local and peer) and the resync after a
@@ -542,7 +542,7 @@ func coldStart(b *bench, res *results) {
 	base.start(b, "", dataset{cluster: clusterA, endpoints: 1, namespaces: 1}, nil, startBound)
 	time.Sleep(500 * time.Millisecond)
 	res.memory(b, base, "no API server, empty snapshot")
-	r.HeapEmpty = res.Mem[len(res.Mem)-1].Heap
+	r.HeapEmpty = res.Mems[len(res.Mems)-1].Heap
 	base.stop(b)
 	// The same start with an empty snapshot (the process's own start-up: Go
 	// runtime, every in-tree plugin's init, the server) is timed in turns
@@ -577,14 +577,14 @@ func coldStart(b *bench, res *results) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	res.memory(b, c, "no API server, snapshot loaded")
-	r.HeapLoaded = res.Mem[len(res.Mem)-1].Heap
+	r.HeapLoaded = res.Mems[len(res.Mems)-1].Heap
 	for i := 0; i < ds.services; i++ { // every service asked once: every answer rendered
 		if bad := check(c, ds, i, dns.TypeA); bad != "" {
 			b.Fatalf("cold: %s", bad)
 		}
 	}
 	res.memory(b, c, "no API server, every service asked once")
-	r.HeapRendered = res.Mem[len(res.Mem)-1].Heap
+	r.HeapRendered = res.Mems[len(res.Mems)-1].Heap
 	c.d.Stop(b)
 
 	probe := sample[len(sample)/2]

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// The targets of issue 6, one function per scenario: each reads what its
+// scenario measured and returns its rows of the report's table of targets.
+
+func dnsTargets(r *results) []target {
+	var ts []target
+	for _, mode := range []string{"pinned", "unpinned"} {
+		o, h := r.QPS(mode, "A", ours), r.QPS(mode, "A", hosts)
+		ts = append(ts, target{fmt.Sprintf("ours/hosts >= 0.95 (A, %s)", mode), ratio(o, h), o/h >= 0.95, !math.IsNaN(o / h)})
+	}
+	for _, mode := range []string{"pinned", "unpinned"} {
+		for _, q := range []string{"A", "SRV"} {
+			o, k := r.QPS(mode, q, ours), r.QPS(mode, q, intree)
+			ts = append(ts, target{fmt.Sprintf("ours/in-tree multicluster >= 2 (%s, %s)", q, mode), ratio(o, k), o/k >= 2, !math.IsNaN(o / k)})
+		}
+	}
+	for _, q := range []string{"A", "SRV"} {
+		o, k := r.CPU("pinned", q, ours), r.CPU("pinned", q, intree)
+		ts = append(ts, target{fmt.Sprintf("ours/in-tree multicluster >= 2 (%s, pinned, by CoreDNS CPU per answer: in-tree's / ours)", q), ratio(k, o), k/o >= 2, !math.IsNaN(k / o)})
+	}
+	return ts
+}
+
+func instrTargets(r *results) []target {
+	if len(r.Instr) == 0 {
+		return nil
+	}
+	h, o := r.Instructions("A", hosts, "all"), r.Instructions("A", ours, "all")
+	ts := []target{{"ours/hosts >= 0.95 (A, by instructions per answer under callgrind, GC off: hosts' / ours)", ratio(h, o), h/o >= 0.95, !math.IsNaN(h / o)}}
+	for _, q := range []string{"A", "SRV"} {
+		k, o := r.Instructions(q, intree, "all"), r.Instructions(q, ours, "all")
+		ts = append(ts, target{fmt.Sprintf("ours/in-tree multicluster >= 2 (%s, by instructions per answer under callgrind, GC off: in-tree's / ours)", q), ratio(k, o), k/o >= 2, !math.IsNaN(k / o)})
+	}
+	return ts
+}
+
+func goBenchTargets(r *results) []target {
+	allocs := "see the Go benchmarks below"
+	passed := false
+	for _, l := range r.GoBench {
+		if strings.HasPrefix(l, "--- PASS: TestLookupDoesNotAllocate") {
+			passed = true
+		}
+		if strings.HasPrefix(l, "BenchmarkServeDNS/") {
+			allocs += "; `" + l + "`"
+		}
+	}
+	state := map[bool]string{true: "passes", false: "not run"}[passed]
+	return []target{{"zero allocations on the answer path beyond the response message", "lookup: 0 (TestLookupDoesNotAllocate " + state + "); " + allocs, passed, passed}}
+}
+
+func coldTargets(r *results) []target {
+	c := r.Cold
+	if c == nil || c.Endpoints == 0 {
+		return nil
+	}
+	loaded, rendered := c.PerEndpoint(c.HeapLoaded), c.PerEndpoint(c.HeapRendered)
+	ts := []target{
+		{fmt.Sprintf("<= 200 B heap per endpoint (records, table and index in the running CoreDNS, %d endpoints; answers are rendered when a name is first asked)", c.Endpoints), fmt.Sprintf("%.0f B", loaded), loaded <= 200, true},
+		{"the same, with every service asked once (every answer rendered and kept)", fmt.Sprintf("%.0f B", rendered), rendered <= 200, true},
+	}
+	med := pct(c.Runs, 50)
+	at := ""
+	if c.Endpoints < 100000 {
+		at = fmt.Sprintf(" (only %d endpoints)", c.Endpoints)
+	}
+	share := ""
+	if d, ok := c.snapshotShare(); ok {
+		share = fmt.Sprintf(" (the process's own start, timed in turns with it: %s; the snapshot's share: %s)", ms(pct(c.EmptyRuns, 50)), ms(d))
+	}
+	return append(ts, target{fmt.Sprintf("cold start at 100k <= 300 ms%s", at), fmt.Sprintf("%s median of %d%s", ms(med), len(c.Runs), share),
+		med <= 300*time.Millisecond, len(c.Runs) > 0 && c.Endpoints >= 100000})
+}
+
+func liveTargets(r *results) []target {
+	var ts []target
+	for _, pr := range r.Prop {
+		limit := 200 * time.Millisecond
+		if pr.Source == "peer" {
+			limit = time.Second
+		}
+		ts = append(ts, target{fmt.Sprintf("propagation p99 <= %s (%s)", limit, pr.Source),
+			fmt.Sprintf("p99 %s (p50 %s) over %d changes", ms(pct(pr.Lat, 99)), ms(pct(pr.Lat, 50)), len(pr.Lat)),
+			pct(pr.Lat, 99) <= limit, len(pr.Lat) > 0})
+	}
+	for _, rs := range []resyncResult{r.Resync, r.Relist} {
+		if rs.Probes == 0 {
+			continue
+		}
+		t := target{Met: rs.Took <= 5*time.Second && rs.ProbeWrong == 0, Known: rs.Endpoints >= 100000}
+		t.Name = fmt.Sprintf("resync 100k <= 5 s, no empty answers (%s; here %d endpoints)", rs.Kind(), rs.Endpoints)
+		warm := ""
+		if rs.Restart {
+			warm = fmt.Sprintf("; restored after the API server's warm-up of %s", ms(rs.WarmUp))
+		}
+		t.Measured = fmt.Sprintf("%s (%s of it until the first new connection; %s from the API server%s); %d wrong answers of %d probes",
+			ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received), warm, rs.ProbeWrong, rs.Probes)
+		if !t.Known && !t.Met {
+			t.Known, t.Name = true, t.Name+": **missed** already at this size"
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
