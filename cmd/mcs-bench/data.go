@@ -135,7 +135,7 @@ type createStats struct {
 // Ready with their IPs: the harness acts as the kubelet) and, when mcsToo,
 // the MCS CRDs, one Headless ServiceImport and one EndpointSlice per service
 // for the in-tree kubernetes multicluster reference.
-func (d dataset) load(t harness.T, c *harness.Cluster, workers int, mcsToo bool) createStats {
+func (d dataset) load(t *harness.Program, c *harness.Cluster, workers int, mcsToo bool) createStats {
 	var st createStats
 	for n := 0; n < d.namespaces && n < d.services; n++ {
 		c.CreateNamespace(t, d.namespace(n))
@@ -146,7 +146,7 @@ func (d dataset) load(t harness.T, c *harness.Cluster, workers int, mcsToo bool)
 	err := parallel(d.total(), workers, func(k int) error {
 		i, j := k/d.endpoints, k%d.endpoints
 		p := harness.ReadyPod{Pod: harness.ExporterPod(d.pod(i, j), "", d.exportService(i)), IPs: []string{d.ip(i, j).String()}}
-		ok := protect(func() { c.CreateReadyPods(t, d.namespace(i), p) })
+		ok := t.Run(func() { c.CreateReadyPods(t, d.namespace(i), p) })
 		done.Add(1)
 		if !ok {
 			return fmt.Errorf("pod %s/%s", d.namespace(i), p.Name)

@@ -83,7 +83,7 @@ const instrRunBound = 10 * time.Minute
 // queries each, for A and for SRV, after one pass that is not counted (so
 // that our plugin has rendered each answer once, as it does on a name's
 // first query, and every contender's caches and pools are warm).
-func instructions(ctx context.Context, b *bench, res *results, w *world) {
+func instructions(ctx context.Context, b *harness.Program, res *results, w *world) {
 	cfg := res.Cfg
 	dir := harness.TempDir(b)
 	passes := max(1, (cfg.InstrQueries+w.ds.services-1)/w.ds.services)
@@ -122,7 +122,7 @@ func instructions(ctx context.Context, b *bench, res *results, w *world) {
 // countRun counts the instructions of one run of passes through the query
 // file: counters zeroed and counting switched on just before dnsperf
 // starts, off and dumped just after it ends.
-func countRun(ctx context.Context, b *bench, c *contender, w *world, raw, qtype string, run, passes int, out string) instrPoint {
+func countRun(ctx context.Context, b *harness.Program, c *contender, w *world, raw, qtype string, run, passes int, out string) instrPoint {
 	pid := c.d.Process().PID()
 	tag := fmt.Sprintf("%s-%s-run%d", qtype, slug(c.Name), run)
 	before := callgrindDumps(out)

@@ -19,10 +19,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/test/harness"
@@ -141,26 +139,20 @@ func main() {
 		os.Exit(2)
 	}
 
-	b := &bench{start: time.Now()}
+	start := time.Now()
+	b := harness.NewProgram("mcs-bench", func(msg string) {
+		fmt.Printf("   [%6.1fs] %s\n", time.Since(start).Seconds(), msg)
+	})
 	ctx, cancel := context.WithCancel(context.Background())
-	res := &results{Cfg: cfg, Root: root, Started: time.Now()}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		protect(func() { run(ctx, b, res) })
-	}()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	res := &results{Cfg: cfg, Root: root, Started: start}
+	_, sig := b.RunUntilSignal(func() { run(ctx, b, res) })
 	code := 0
-	select {
-	case <-done:
-	case s := <-sig:
-		fmt.Fprintf(os.Stderr, "mcs-bench: %v: stopping every process it started\n", s)
-		cancel()
+	if sig != nil {
+		fmt.Fprintf(os.Stderr, "mcs-bench: %v: stopping every process it started\n", sig)
 		code = 130
 	}
 	cancel()
-	b.runCleanups()
+	b.RunCleanups()
 	if code != 0 {
 		os.Exit(code)
 	}
@@ -179,7 +171,7 @@ type scenario struct {
 	part    string // its name for -stages
 	name    string // the stage's name in the report
 	world   bool   // needs the clusters and the data
-	run     func(ctx context.Context, b *bench, res *results, w *world)
+	run     func(ctx context.Context, b *harness.Program, res *results, w *world)
 	targets func(r *results) []target
 }
 
@@ -187,22 +179,26 @@ type scenario struct {
 // needs them.
 var scenarios = []scenario{
 	{part: "gobench", name: "Go benchmarks", targets: goBenchTargets,
-		run: func(ctx context.Context, b *bench, res *results, _ *world) { goBenchmarks(ctx, b, res) }},
+		run: func(ctx context.Context, b *harness.Program, res *results, _ *world) { goBenchmarks(ctx, b, res) }},
 	{part: "cold", name: "cold start from a snapshot", targets: coldTargets,
-		run: func(_ context.Context, b *bench, res *results, _ *world) { coldStart(b, res) }},
+		run: func(_ context.Context, b *harness.Program, res *results, _ *world) { coldStart(b, res) }},
 	{part: "dns", name: "QPS and latency, pinned", world: true, targets: dnsTargets,
-		run: func(ctx context.Context, b *bench, res *results, w *world) { throughput(ctx, b, res, w, true) }},
+		run: func(ctx context.Context, b *harness.Program, res *results, w *world) {
+			throughput(ctx, b, res, w, true)
+		}},
 	{part: "dns", name: "QPS, unpinned; heap and RSS", world: true,
-		run: func(ctx context.Context, b *bench, res *results, w *world) { throughput(ctx, b, res, w, false) }},
+		run: func(ctx context.Context, b *harness.Program, res *results, w *world) {
+			throughput(ctx, b, res, w, false)
+		}},
 	{part: "instr", name: "instructions per answer (callgrind)", world: true, targets: instrTargets, run: instructions},
 	{part: "live", name: "propagation and resync", world: true, targets: liveTargets,
-		run: func(_ context.Context, b *bench, res *results, w *world) { liveChanges(b, res, w) }},
+		run: func(_ context.Context, b *harness.Program, res *results, w *world) { liveChanges(b, res, w) }},
 }
 
 // run does every scenario wanted; one that fails is recorded and the others
 // go on where they can. The results and the report are written at the end in
 // any case.
-func run(ctx context.Context, b *bench, res *results) {
+func run(ctx context.Context, b *harness.Program, res *results) {
 	cfg := res.Cfg
 	defer func() {
 		res.Took = time.Since(res.Started)
@@ -271,10 +267,10 @@ func (c config) wants(part string) bool {
 }
 
 // stage runs one part, timing it and recording a failure.
-func stage(b *bench, res *results, name string, f func()) {
+func stage(b *harness.Program, res *results, name string, f func()) {
 	fmt.Printf("== %s\n", name)
 	start := time.Now()
-	ok := protect(f)
+	ok := b.Run(f)
 	took := time.Since(start)
 	res.Stages = append(res.Stages, stageTime{name, took, ok})
 	if !ok {
@@ -286,7 +282,7 @@ func stage(b *bench, res *results, name string, f func()) {
 }
 
 // preflight checks the tools and records the machine.
-func preflight(b *bench, res *results) {
+func preflight(b *harness.Program, res *results) {
 	harness.RequireTools(b)
 	tools := []string{"dnsperf", "taskset", "go"}
 	if res.Cfg.wants("instr") {

@@ -41,7 +41,7 @@ const (
 )
 
 // setup starts the two clusters and loads the data into the first.
-func setup(b *bench, res *results) *world {
+func setup(b *harness.Program, res *results) *world {
 	cfg := res.Cfg
 	w := &world{ds: dataset{cluster: clusterA, services: cfg.Services, endpoints: cfg.Endpoints, namespaces: cfg.Namespaces}}
 	w.dir = harness.TempDir(b)
@@ -71,7 +71,7 @@ func setup(b *bench, res *results) *world {
 }
 
 // contenders are the three servers over the world's data.
-func (w *world) contenders(b *bench) []*contender {
+func (w *world) contenders(b *harness.Program) []*contender {
 	return []*contender{
 		{Name: ours, SRV: true, tmpl: oursCorefile, vars: map[string]string{
 			"CLUSTER": clusterA, "KUBECONFIG": w.a.Kubeconfig, "PEERS": "",
@@ -86,7 +86,7 @@ func (w *world) contenders(b *bench) []*contender {
 // contenders' order rotated every run. Pinned: CoreDNS on CPU 0, dnsperf on
 // CPU 1, and then the fixed-rate latency runs and a CPU profile of ours.
 // Unpinned: also the heap and RSS of each.
-func throughput(ctx context.Context, b *bench, res *results, w *world, pin bool) {
+func throughput(ctx context.Context, b *harness.Program, res *results, w *world, pin bool) {
 	cfg := res.Cfg
 	mode, dnsperfPin := "unpinned", ""
 	if pin {
@@ -243,7 +243,7 @@ func (r *results) memory(t harness.T, c *contender, when string) {
 // liveChanges measures propagation (local and peer) and the resync after a
 // cut link, on one CoreDNS with our plugin watching the data cluster through
 // a proxy and the peer cluster directly.
-func liveChanges(b *bench, res *results, w *world) {
+func liveChanges(b *harness.Program, res *results, w *world) {
 	cfg := res.Cfg
 	proxy := harness.StartProxy(b, w.a.APIServerAddr())
 	c := &contender{Name: ours + " (live)", SRV: true, tmpl: oursCorefile, vars: map[string]string{
@@ -322,7 +322,7 @@ func waitName(t harness.T, c *contender, name, ip string, bound time.Duration) {
 // API server first reads every object from etcd (its warm-up, reported
 // apart), and until then it turns watches away; the resync is what follows
 // a link that comes back to a running API server.
-func resync(b *bench, c *contender, w *world, proxy *harness.Proxy, cfg config, restart bool) resyncResult {
+func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cfg config, restart bool) resyncResult {
 	cutFor := cfg.CutFor
 	ns := "resync"
 	if restart {
@@ -501,7 +501,7 @@ func cpuOf(t harness.T, pids ...int) []time.Duration {
 // coldStart writes a snapshot of ColdEndpoints endpoints with the plugin's
 // own packages, then starts bin/coredns with that snapshot and an API server
 // that does not exist, and times process start to the first correct answer.
-func coldStart(b *bench, res *results) {
+func coldStart(b *harness.Program, res *results) {
 	cfg := res.Cfg
 	ds := dataset{cluster: clusterA, services: max(1, cfg.ColdEndpoints/10), endpoints: 10, namespaces: 50}
 	dir := harness.TempDir(b)
@@ -614,7 +614,7 @@ func coldStart(b *bench, res *results) {
 // time of start-up, which pprof cannot see), until the first correct
 // answer, and returns `perf report` by symbol, children included. perf is
 // optional (a machine may not allow it): failing to run it is only noted.
-func perfColdStart(b *bench, c *contender, ds dataset, probe int, out string) string {
+func perfColdStart(b *harness.Program, c *contender, ds dataset, probe int, out string) string {
 	if err := harness.PortFree(c.d.Port); err != nil {
 		b.Logf("skipping the perf profile: perf cold start: %v", err)
 		return ""
@@ -668,7 +668,7 @@ func perfColdStart(b *bench, c *contender, ds dataset, probe int, out string) st
 }
 
 // goBenchmarks runs the plugin's own Go benchmarks and keeps their output.
-func goBenchmarks(ctx context.Context, b *bench, res *results) {
+func goBenchmarks(ctx context.Context, b *harness.Program, res *results) {
 	for _, gb := range []struct{ pkg, args string }{
 		{"./internal/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad)$ -benchtime 3x -benchmem"},
 		{"./plugin/mcsannotations/", "-run ^$ -bench ^BenchmarkServeDNS$ -benchmem"},

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -76,50 +75,37 @@ const corefile = `clusterset.local:{PORT} {
 
 func main() {
 	flag.Parse()
-	r := &runner{}
+	r := harness.NewProgram("mcs-demo", nil)
 	start := time.Now()
 
-	done := make(chan bool, 1) // true when the demo ran to its end
-	go func() {
-		ok := false
-		defer func() { done <- ok }()
-		if !guard(func() { demo(r) }) {
-			ok = true
-		}
-	}()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	ok, sig := r.RunUntilSignal(func() { demo(r) })
 	code := 0
-	select {
-	case ok := <-done:
-		if !ok || r.Failed() {
-			code = 1
-		}
-	case s := <-sig:
-		fmt.Fprintf(os.Stderr, "mcs-demo: %v: stopping everything\n", s)
+	switch {
+	case sig != nil:
+		fmt.Fprintf(os.Stderr, "mcs-demo: %v: stopping everything\n", sig)
 		code = 130
+	case !ok || r.Failed():
+		code = 1
 	}
 
 	switch code {
 	case 0:
 		fmt.Println("== step 7: clean up: stop every process by PID, remove the temporary folders")
-		r.setStep(" at clean-up")
+		r.SetStep(" at clean-up")
 	case 130:
 		fmt.Println("== interrupted: stop every process by PID, remove the temporary folders")
-		r.setStep(" after the interrupt") // the demo's goroutine may still report what it sees going
+		r.SetStep(" after the interrupt") // the demo's goroutine may still report what it sees going
 	default:
 		fmt.Println("== clean up after the failure: stop every process by PID, remove the temporary folders")
-		r.setStep(" at clean-up")
+		r.SetStep(" at clean-up")
 	}
-	r.runCleanups()
-	pids, dirs := r.leftovers()
-	if len(pids) > 0 || len(dirs) > 0 {
-		fmt.Fprintf(os.Stderr, "mcs-demo: FAILED (clean-up): still running: PIDs %v; still present: %v\n", pids, dirs)
+	r.RunCleanups()
+	procs, dirs := r.Leftovers()
+	if len(procs) > 0 || len(dirs) > 0 {
+		fmt.Fprintf(os.Stderr, "mcs-demo: FAILED (clean-up): still running: %v; still present: %v\n", procs, dirs)
 		os.Exit(1)
 	}
-	r.mu.Lock()
-	fmt.Printf("   stopped %d processes (PIDs %v), removed %d folders\n", len(r.pids), r.pids, len(r.dirs))
-	r.mu.Unlock()
+	fmt.Printf("   stopped every process (%s) and removed the temporary folders\n", strings.Join(r.Processes(), ", "))
 	if code != 0 || r.Failed() {
 		fmt.Fprintln(os.Stderr, "== demo FAILED: see the messages above")
 		if code == 0 {
@@ -131,7 +117,7 @@ func main() {
 }
 
 // demo runs steps 1 to 6; any failure ends it through r.Fatalf.
-func demo(r *runner) {
+func demo(r *harness.Program) {
 	harness.RequireTools(r) // every tool, or a clear failure
 	dig, err := exec.LookPath("dig")
 	if err != nil {
@@ -145,9 +131,6 @@ func demo(r *runner) {
 	step(r, 1, "start two local clusters, %s and %s (etcd + kube-apiserver each, on 127.0.0.1)", local, peerName)
 	cs := harness.StartClusters(r, local, peerName)
 	a, b := cs[0], cs[1]
-	for _, c := range cs {
-		r.started(c.Etcd().PID(), c.APIServer().PID())
-	}
 
 	step(r, 2, "create the sample workloads from manifests/examples/, act as their kubelet, run the annotator")
 	world := model{}
@@ -167,8 +150,7 @@ func demo(r *runner) {
 	}
 	step(r, 3, "start our CoreDNS for %s (watches %s; snapshot on disk)", local, strings.Join(watched, " and "))
 	d := harness.StartCoreDNS(r, corefile, vars)
-	r.started(d.Process().PID())
-	fmt.Println(indent(d.Corefile, "   | "))
+	fmt.Println(harness.Indent(d.Corefile, "   | "))
 	checks := world.checks(watched)
 
 	step(r, 4, "ask CoreDNS (dig @127.0.0.1 -p %d) while everything is up", d.Port)
@@ -197,7 +179,6 @@ func demo(r *runner) {
 
 	step(r, 6, "restart CoreDNS while still cut off: it answers from its snapshot")
 	d.Restart(r)
-	r.started(d.Process().PID())
 	took = waitAll(r, d, checks, restartTimeout)
 	if err := a.Ready(); err == nil {
 		r.Fatalf("%s's API server answers again: the step proves nothing", local)
@@ -211,9 +192,9 @@ func demo(r *runner) {
 }
 
 // step prints one line per step and names it in failure messages.
-func step(r *runner, n int, format string, args ...any) {
+func step(r *harness.Program, n int, format string, args ...any) {
 	fmt.Printf("== step %d: %s\n", n, fmt.Sprintf(format, args...))
-	r.setStep(" at step " + strconv.Itoa(n))
+	r.SetStep(" at step " + strconv.Itoa(n))
 }
 
 // workloadPod is a Pod the demo created, with the IPs it reported for it
@@ -230,7 +211,7 @@ type workloadPod struct {
 // the Pods, each marked when an exported Service (annotation
 // multicluster.kubernetes.io/export: "true", or a ServiceExport) selects it,
 // and the ServiceExports ("namespace/name").
-func createWorkloads(r *runner, c *harness.Cluster, path string) ([]workloadPod, []string) {
+func createWorkloads(r *harness.Program, c *harness.Cluster, path string) ([]workloadPod, []string) {
 	objs, err := harness.ReadManifests(path)
 	if err != nil {
 		r.Fatalf("%v", err)
@@ -300,9 +281,8 @@ func createWorkloads(r *runner, c *harness.Cluster, path string) ([]workloadPod,
 // export annotation of every Pod an exported Service selects and the Ready
 // condition of each ServiceExport, and records those Pods, as the annotator
 // left them, in the model.
-func annotate(r *runner, c *harness.Cluster, pods []workloadPod, exports []string, world model) {
+func annotate(r *harness.Program, c *harness.Cluster, pods []workloadPod, exports []string, world model) {
 	a := harness.StartAnnotator(r, c.Kubeconfig, "--cluster", c.Name, "--leader-elect=false")
-	r.started(a.Process().PID())
 	var shown bool
 	took := harness.Eventually(r, annotateTimeout, func() error {
 		for _, w := range pods {
@@ -538,7 +518,7 @@ func verifyAll(d *harness.CoreDNS, checks []check) error {
 }
 
 // waitAll polls until every check passes and returns how long that took.
-func waitAll(r *runner, d *harness.CoreDNS, checks []check, timeout time.Duration) time.Duration {
+func waitAll(r *harness.Program, d *harness.CoreDNS, checks []check, timeout time.Duration) time.Duration {
 	start := time.Now()
 	for {
 		err := verifyAll(d, checks)
@@ -556,7 +536,7 @@ func waitAll(r *runner, d *harness.CoreDNS, checks []check, timeout time.Duratio
 }
 
 // steady checks every answer every 250 ms for a while: each must stay right.
-func steady(r *runner, d *harness.CoreDNS, checks []check, period time.Duration) {
+func steady(r *harness.Program, d *harness.CoreDNS, checks []check, period time.Duration) {
 	n := 0
 	for end := time.Now().Add(period); time.Now().Before(end); n++ {
 		if err := verifyAll(d, checks); err != nil {
@@ -569,7 +549,7 @@ func steady(r *runner, d *harness.CoreDNS, checks []check, period time.Duration)
 
 // showAll prints dig's view of every check, and fails when dig's status
 // disagrees with the expected one.
-func showAll(r *runner, dig string, d *harness.CoreDNS, checks []check) {
+func showAll(r *harness.Program, dig string, d *harness.CoreDNS, checks []check) {
 	for _, c := range checks {
 		args := []string{"@127.0.0.1", "-p", strconv.Itoa(d.Port), "+time=2", "+tries=1",
 			"+noall", "+comments", "+answer", "+additional", strings.TrimSuffix(c.name, "."), dns.TypeToString[c.qtype]}

@@ -201,6 +201,9 @@ func startProcess(t T, p *Process, tailLines int) {
 	if err := p.start(); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
+	if prog, ok := t.(*Program); ok {
+		prog.started(p)
+	}
 	// Cleanups run last-registered first: the log tail is taken before the
 	// stop, so that it shows the process at the failure, not its shutdown.
 	t.Cleanup(func() {
