@@ -74,8 +74,8 @@ func (p instrPoint) Figure(which string) float64 {
 	panic("instrPoint.Figure: unknown figure " + which)
 }
 
-// instrRunBound bounds one counted run: valgrind runs CoreDNS about 20 to 50
-// times slower than natively (700 to 1,000 answers a second here).
+// instrRunBound bounds one counted run: valgrind runs CoreDNS tens of times
+// slower than natively.
 const instrRunBound = 10 * time.Minute
 
 // instructions starts each contender under callgrind, one after the other,

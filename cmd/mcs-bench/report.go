@@ -116,9 +116,8 @@ type resyncResult struct {
 	FirstWrong                      string
 }
 
-// minPodBytes is less than any exporter Pod takes in a list: about 2.4 kB
-// as it is, and about 125 bytes gzipped, as the API server sends a list
-// (12.4 MB for 100,000 of the bench's alike Pods).
+// minPodBytes is less than any of the bench's exporter Pods takes in a list,
+// gzipped (as the API server sends a list of alike Pods) or not.
 const minPodBytes = 60
 
 // listedAgain reports whether the relist row's bytes from the API server

@@ -50,7 +50,7 @@ func setup(b *harness.Program, res *results) *world {
 	w.a, w.b = cs[0], cs[1]
 	res.ClustersTook = time.Since(start)
 	// The in-tree plugin's ServiceImports and EndpointSlices serve the DNS
-	// comparisons only (2 min at 100,000 endpoints).
+	// comparisons only (they take minutes at full size).
 	res.Create = w.ds.load(b, w.a, cfg.Workers, cfg.wants("dns") || cfg.wants("instr"))
 
 	w.hostsFile = filepath.Join(w.dir, "hosts")
@@ -674,6 +674,7 @@ func goBenchmarks(ctx context.Context, b *harness.Program, res *results) {
 		{"./plugin/mcsannotations/", "-run ^$ -bench ^BenchmarkServeDNS$ -benchmem"},
 		{"./internal/snapshot/", "-run ^$ -bench ^(BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 5x -benchmem"},
 		{"./internal/clients/", "-run ^$ -bench ^BenchmarkSlimClientMemory$ -benchtime 3x"},
+		{"./annotation/", "-run ^$ -bench ^(BenchmarkVerify|BenchmarkParseExports)$ -benchtime 2000x -benchmem"},
 	} {
 		args := append([]string{"test", "-count=1", "-v"}, strings.Fields(gb.args)...)
 		args = append(args, gb.pkg)

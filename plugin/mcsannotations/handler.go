@@ -22,7 +22,7 @@ func (m *MCS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 	// CoreDNS's server answers a message with no question itself, before any
 	// plugin. The unpacker writes the name in presentation form (escapes
 	// included), so this is state.Name() without its second pass over the
-	// name (sprintName; about 4,000 instructions of an A answer's 85,000).
+	// name (sprintName).
 	qname := strings.ToLower(r.Question[0].Name)
 	zone := m.zoneOf(qname)
 	if zone == "" {

@@ -53,9 +53,9 @@ func (m *MCS) openSnapshot(load bool) {
 // stored under, are skipped and counted.
 func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	total := 0
-	// Records are decoded straight from the file's memory map: nothing is
-	// copied out first (a start-up's cost is mostly fresh memory, at
-	// 100,000 records), and on every CPU.
+	// Records are decoded straight from the file's memory map, on every
+	// CPU: nothing is copied out first (a start-up's cost is mostly fresh
+	// memory).
 	err := st.Scan(func(cluster string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
 		if cluster == clientsSource {
 			m.loadClients(st, records)

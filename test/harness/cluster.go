@@ -27,7 +27,7 @@ import (
 // Bounds of the control plane's waits.
 const (
 	etcdReadyTimeout      = 30 * time.Second
-	apiserverReadyTimeout = 90 * time.Second // a cold start on 2 busy cores takes 3-20 s
+	apiserverReadyTimeout = 90 * time.Second // far above a cold start on a busy machine
 	apiserverStopTimeout  = 30 * time.Second
 	clientTimeout         = 15 * time.Second // the harness's own API requests
 )
