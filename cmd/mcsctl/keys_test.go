@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/mcsannotations/mcsannotations/annotation"
 )
 

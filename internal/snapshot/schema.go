@@ -28,6 +28,14 @@ const (
 	recordsBucket = "records"
 )
 
+// Sources that are not clusters: the local Pods as DNS clients (who imports
+// what, by IP) and the ClusterSetIP services. A cluster ID cannot start with
+// "~", so these never meet a cluster's bucket.
+const (
+	ClientsSource       = "~clients"
+	ClusterSetIPsSource = "~serviceimports"
+)
+
 // storedMeta is the on-disk form of Meta. Records is not stored: it is
 // counted on Load. Unknown JSON fields are ignored, so fields can be added
 // without a schema version change.

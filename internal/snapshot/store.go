@@ -146,6 +146,8 @@ type Store struct {
 	stop     chan struct{}   // closed by Close
 	done     chan struct{}   // closed when the batcher has exited
 
+	tmpCopy string // OpenReadOnly's copy of a locked file, removed by Close
+
 	finalErr  error // result of the batcher's last commit, set before done is closed
 	closeOnce sync.Once
 	closeErr  error
@@ -486,6 +488,11 @@ func (s *Store) Flush() error {
 // Close are ignored.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		defer func() {
+			if s.tmpCopy != "" {
+				s.closeErr = errors.Join(s.closeErr, os.Remove(s.tmpCopy))
+			}
+		}()
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()

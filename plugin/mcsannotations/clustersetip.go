@@ -23,10 +23,8 @@ import (
 var importRecheck = 30 * time.Second
 
 // importsSource is the snapshot's bucket of ClusterSetIP services, keyed
-// "<namespace>/<name>". A cluster name cannot start with "~", so it never
-// meets a cluster's bucket; a build without ClusterSetIP support drops it as
-// a cluster it does not watch (a cache: the next list fills it again).
-const importsSource = "~serviceimports"
+// "<namespace>/<name>".
+const importsSource = snapshot.ClusterSetIPsSource
 
 // importEvents turns the ServiceImport watcher's callbacks into the table's
 // ClusterSetIP services, the snapshot, log lines and metrics.

@@ -173,9 +173,8 @@ func decodeRecords(st *snapshot.Store, cluster string, n int, records iter.Seq2[
 
 // clientsSource is the snapshot's bucket of local Pods as DNS clients (who
 // imports what, by IP), so that alias names and imports enforce work after a
-// restart while the API server is unreachable. A cluster name cannot start
-// with "~", so it never meets a cluster's bucket.
-const clientsSource = "~clients"
+// restart while the API server is unreachable.
+const clientsSource = snapshot.ClientsSource
 
 // loadClients seeds the client index from the snapshot; the watcher's first
 // list then forgets the clients it does not mention.
