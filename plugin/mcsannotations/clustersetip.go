@@ -52,10 +52,13 @@ func (m *MCS) importEvents() serviceimport.Events {
 
 // journalImports replaces the snapshot's ClusterSetIP services with list.
 func (m *MCS) journalImports(list []table.ClusterSetIP) {
-	st := m.store.Load()
-	if st == nil {
-		return
+	if st := m.store.Load(); st != nil {
+		encodeImports(st, list)
 	}
+}
+
+// encodeImports replaces the ClusterSetIP services in st with list.
+func encodeImports(st *snapshot.Store, list []table.ClusterSetIP) {
 	recs := make(map[string][]byte, len(list))
 	for _, ci := range list {
 		b, err := table.EncodeClusterSetIP(ci)
