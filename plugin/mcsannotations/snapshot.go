@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"math"
 	"net/netip"
 	"runtime"
 	"slices"
-	"math"
 	"sync"
 	"time"
 
