@@ -102,29 +102,19 @@ func readSite(path string, timeout time.Duration) (*site, error) {
 	}
 	defer st.Close()
 	s := &site{File: path, Copied: st.ReadFromCopy(), pods: map[string][]*table.Pod{}}
+	if _, err := st.LoadClients(func(*clients.Client, []netip.Addr) { s.Clients++ }); err != nil {
+		return nil, err
+	}
+	if s.clusterSetIPs, _, err = st.LoadClusterSetIPs(); err != nil {
+		return nil, err
+	}
 	err = st.Scan(func(name string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
-		switch name {
-		case snapshot.ClientsSource:
-			for _, v := range records {
-				if _, _, err := clients.Decode(v); err == nil {
-					s.Clients++
-				}
-			}
-			return nil
-		case snapshot.ClusterSetIPsSource:
-			for _, v := range records {
-				if ci, err := table.DecodeClusterSetIP(v); err == nil {
-					s.clusterSetIPs = append(s.clusterSetIPs, ci)
-				}
-			}
-			return nil
-		}
 		src := sourceInfo{Cluster: name, Complete: !meta.LastFullSync.IsZero(),
 			LastContact: timePtr(meta.LastContact), LastFullSync: timePtr(meta.LastFullSync)}
 		dec := table.NewDecoder()
 		for k, v := range records {
 			p, err := dec.Decode(v)
-			if err != nil || p.Cluster != name || string(k) != p.Namespace+"/"+p.Name {
+			if err != nil || p.Cluster != name || !snapshot.IsNameKey(k, p.Namespace, p.Name) {
 				src.BadRecords++
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,9 +58,8 @@ func writeSnapshot(t *testing.T) (string, *snapshot.Store) {
 	st.ReplaceSource("edge-b", put(pod("edge-b", "default", "web-0", "web", true, "10.1.0.1"), pod("edge-b", "shop", "db-0", "db", true, "fd00::1")),
 		snapshot.Meta{ClusterID: "edge-b", LastContact: contact})
 	st.Put("edge-b", "shop/garbage", []byte("not a record"))
-	st.Put(snapshot.ClientsSource, "default/client", clients.Encode(&clients.Client{Namespace: "default", Name: "client"}, []netip.Addr{netip.MustParseAddr("10.0.0.9")}))
-	ci, _ := table.EncodeClusterSetIP(table.ClusterSetIP{Namespace: "shop", Name: "cart", IPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}, Ports: []table.ImportPort{{Name: "http", Protocol: "TCP", Port: 80}}})
-	st.Put(snapshot.ClusterSetIPsSource, "shop/cart", ci)
+	st.PutClient(&clients.Client{Namespace: "default", Name: "client"}, []netip.Addr{netip.MustParseAddr("10.0.0.9")})
+	st.ReplaceClusterSetIPs([]table.ClusterSetIP{{Namespace: "shop", Name: "cart", IPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}, Ports: []table.ImportPort{{Name: "http", Protocol: "TCP", Port: 80}}}})
 	if err := st.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,5 +162,28 @@ func TestExplainLive(t *testing.T) {
 	}
 	if len(pods) != 2 || len(rej) != 1 || rej[0].name != "bad-0" || rej[0].rejections[0].Reason != annotation.ReasonClusterOutside {
 		t.Errorf("pods %d, rejected %+v", len(pods), rej)
+	}
+}
+
+// A schema 1 file (written by the build before the typed buckets) is read
+// as it is, without migrating it: the tool never writes.
+func TestSnapshotSchema1(t *testing.T) {
+	b, err := os.ReadFile("../../internal/snapshot/testdata/schema1.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "old.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := readSite(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Sources) != 1 || s.Sources[0].Records != 2 || s.Clients != 1 || len(s.ClusterSetIPs) != 1 || len(s.Services) != 1 {
+		t.Errorf("read %+v", s)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(after, b) {
+		t.Error("reading changed the file")
 	}
 }

@@ -55,7 +55,7 @@ func OpenReadOnly(path string, timeout time.Duration) (*Store, error) {
 		db:       db,
 		file:     file,
 		closed:   true, // every change is rejected
-		pending:  map[string]*change{},
+		pending:  map[bucketRef]*change{},
 		wake:     make(chan struct{}, 1),
 		flushReq: make(chan chan error),
 		stop:     make(chan struct{}),
@@ -108,7 +108,7 @@ func openReadOnly(path string, timeout time.Duration) (db *bolt.DB, file *os.Fil
 		return nil, nil, err
 	}
 	err = db.View(func(tx *bolt.Tx) error {
-		empty, err := inspect(tx, fi.Size())
+		empty, _, err := inspect(tx, fi.Size())
 		if err == nil && empty {
 			err = unusable("the file holds nothing yet")
 		}

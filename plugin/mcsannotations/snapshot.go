@@ -150,14 +150,6 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	// copied out first (a start-up's cost is mostly fresh memory, at
 	// 100,000 records), and on every CPU.
 	err := st.Scan(func(cluster string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
-		if cluster == clientsSource {
-			m.loadClients(st, records)
-			return nil
-		}
-		if cluster == importsSource {
-			m.loadImports(st, records)
-			return nil
-		}
 		s := m.sourceFor(cluster)
 		if s == nil {
 			st.DropSource(cluster)
@@ -189,6 +181,8 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 		snapshotErrors.WithLabelValues("load").Inc()
 		log.Errorf("snapshot %s: load: %v: serving the %d records loaded before it, the rest waits for the API servers", m.snapshotPath, err, total)
 	}
+	m.loadClients(st)
+	m.loadImports(st)
 	ix := m.table.Rebuild()
 	log.Infof("snapshot %s: loaded %d records, %d services, serving them now", m.snapshotPath, total, ix.Len())
 }
@@ -264,24 +258,18 @@ func decodeRecords(st *snapshot.Store, cluster string, n int, records iter.Seq2[
 	return slices.Concat(outs...), slices.Concat(bads...), nil
 }
 
-// clientsSource is the snapshot's bucket of local Pods as DNS clients (who
-// imports what, by IP), so that alias names and imports enforce work after a
-// restart while the API server is unreachable.
-const clientsSource = snapshot.ClientsSource
-
 // loadClients seeds the client index from the snapshot; the watcher's first
 // list then forgets the clients it does not mention.
-func (m *MCS) loadClients(st *snapshot.Store, records iter.Seq2[[]byte, []byte]) {
+func (m *MCS) loadClients(st *snapshot.Store) {
 	n := 0
-	for k, b := range records {
-		c, ips, err := clients.Decode(b)
-		if err != nil || !isClientKey(k, c) {
-			snapshotErrors.WithLabelValues("bad_record").Inc()
-			st.Delete(clientsSource, string(k))
-			continue
-		}
+	bad, err := st.LoadClients(func(c *clients.Client, ips []netip.Addr) {
 		m.clients.Seed(c, ips)
 		n++
+	})
+	snapshotErrors.WithLabelValues("bad_record").Add(float64(bad))
+	if err != nil {
+		snapshotErrors.WithLabelValues("load").Inc()
+		log.Errorf("snapshot %s: loading the DNS clients: %v", m.snapshotPath, err)
 	}
 	log.Infof("snapshot: %d local Pods as DNS clients (for alias names and imports)", n)
 }
@@ -294,10 +282,10 @@ func (m *MCS) journalClient(namespace, name string, c *clients.Client, ips []net
 		return
 	}
 	if c == nil {
-		st.Delete(clientsSource, namespace+"/"+name)
+		st.DeleteClient(namespace, name)
 		return
 	}
-	st.Put(clientsSource, namespace+"/"+name, clients.Encode(c, ips))
+	st.PutClient(c, ips)
 }
 
 type mismatchError struct{}
@@ -307,15 +295,7 @@ func (mismatchError) Error() string { return "record does not belong where it wa
 var errMismatch = mismatchError{}
 
 // isKey reports whether key is "<namespace>/<name>" of p.
-func isKey(key []byte, p *table.Pod) bool { return isNameKey(key, p.Namespace, p.Name) }
-
-// isClientKey reports whether key is "namespace/name" of c.
-func isClientKey(key []byte, c *clients.Client) bool { return isNameKey(key, c.Namespace, c.Name) }
-
-func isNameKey(key []byte, namespace, name string) bool {
-	return len(key) == len(namespace)+1+len(name) && key[len(namespace)] == '/' &&
-		string(key[:len(namespace)]) == namespace && string(key[len(namespace)+1:]) == name
-}
+func isKey(key []byte, p *table.Pod) bool { return snapshot.IsNameKey(key, p.Namespace, p.Name) }
 
 // exportsOwn re-checks the sameness rules on a stored record.
 func exportsOwn(p *table.Pod) bool {
@@ -379,12 +359,10 @@ func (m *MCS) writeTable(st *snapshot.Store) {
 		}
 		st.ReplaceSource(s.Cluster(), recs, m.meta(s))
 	}
-	recs := map[string][]byte{}
-	m.clients.Each(func(c *clients.Client, ips []netip.Addr) {
-		recs[c.Namespace+"/"+c.Name] = clients.Encode(c, ips)
+	st.ReplaceClients(func(yield func(*clients.Client, []netip.Addr) bool) {
+		m.clients.Each(func(c *clients.Client, ips []netip.Addr) { yield(c, ips) })
 	})
-	st.ReplaceSource(clientsSource, recs, snapshot.Meta{})
-	encodeImports(st, m.table.ClusterSetIPs())
+	m.saveImports(st, m.table.ClusterSetIPs())
 }
 
 // watchSnapshot replaces a store whose file turned out damaged while open
