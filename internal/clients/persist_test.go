@@ -14,7 +14,6 @@ import (
 	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
-
 type journal struct {
 	mu   sync.Mutex
 	puts map[string]int

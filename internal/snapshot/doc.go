@@ -29,9 +29,8 @@
 // # Writes
 //
 // Put, Delete, ReplaceSource, SetMeta, DropSource and the typed buckets'
-// changes only record the change in
-// memory, coalescing it with changes to the same key that are still pending,
-// and return at once. A single goroutine commits everything pending in one
+// changes only record the change in memory, coalescing it with changes to
+// the same key that are still pending, and return at once. A single goroutine commits everything pending in one
 // bbolt Update per batch (every Options.BatchInterval, 100ms by default, the
 // interval etcd uses). A ReplaceSource's deletions and writes are committed
 // in the same transaction, so the file never holds a source half replaced.

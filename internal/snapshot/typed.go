@@ -42,7 +42,9 @@ func (s *Store) PutClient(c *clients.Client, ips []netip.Addr) {
 }
 
 // DeleteClient removes the client record of the Pod namespace/name.
-func (s *Store) DeleteClient(namespace, name string) { s.deleteKey(clientsRef, nameKey(namespace, name)) }
+func (s *Store) DeleteClient(namespace, name string) {
+	s.deleteKey(clientsRef, nameKey(namespace, name))
+}
 
 func (s *Store) deleteKey(ref bucketRef, key string) {
 	s.enqueue(ref, checkRecord("-", key, nil), func(ch *change) *change {

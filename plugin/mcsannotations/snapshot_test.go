@@ -16,8 +16,8 @@ import (
 	coretest "github.com/coredns/coredns/test"
 
 	"github.com/miekg/dns"
-	bolt "go.etcd.io/bbolt"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	bolt "go.etcd.io/bbolt"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
