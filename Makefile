@@ -13,6 +13,7 @@ help: ## List the targets
 build: ## Build bin/coredns (stock CoreDNS plus mcsannotations, before kubernetes) and bin/mcs-annotator
 	cd coredns-build && $(GO) build -o $(BIN)/coredns .
 	$(GO) build -o $(BIN)/mcs-annotator ./cmd/mcs-annotator
+	$(GO) build -o $(BIN)/mcsctl ./cmd/mcsctl
 
 .PHONY: unit
 unit: ## Unit tests of the product module and coredns-build (with -race); no e2e

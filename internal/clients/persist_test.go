@@ -3,7 +3,6 @@ package clients
 import (
 	"context"
 	"net/netip"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,39 +13,6 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 )
-
-func TestCodec(t *testing.T) {
-	c := &Client{Namespace: "web", Name: "consumer", Imports: []annotation.Import{
-		{Name: "db", Namespace: "data", Cluster: "edge-b", Alias: "db"}, {Name: "cache", Namespace: "web"}}}
-	ips := []netip.Addr{ipA, ipB}
-	b := Encode(c, ips)
-	back, backIPs, err := Decode(b)
-	if err != nil || back.Namespace != "web" || back.Name != "consumer" || !slices.Equal(back.Imports, c.Imports) || !slices.Equal(backIPs, ips) {
-		t.Fatalf("round trip: %+v %v %v", back, backIPs, err)
-	}
-	for _, bad := range [][]byte{nil, []byte("x"), b[:len(b)-1], append(b[:len(b):len(b)], 0),
-		[]byte("c\x00\x00\x00\x00"), []byte("c\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")} {
-		if _, _, err := Decode(bad); err == nil {
-			t.Errorf("Decode(%q) accepted", bad)
-		}
-	}
-}
-
-// FuzzDecode: no input panics, and whatever decodes encodes back the same.
-func FuzzDecode(f *testing.F) {
-	f.Add(Encode(&Client{Namespace: "web", Name: "c", Imports: []annotation.Import{{Name: "db", Namespace: "web", Alias: "d"}}}, []netip.Addr{ipA, ipB}))
-	f.Add([]byte("c"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		c, ips, err := Decode(b)
-		if err != nil {
-			return
-		}
-		c2, ips2, err := Decode(Encode(c, ips))
-		if err != nil || !slices.Equal(c2.Imports, c.Imports) || !slices.Equal(ips2, ips) || c2.Name != c.Name {
-			t.Fatalf("re-encoded record differs: %+v %v, %v", c2, ips2, err)
-		}
-	})
-}
 
 type journal struct {
 	mu   sync.Mutex

@@ -2,11 +2,13 @@ package snapshot
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -72,7 +74,35 @@ func (c *change) createsSource() bool {
 	return false
 }
 
-func countPending(p map[string]*change) int {
+// kind is the type of a bucket: what its records are.
+type kind uint8
+
+const (
+	kindSource        kind = iota // a cluster's Pod records, with its meta
+	kindClients                   // local Pods as DNS clients
+	kindClusterSetIPs             // ClusterSetIP services
+)
+
+// bucketRef names a bucket that changes are queued for: a source's records,
+// or one of the typed top-level buckets (name empty).
+type bucketRef struct {
+	kind kind
+	name string
+}
+
+func (r bucketRef) String() string {
+	switch r.kind {
+	case kindClients:
+		return "bucket " + clientsBucket
+	case kindClusterSetIPs:
+		return "bucket " + clusterSetIPsBucket
+	}
+	return fmt.Sprintf("source %.64q", r.name)
+}
+
+func sourceRef(name string) bucketRef { return bucketRef{kindSource, name} }
+
+func countPending(p map[bucketRef]*change) int {
 	n := 0
 	for _, c := range p {
 		n += c.size()
@@ -82,24 +112,24 @@ func countPending(p map[string]*change) int {
 
 func validName(s string) bool { return s != "" && len(s) <= bolt.MaxKeySize }
 
-// enqueue applies fn to the pending change of source under the lock and wakes
+// enqueue applies fn to the pending change of ref under the lock and wakes
 // the batcher. If the store is closed or invalid is not empty (it says why the
 // call is invalid; invalid calls are logged) it only counts a rejection.
-func (s *Store) enqueue(source string, invalid string, fn func(c *change) *change) {
+func (s *Store) enqueue(ref bucketRef, invalid string, fn func(c *change) *change) {
 	s.mu.Lock()
 	if s.closed || invalid != "" {
 		s.rejected++
 		s.mu.Unlock()
 		if invalid != "" {
-			s.opts.Logf("snapshot: ignoring change to source %.64q: %s", source, invalid)
+			s.opts.Logf("snapshot: ignoring change to %s: %s", ref, invalid)
 		}
 		return
 	}
-	c := s.pending[source]
+	c := s.pending[ref]
 	if c == nil {
 		c = newChange()
 	}
-	s.pending[source] = fn(c)
+	s.pending[ref] = fn(c)
 	s.mu.Unlock()
 
 	select {
@@ -132,7 +162,7 @@ func checkRecord(source, key string, value []byte) string {
 // the disk; a later Put or Delete of the same key replaces this one.
 func (s *Store) Put(source, key string, value []byte) {
 	v := append([]byte{}, value...)
-	s.enqueue(source, checkRecord(source, key, value), func(c *change) *change {
+	s.enqueue(sourceRef(source), checkRecord(source, key, value), func(c *change) *change {
 		c.ops[key] = op{value: v}
 		return c
 	})
@@ -140,7 +170,7 @@ func (s *Store) Put(source, key string, value []byte) {
 
 // Delete removes key from source.
 func (s *Store) Delete(source, key string) {
-	s.enqueue(source, checkRecord(source, key, nil), func(c *change) *change {
+	s.enqueue(sourceRef(source), checkRecord(source, key, nil), func(c *change) *change {
 		c.ops[key] = op{del: true}
 		return c
 	})
@@ -153,10 +183,16 @@ func (s *Store) Delete(source, key string) {
 // An invalid record (empty or oversized key, oversized value) is left out,
 // logged and counted in Stats.Rejected; the others are still applied.
 func (s *Store) ReplaceSource(source string, records map[string][]byte, meta Meta) {
-	next := &change{reset: true, ops: make(map[string]op, len(records)), meta: &meta}
+	s.replace(sourceRef(source), checkSource(source), records, &meta)
+}
+
+// replace queues records (and meta, for a source) as the whole content of
+// ref; invalid says why ref itself is invalid ("" when it is not).
+func (s *Store) replace(ref bucketRef, invalid string, records map[string][]byte, meta *Meta) {
+	next := &change{reset: true, ops: make(map[string]op, len(records)), meta: meta}
 	bad, firstBad := 0, ""
 	for k, v := range records {
-		if msg := checkRecord(source, k, v); msg != "" {
+		if msg := checkRecord("-", k, v); msg != "" {
 			if bad++; bad == 1 {
 				firstBad = msg
 			}
@@ -164,18 +200,18 @@ func (s *Store) ReplaceSource(source string, records map[string][]byte, meta Met
 		}
 		next.ops[k] = op{value: append([]byte{}, v...)}
 	}
-	if bad > 0 && checkSource(source) == "" {
+	if bad > 0 && invalid == "" {
 		s.mu.Lock()
 		s.rejected += uint64(bad)
 		s.mu.Unlock()
-		s.opts.Logf("snapshot: replacing source %.64q: left out %d invalid records (%s)", source, bad, firstBad)
+		s.opts.Logf("snapshot: replacing %s: left out %d invalid records (%s)", ref, bad, firstBad)
 	}
-	s.enqueue(source, checkSource(source), func(*change) *change { return next })
+	s.enqueue(ref, invalid, func(*change) *change { return next })
 }
 
 // SetMeta replaces source's meta (Records is ignored: it is counted on Load).
 func (s *Store) SetMeta(source string, m Meta) {
-	s.enqueue(source, checkSource(source), func(c *change) *change {
+	s.enqueue(sourceRef(source), checkSource(source), func(c *change) *change {
 		c.meta = &m
 		return c
 	})
@@ -183,7 +219,7 @@ func (s *Store) SetMeta(source string, m Meta) {
 
 // DropSource removes source, its meta and all its records.
 func (s *Store) DropSource(source string) {
-	s.enqueue(source, checkSource(source), func(*change) *change {
+	s.enqueue(sourceRef(source), checkSource(source), func(*change) *change {
 		next := newChange()
 		next.reset = true
 		return next
@@ -260,7 +296,7 @@ func (s *Store) commit(failures int) error {
 		s.mu.Unlock()
 		return nil
 	}
-	s.pending = make(map[string]*change)
+	s.pending = make(map[bucketRef]*change)
 	s.inflight = countPending(batch)
 	s.mu.Unlock()
 
@@ -309,7 +345,7 @@ func (s *Store) commit(failures int) error {
 
 // apply writes batch in one bbolt Update and returns the number of record
 // puts and deletes it made. It does not modify batch.
-func (s *Store) apply(batch map[string]*change) (written int, err error) {
+func (s *Store) apply(batch map[bucketRef]*change) (written int, err error) {
 	if err := s.damagedErr(); err != nil {
 		return 0, err
 	}
@@ -330,11 +366,23 @@ func (s *Store) apply(batch map[string]*change) (written int, err error) {
 			return fmt.Errorf("no %q bucket", sourcesBucket)
 		}
 		// Sorted, so that a batch always touches pages in the same order.
-		for _, name := range slices.Sorted(maps.Keys(batch)) {
-			n, err := applySource(sources, name, batch[name])
+		refs := slices.SortedFunc(maps.Keys(batch), func(a, b bucketRef) int {
+			return cmp.Or(cmp.Compare(a.kind, b.kind), strings.Compare(a.name, b.name))
+		})
+		for _, ref := range refs {
+			var n int
+			var err error
+			switch ref.kind {
+			case kindSource:
+				n, err = applySource(sources, ref.name, batch[ref])
+			case kindClients:
+				n, err = applyRecords(tx.Bucket([]byte(clientsBucket)), batch[ref])
+			case kindClusterSetIPs:
+				n, err = applyRecords(tx.Bucket([]byte(clusterSetIPsBucket)), batch[ref])
+			}
 			written += n
 			if err != nil {
-				return fmt.Errorf("source %q: %w", name, err)
+				return fmt.Errorf("%s: %w", ref, err)
 			}
 		}
 		return nil
@@ -364,6 +412,33 @@ func applySource(sources *bolt.Bucket, name string, c *change) (written int, err
 	if err != nil {
 		return 0, err
 	}
+	if c.reset && c.meta == nil {
+		if err := sb.Delete([]byte(sourceMetaKey)); err != nil {
+			return 0, err
+		}
+	}
+	written, err = applyRecords(rb, c)
+	if err != nil {
+		return written, err
+	}
+	if c.meta != nil {
+		b, err := encodeMeta(*c.meta)
+		if err != nil {
+			return written, err
+		}
+		if err := sb.Put([]byte(sourceMetaKey), b); err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+// applyRecords applies c's record changes to rb (a source's records bucket
+// or a typed bucket). With c.reset, records c does not write are deleted.
+func applyRecords(rb *bolt.Bucket, c *change) (written int, err error) {
+	if rb == nil {
+		return 0, errors.New("bucket missing")
+	}
 	if c.reset {
 		// Delete what the new content does not have. Collect first:
 		// deleting under a live cursor can skip keys.
@@ -379,11 +454,6 @@ func applySource(sources *bolt.Bucket, name string, c *change) (written int, err
 				return written, err
 			}
 			written++
-		}
-		if c.meta == nil {
-			if err := sb.Delete([]byte(sourceMetaKey)); err != nil {
-				return written, err
-			}
 		}
 	}
 	// Sorted keys fill leaf pages in order and keep the commit cheap.
@@ -410,15 +480,6 @@ func applySource(sources *bolt.Bucket, name string, c *change) (written int, err
 			return written, err
 		}
 		written++
-	}
-	if c.meta != nil {
-		b, err := encodeMeta(*c.meta)
-		if err != nil {
-			return written, err
-		}
-		if err := sb.Put([]byte(sourceMetaKey), b); err != nil {
-			return written, err
-		}
 	}
 	return written, nil
 }

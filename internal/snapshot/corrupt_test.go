@@ -148,10 +148,10 @@ func TestUnusableFileIsMovedAside(t *testing.T) {
 		make: func(t *testing.T, path string) {
 			writeStore(t, path, 10)
 			boltUpdate(t, path, func(tx *bolt.Tx) error {
-				return tx.Bucket([]byte(metaBucket)).Put([]byte(schemaVersionKey), []byte("2"))
+				return tx.Bucket([]byte(metaBucket)).Put([]byte(schemaVersionKey), []byte("3"))
 			})
 		},
-		reason: `unknown schema version "2"`,
+		reason: `unknown schema version "3"`,
 	}, {
 		name: "no schema version",
 		make: func(t *testing.T, path string) {

@@ -1,28 +1,36 @@
-// Package snapshot persists opaque per-source records in a bbolt file so that
-// the plugin can answer from its last known table when the Kubernetes API is
-// unreachable, including straight after a restart.
-//
-// The package knows nothing of DNS or Kubernetes: a source is a name (the local
-// cluster, a peer), a record is a key and a []byte the caller encodes.
+// Package snapshot persists the plugin's table in a bbolt file so that the
+// plugin can answer from its last known table when the Kubernetes API is
+// unreachable, including straight after a restart. It is the one home of
+// persistence: the file's layout, the batched writer, and the codecs of
+// what it holds.
 //
 // # Layout
 //
 //	meta/                     bucket
-//	  schema_version = "1"
+//	  schema_version = "2"
 //	sources/                  bucket
-//	  <source>/               one nested bucket per source
+//	  <cluster>/              one nested bucket per source (a cluster)
 //	    meta    = JSON {clusterID, lastContact, lastFullSync}
-//	    records/              bucket: <key> = <value>
+//	    records/              bucket: <namespace>/<name> = a Pod (table's codec)
+//	clients/                  bucket: <namespace>/<name> = a DNS client (clientcodec.go)
+//	clustersetips/            bucket: <namespace>/<name> = a ClusterSetIP service (clustersetipcodec.go)
 //
-// Bucket and key names are declared once in schema.go. A file whose schema
-// version is missing or is not "1" is treated as unusable: the snapshot is a
-// cache, so it is moved aside and rebuilt from the API rather than migrated.
+// A source's records are opaque bytes to the store (Put, ReplaceSource,
+// Scan: the plugin decodes them on every CPU at start-up); the clients and
+// the ClusterSetIP services have typed methods (typed.go).
+//
+// Bucket and key names are declared once in schema.go. A file of schema "1"
+// (the clients and ClusterSetIP services kept as sources "~clients" and
+// "~serviceimports") is migrated in place when opened: the records move
+// unchanged. A file whose schema version is missing or unknown is treated as
+// unusable: the snapshot is a cache, so it is moved aside and rebuilt from
+// the API rather than migrated.
 //
 // # Writes
 //
-// Put, Delete, ReplaceSource, SetMeta and DropSource only record the change in
-// memory, coalescing it with changes to the same key that are still pending,
-// and return at once. A single goroutine commits everything pending in one
+// Put, Delete, ReplaceSource, SetMeta, DropSource and the typed buckets'
+// changes only record the change in memory, coalescing it with changes to
+// the same key that are still pending, and return at once. A single goroutine commits everything pending in one
 // bbolt Update per batch (every Options.BatchInterval, 100ms by default, the
 // interval etcd uses). A ReplaceSource's deletions and writes are committed
 // in the same transaction, so the file never holds a source half replaced.

@@ -16,16 +16,32 @@ const (
 	metaBucket = "meta"
 	// schemaVersionKey, in metaBucket, holds schemaVersion.
 	schemaVersionKey = "schema_version"
-	// schemaVersion is the only layout this package reads or writes. Any other
-	// value makes the file unusable (it is moved aside and rebuilt).
-	schemaVersion = "1"
+	// schemaVersion is the layout this package writes. A file of
+	// schemaVersion1 is migrated to it in place when opened (see migrate1);
+	// any other value makes the file unusable (it is moved aside and
+	// rebuilt: the snapshot is a cache).
+	schemaVersion  = "2"
+	schemaVersion1 = "1"
 
-	// sourcesBucket holds one nested bucket per source.
+	// sourcesBucket holds one nested bucket per source: a cluster's Pods.
 	sourcesBucket = "sources"
+	// clientsBucket holds the local Pods as DNS clients, keyed
+	// "<namespace>/<name>" (clientcodec.go).
+	clientsBucket = "clients"
+	// clusterSetIPsBucket holds the ClusterSetIP services, keyed
+	// "<namespace>/<name>" (clustersetipcodec.go).
+	clusterSetIPsBucket = "clustersetips"
 	// sourceMetaKey, in a source bucket, holds the JSON encoded Meta.
 	sourceMetaKey = "meta"
 	// recordsBucket, in a source bucket, holds the source's records.
 	recordsBucket = "records"
+)
+
+// Schema 1 kept the clients and the ClusterSetIP services as sources of
+// these names (a cluster ID cannot start with "~").
+const (
+	v1ClientsSource       = "~clients"
+	v1ClusterSetIPsSource = "~serviceimports"
 )
 
 // storedMeta is the on-disk form of Meta. Records is not stored: it is
@@ -67,9 +83,9 @@ func unusable(format string, args ...any) error {
 // It reads every bucket, key and value, so a damaged page is hit here, under
 // the caller's fault protection, rather than later in Load, in a write, or
 // in tx.Check's goroutine, which has no such protection.
-func inspect(tx *bolt.Tx, fileSize int64) (empty bool, err error) {
+func inspect(tx *bolt.Tx, fileSize int64) (empty bool, version string, err error) {
 	if hw := tx.Size(); hw > fileSize {
-		return false, unusable("file is %d bytes but its pages extend to %d bytes (truncated)", fileSize, hw)
+		return false, "", unusable("file is %d bytes but its pages extend to %d bytes (truncated)", fileSize, hw)
 	}
 	_ = tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
 		touchAll(b)
@@ -79,21 +95,28 @@ func inspect(tx *bolt.Tx, fileSize int64) (empty bool, err error) {
 	meta := tx.Bucket([]byte(metaBucket))
 	if meta == nil {
 		if k, _ := tx.Cursor().First(); k == nil {
-			return true, nil
+			return true, "", nil
 		}
-		return false, unusable("no %q bucket: not a snapshot file", metaBucket)
+		return false, "", unusable("no %q bucket: not a snapshot file", metaBucket)
 	}
 	switch v := meta.Get([]byte(schemaVersionKey)); {
 	case v == nil:
-		return false, unusable("no schema version")
-	case string(v) != schemaVersion:
-		return false, unusable("unknown schema version %q (this build reads %q)", v, schemaVersion)
+		return false, "", unusable("no schema version")
+	case string(v) == schemaVersion:
+		for _, name := range []string{clientsBucket, clusterSetIPsBucket} {
+			if tx.Bucket([]byte(name)) == nil {
+				return false, "", unusable("no %q bucket", name)
+			}
+		}
+	case string(v) != schemaVersion1:
+		return false, "", unusable("unknown schema version %q (this build reads %q and %q)", v, schemaVersion1, schemaVersion)
 	}
+	version = string(meta.Get([]byte(schemaVersionKey)))
 	sources := tx.Bucket([]byte(sourcesBucket))
 	if sources == nil {
-		return false, unusable("no %q bucket", sourcesBucket)
+		return false, "", unusable("no %q bucket", sourcesBucket)
 	}
-	return false, sources.ForEach(func(name, v []byte) error {
+	return false, version, sources.ForEach(func(name, v []byte) error {
 		if v != nil {
 			return unusable("%q in %q is not a bucket", name, sourcesBucket)
 		}
@@ -142,6 +165,36 @@ func initSchema(tx *bolt.Tx) error {
 	if err := meta.Put([]byte(schemaVersionKey), []byte(schemaVersion)); err != nil {
 		return err
 	}
-	_, err = tx.CreateBucketIfNotExists([]byte(sourcesBucket))
-	return err
+	for _, name := range []string{sourcesBucket, clientsBucket, clusterSetIPsBucket} {
+		if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// migrate1 turns a schema 1 file into schema 2 in one transaction: the
+// records of the "~clients" and "~serviceimports" sources move, unchanged
+// (the codecs did not change), into their own buckets, and those sources go.
+func migrate1(tx *bolt.Tx) error {
+	if err := initSchema(tx); err != nil {
+		return err
+	}
+	sources := tx.Bucket([]byte(sourcesBucket))
+	for name, to := range map[string]string{v1ClientsSource: clientsBucket, v1ClusterSetIPsSource: clusterSetIPsBucket} {
+		sb := sources.Bucket([]byte(name))
+		if sb == nil {
+			continue
+		}
+		dst := tx.Bucket([]byte(to))
+		if rb := sb.Bucket([]byte(recordsBucket)); rb != nil {
+			if err := rb.ForEach(func(k, v []byte) error { return dst.Put(k, v) }); err != nil {
+				return err
+			}
+		}
+		if err := sources.DeleteBucket([]byte(name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

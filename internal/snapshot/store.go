@@ -133,7 +133,7 @@ type Store struct {
 	isClosed atomic.Bool
 
 	mu       sync.Mutex // guards pending, inflight, closed, rejected
-	pending  map[string]*change
+	pending  map[bucketRef]*change
 	inflight int // size of the batch being committed
 	closed   bool
 	rejected uint64
@@ -145,6 +145,8 @@ type Store struct {
 	flushReq chan chan error // Flush asks the batcher to commit now
 	stop     chan struct{}   // closed by Close
 	done     chan struct{}   // closed when the batcher has exited
+
+	tmpCopy string // OpenReadOnly's copy of a locked file, removed by Close
 
 	finalErr  error // result of the batcher's last commit, set before done is closed
 	closeOnce sync.Once
@@ -193,7 +195,7 @@ func Open(path string, o Options) (*Store, LoadResult, error) {
 		opts:     o,
 		db:       db,
 		file:     file,
-		pending:  make(map[string]*change),
+		pending:  make(map[bucketRef]*change),
 		wake:     make(chan struct{}, 1),
 		flushReq: make(chan chan error),
 		stop:     make(chan struct{}),
@@ -251,9 +253,10 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, file *os.File
 		return nil, nil, false, fmt.Errorf("snapshot: %w", err)
 	}
 	var empty bool
+	var version string
 	err = db.View(func(tx *bolt.Tx) error {
 		var err error
-		empty, err = inspect(tx, fi.Size())
+		empty, version, err = inspect(tx, fi.Size())
 		if err != nil {
 			return err
 		}
@@ -279,6 +282,12 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, file *os.File
 		if err := db.Update(initSchema); err != nil {
 			closeQuietly(db)
 			return nil, nil, false, fmt.Errorf("snapshot: initialise %s: %w", path, err)
+		}
+	}
+	if version == schemaVersion1 {
+		if err := db.Update(migrate1); err != nil {
+			closeQuietly(db)
+			return nil, nil, false, fmt.Errorf("snapshot: migrate %s from schema 1: %w", path, err)
 		}
 	}
 	return db, file, empty, nil
@@ -398,6 +407,9 @@ func (s *Store) Scan(fn func(name string, meta Meta, records iter.Seq2[[]byte, [
 			return fmt.Errorf("no %q bucket", sourcesBucket)
 		}
 		return sources.ForEachBucket(func(name []byte) error {
+			if n := string(name); n == v1ClientsSource || n == v1ClusterSetIPsSource {
+				return nil // a schema 1 file read by OpenReadOnly: see typedBucket
+			}
 			sb := sources.Bucket(name)
 			var meta Meta
 			if mv := sb.Get([]byte(sourceMetaKey)); mv != nil {
@@ -486,6 +498,11 @@ func (s *Store) Flush() error {
 // Close are ignored.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		defer func() {
+			if s.tmpCopy != "" {
+				s.closeErr = errors.Join(s.closeErr, os.Remove(s.tmpCopy))
+			}
+		}()
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()

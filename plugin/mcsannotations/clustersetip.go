@@ -1,7 +1,6 @@
 package mcsannotations
 
 import (
-	"iter"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,12 +20,6 @@ import (
 // importRecheck is how often discovery is asked again for ServiceImports
 // (the CRD may be installed later); tests shorten it.
 var importRecheck = 30 * time.Second
-
-// importsSource is the snapshot's bucket of ClusterSetIP services, keyed
-// "<namespace>/<name>". A cluster name cannot start with "~", so it never
-// meets a cluster's bucket; a build without ClusterSetIP support drops it as
-// a cluster it does not watch (a cache: the next list fills it again).
-const importsSource = "~serviceimports"
 
 // importEvents turns the ServiceImport watcher's callbacks into the table's
 // ClusterSetIP services, the snapshot, log lines and metrics.
@@ -54,34 +47,26 @@ func (m *MCS) importEvents() serviceimport.Events {
 
 // journalImports replaces the snapshot's ClusterSetIP services with list.
 func (m *MCS) journalImports(list []table.ClusterSetIP) {
-	st := m.store.Load()
-	if st == nil {
-		return
+	if st := m.store.Load(); st != nil {
+		m.saveImports(st, list)
 	}
-	recs := make(map[string][]byte, len(list))
-	for _, ci := range list {
-		b, err := table.EncodeClusterSetIP(ci)
-		if err != nil {
-			snapshotErrors.WithLabelValues("encode").Inc()
-			continue
-		}
-		recs[ci.Namespace+"/"+ci.Name] = b
+}
+
+// saveImports replaces the ClusterSetIP services in st with list.
+func (m *MCS) saveImports(st *snapshot.Store, list []table.ClusterSetIP) {
+	if bad := st.ReplaceClusterSetIPs(list); bad > 0 {
+		snapshotErrors.WithLabelValues("encode").Add(float64(bad))
 	}
-	st.ReplaceSource(importsSource, recs, snapshot.Meta{})
 }
 
 // loadImports seeds the table's ClusterSetIP services from the snapshot; the
 // watcher's first complete list (or word that the CRD is gone) replaces them.
-func (m *MCS) loadImports(st *snapshot.Store, records iter.Seq2[[]byte, []byte]) {
-	var list []table.ClusterSetIP
-	for k, b := range records {
-		ci, err := table.DecodeClusterSetIP(b)
-		if err != nil || !isNameKey(k, ci.Namespace, ci.Name) {
-			snapshotErrors.WithLabelValues("bad_record").Inc()
-			st.Delete(importsSource, string(k))
-			continue
-		}
-		list = append(list, ci)
+func (m *MCS) loadImports(st *snapshot.Store) {
+	list, bad, err := st.LoadClusterSetIPs()
+	snapshotErrors.WithLabelValues("bad_record").Add(float64(bad))
+	if err != nil {
+		snapshotErrors.WithLabelValues("load").Inc()
+		log.Errorf("snapshot %s: loading the ClusterSetIP services: %v", m.snapshotPath, err)
 	}
 	m.table.SetClusterSetIPs(list)
 	log.Infof("snapshot: %d ClusterSetIP services (from ServiceImports)", len(list))

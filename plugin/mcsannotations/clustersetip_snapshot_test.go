@@ -1,6 +1,7 @@
 package mcsannotations
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -19,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
-	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 	"github.com/mcsannotations/mcsannotations/mcsapi"
@@ -108,64 +108,35 @@ func TestSnapshotKeepsClusterSetIPsForOfflineRestart(t *testing.T) {
 	}
 }
 
-// A snapshot written before ClusterSetIP services existed (no bucket for
-// them) loads as it did; a snapshot with the new bucket opens as before with
-// the store's reader (no schema change: a build without the bucket's
-// support opens it, and drops the bucket as a source it does not know).
-func TestSnapshotClusterSetIPCompatibility(t *testing.T) {
-	const be = "backend.default.svc.clusterset.local."
+// A snapshot written by the build before the typed buckets (schema 1, with
+// the clients and the ClusterSetIP services as sources "~clients" and
+// "~serviceimports"; testdata/schema1.db was written by commit ae347de's
+// code, see testdata/genv1.go.txt) is migrated in place and served offline
+// as it was: the cluster's Pods and the ClusterSetIP service.
+func TestSnapshotSchema1Served(t *testing.T) {
+	b, err := os.ReadFile("../../internal/snapshot/testdata/schema1.db")
+	if err != nil {
+		t.Fatal(err)
+	}
 	path := filepath.Join(t.TempDir(), "table.db")
-	st, _, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
-	addPod(tb, "edge-a", "b1", "", true, []string{"10.0.0.1"}, annotation.Export{Name: "backend"})
-	rec, err := table.EncodePod(tb.Pods("edge-a")[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.ReplaceSource("edge-a", map[string][]byte{"default/b1": rec}, snapshot.Meta{ClusterID: "edge-a", LastFullSync: time.Now()})
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	// The old layout, read by this build.
 	withClient(t, deadAPI)
 	withDynamic(t, deadDynamic)
 	i, udp, _ := serveSnapshot(t, path)
-	if got := addrsOf(exchange(t, "udp", udp, be, dns.TypeA, 0)); !slices.Equal(got, []string{"10.0.0.1"}) {
-		t.Fatalf("from the old layout: %v", got)
-	}
-	m := liveInstance(t)
-	// Add a ClusterSetIP service: it lands in its own bucket.
-	m.importEvents().Changed([]table.ClusterSetIP{csip("default", "backend", []string{"10.96.0.10"})})
-	waitAnswer(t, udp, be, []string{"10.96.0.10"})
-	stopServer(i)
-
-	// The store reads the new layout as before: the cluster's records are
-	// untouched, and the new bucket is one more source.
-	st, res, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil || res.MovedAside != "" {
-		t.Fatalf("open: %v, %+v", err, res)
-	}
-	all, err := st.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all["edge-a"].Records) != 1 || len(all[importsSource].Records) != 1 {
-		t.Fatalf("sources: %v", all)
-	}
-	// A reader that drops the bucket (as a build before it does) leaves
-	// a file this build loads, without ClusterSetIP services.
-	st.DropSource(importsSource)
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	i, udp, _ = serveSnapshot(t, path)
 	defer stopServer(i)
-	if got := addrsOf(exchange(t, "udp", udp, be, dns.TypeA, 0)); !slices.Equal(got, []string{"10.0.0.1"}) {
-		t.Fatalf("after the bucket was dropped: %v", got)
+	if got := addrsOf(exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Errorf("backend from a schema 1 snapshot: %v", got)
+	}
+	if got := addrsOf(exchange(t, "udp", udp, "cart.default.svc.clusterset.local.", dns.TypeA, 0)); !slices.Equal(got, []string{"10.96.0.10"}) {
+		t.Errorf("ClusterSetIP service from a schema 1 snapshot: %v", got)
+	}
+	if n := liveInstance(t).clients.Len(); n != 1 {
+		t.Errorf("%d DNS clients from a schema 1 snapshot, want 1", n)
+	}
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 0 {
+		t.Errorf("a schema 1 file was moved aside: %v", aside)
 	}
 }
 
@@ -179,22 +150,16 @@ func TestSnapshotBadClusterSetIPRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, err := table.EncodeClusterSetIP(csip("default", "backend", []string{"10.96.0.10"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := table.EncodeClusterSetIP(csip("default", "other", []string{"10.96.0.11"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.ReplaceSource(importsSource, map[string][]byte{
-		"default/backend": good,
-		"default/garbage": []byte("{not json"),
-		"default/moved":   other, // its key names another service
-	}, snapshot.Meta{})
+	st.ReplaceClusterSetIPs([]table.ClusterSetIP{csip("default", "backend", []string{"10.96.0.10"})})
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
+	other, err := snapshot.EncodeClusterSetIP(csip("default", "other", []string{"10.96.0.11"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawPut(t, path, "clustersetips", "default/garbage", []byte("{not json"))
+	rawPut(t, path, "clustersetips", "default/moved", other) // its key names another service
 	bad0 := testutil.ToFloat64(snapshotErrors.WithLabelValues("bad_record"))
 
 	withClient(t, deadAPI)
@@ -215,16 +180,11 @@ func TestSnapshotBadClusterSetIPRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	all, err := st.Load()
-	if err != nil {
-		t.Fatal(err)
+	list, bad, err := st.LoadClusterSetIPs()
+	if err != nil || bad != 0 || len(list) != 1 || list[0].Name != "backend" {
+		t.Errorf("the bucket holds %v and %d bad records after start-up, want the good record only (%v)", list, bad, err)
 	}
-	var keys []string
-	for k := range all[importsSource].Records {
-		keys = append(keys, string(k))
-	}
-	if !slices.Equal(keys, []string{"default/backend"}) {
-		t.Errorf("the bucket holds %v after start-up, want the good record only", keys)
+	if n := rawLen(t, st, "clustersetips"); n != 1 {
+		t.Errorf("%d records in the bucket, want 1", n)
 	}
 }

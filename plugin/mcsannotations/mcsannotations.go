@@ -61,6 +61,9 @@ type MCS struct {
 	snapshotPath   string
 	snapshotCheck  time.Duration // how often a damaged store is looked for
 	snapMu         sync.Mutex    // serialises opening and closing the store
+	snapClosed     bool          // closeSnapshot ran (reload, shutdown): a retry must not open the file
+	snapRetry      func()        // cancels the attempts to open a file that would not open; nil when none run
+	snapRetryDone  chan struct{}
 	store          atomic.Pointer[snapshot.Store]
 	snapshotLoaded atomic.Bool // the snapshot held a complete list of some source
 

@@ -48,8 +48,15 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "snapshot_errors_total",
-		Help:      "Snapshot problems by kind: open (could not open: serving without), moved_aside (unusable file renamed), damaged (found damaged while open: reopened), load, bad_record, encode.",
+		Help:      "Snapshot problems by kind: open (an attempt to open it failed: serving without it, trying again), moved_aside (unusable file renamed), damaged (found damaged while open: reopened), load, bad_record, encode.",
 	}, []string{"kind"})
+
+	snapshotOpen = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "snapshot_open",
+		Help:      "1 while the snapshot file is open and written; 0 while it could not be opened (serving without it, trying again in the background).",
+	})
 
 	snapshotLoadSeconds = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,

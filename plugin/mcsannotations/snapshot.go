@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"math"
 	"net/netip"
 	"runtime"
 	"slices"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsannotations/mcsannotations/internal/clients"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
@@ -22,29 +25,119 @@ import (
 
 // openSnapshot opens the snapshot file and, when load is true, loads it into
 // the table. Any failure leaves the plugin serving without a snapshot: it
-// never stops start-up.
+// never stops start-up. A file that cannot be opened (a full disk, a
+// permission, a lock another process holds, a directory in its place) is
+// tried again in the background until it opens (retrySnapshot).
 func (m *MCS) openSnapshot(load bool) {
 	m.snapMu.Lock()
 	defer m.snapMu.Unlock()
 	if m.snapshotPath == "" || m.store.Load() != nil {
 		return
 	}
+	m.snapClosed = false
 	start := time.Now()
-	st, res, err := snapshot.Open(m.snapshotPath, snapshot.Options{Logf: log.Warningf})
+	st, err := m.openStore()
 	if err != nil {
-		snapshotErrors.WithLabelValues("open").Inc()
-		log.Errorf("snapshot %s: %v: serving without a snapshot until restart", m.snapshotPath, err)
+		log.Errorf("snapshot %s: %v: serving without a snapshot, trying again in the background", m.snapshotPath, err)
+		m.retrySnapshot(load)
 		return
-	}
-	if res.MovedAside != "" {
-		snapshotErrors.WithLabelValues("moved_aside").Inc()
-		log.Warningf("snapshot %s was unusable (%s): moved aside to %s; starting empty, resyncing from the API", m.snapshotPath, res.Reason, res.MovedAside)
 	}
 	if load {
 		m.loadSnapshot(st)
 		snapshotLoadSeconds.Set(time.Since(start).Seconds())
 	}
 	m.store.Store(st)
+	snapshotOpen.Set(1)
+}
+
+// openStore opens the file, counting failures and a file moved aside.
+func (m *MCS) openStore() (*snapshot.Store, error) {
+	st, res, err := snapshot.Open(m.snapshotPath, snapshot.Options{Logf: log.Warningf})
+	if err != nil {
+		snapshotErrors.WithLabelValues("open").Inc()
+		snapshotOpen.Set(0)
+		return nil, err
+	}
+	if res.MovedAside != "" {
+		snapshotErrors.WithLabelValues("moved_aside").Inc()
+		log.Warningf("snapshot %s was unusable (%s): moved aside to %s; starting empty, resyncing from the API", m.snapshotPath, res.Reason, res.MovedAside)
+	}
+	return st, nil
+}
+
+// snapshotRetry is the backoff between attempts to open a snapshot that
+// could not be opened: 1 s doubling to at most a minute; tests shorten it.
+var snapshotRetry = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: time.Minute}
+
+// retrySnapshot starts the background attempts to open the file (m.snapMu
+// is held), unless they run already. When the file opens, the table is
+// written to it; if nothing is held yet (no source has listed and the table
+// is empty: the start found the file locked while the API is unreachable),
+// the file is loaded instead, as at start. closeSnapshot stops them.
+func (m *MCS) retrySnapshot(load bool) {
+	if m.snapRetry != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	m.snapRetry, m.snapRetryDone = cancel, done
+	go func() {
+		defer close(done)
+		attempts := 1
+		_ = wait.ExponentialBackoffWithContext(ctx, snapshotRetry, func(context.Context) (bool, error) {
+			attempts++
+			st, err := m.openStore()
+			if err != nil {
+				log.Warningf("snapshot %s: attempt %d: %v: still serving without a snapshot", m.snapshotPath, attempts, err)
+				return false, nil
+			}
+			m.snapMu.Lock()
+			defer m.snapMu.Unlock()
+			if m.snapClosed || ctx.Err() != nil {
+				_ = st.Close() // closed meanwhile (reload, shutdown): not ours to keep
+				return true, nil
+			}
+			how := "wrote the current table to it"
+			if load && m.holdsNothing() {
+				m.loadSnapshot(st)
+				how = "loaded it (nothing was held yet)"
+			} else {
+				m.writeTable(st)
+			}
+			m.store.Store(st)
+			snapshotOpen.Set(1)
+			log.Infof("snapshot %s: opened after %d attempts; %s", m.snapshotPath, attempts, how)
+			return true, nil
+		})
+	}()
+}
+
+// stopRetry ends the background attempts and waits for them (m.snapMu must
+// not be held: an attempt takes it).
+func (m *MCS) stopRetry() {
+	m.snapMu.Lock()
+	cancel, done := m.snapRetry, m.snapRetryDone
+	m.snapRetry, m.snapRetryDone = nil, nil
+	m.snapMu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// holdsNothing: no source has listed and the table holds no record.
+func (m *MCS) holdsNothing() bool {
+	for _, s := range m.sources {
+		if s.HasSynced() {
+			return false
+		}
+	}
+	for _, n := range m.table.Len() {
+		if n > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // loadSnapshot fills the table from the store. Records of clusters this
@@ -57,14 +150,6 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	// CPU: nothing is copied out first (a start-up's cost is mostly fresh
 	// memory).
 	err := st.Scan(func(cluster string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
-		if cluster == clientsSource {
-			m.loadClients(st, records)
-			return nil
-		}
-		if cluster == importsSource {
-			m.loadImports(st, records)
-			return nil
-		}
 		s := m.sourceFor(cluster)
 		if s == nil {
 			st.DropSource(cluster)
@@ -96,6 +181,8 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 		snapshotErrors.WithLabelValues("load").Inc()
 		log.Errorf("snapshot %s: load: %v: serving the %d records loaded before it, the rest waits for the API servers", m.snapshotPath, err, total)
 	}
+	m.loadClients(st)
+	m.loadImports(st)
 	ix := m.table.Rebuild()
 	log.Infof("snapshot %s: loaded %d records, %d services, serving them now", m.snapshotPath, total, ix.Len())
 }
@@ -171,25 +258,18 @@ func decodeRecords(st *snapshot.Store, cluster string, n int, records iter.Seq2[
 	return slices.Concat(outs...), slices.Concat(bads...), nil
 }
 
-// clientsSource is the snapshot's bucket of local Pods as DNS clients (who
-// imports what, by IP), so that alias names and imports enforce work after a
-// restart while the API server is unreachable. A cluster name cannot start
-// with "~", so it never meets a cluster's bucket.
-const clientsSource = "~clients"
-
 // loadClients seeds the client index from the snapshot; the watcher's first
 // list then forgets the clients it does not mention.
-func (m *MCS) loadClients(st *snapshot.Store, records iter.Seq2[[]byte, []byte]) {
+func (m *MCS) loadClients(st *snapshot.Store) {
 	n := 0
-	for k, b := range records {
-		c, ips, err := clients.Decode(b)
-		if err != nil || !isClientKey(k, c) {
-			snapshotErrors.WithLabelValues("bad_record").Inc()
-			st.Delete(clientsSource, string(k))
-			continue
-		}
+	bad, err := st.LoadClients(func(c *clients.Client, ips []netip.Addr) {
 		m.clients.Seed(c, ips)
 		n++
+	})
+	snapshotErrors.WithLabelValues("bad_record").Add(float64(bad))
+	if err != nil {
+		snapshotErrors.WithLabelValues("load").Inc()
+		log.Errorf("snapshot %s: loading the DNS clients: %v", m.snapshotPath, err)
 	}
 	log.Infof("snapshot: %d local Pods as DNS clients (for alias names and imports)", n)
 }
@@ -202,10 +282,10 @@ func (m *MCS) journalClient(namespace, name string, c *clients.Client, ips []net
 		return
 	}
 	if c == nil {
-		st.Delete(clientsSource, namespace+"/"+name)
+		st.DeleteClient(namespace, name)
 		return
 	}
-	st.Put(clientsSource, namespace+"/"+name, clients.Encode(c, ips))
+	st.PutClient(c, ips)
 }
 
 type mismatchError struct{}
@@ -215,15 +295,7 @@ func (mismatchError) Error() string { return "record does not belong where it wa
 var errMismatch = mismatchError{}
 
 // isKey reports whether key is "<namespace>/<name>" of p.
-func isKey(key []byte, p *table.Pod) bool { return isNameKey(key, p.Namespace, p.Name) }
-
-// isClientKey reports whether key is "namespace/name" of c.
-func isClientKey(key []byte, c *clients.Client) bool { return isNameKey(key, c.Namespace, c.Name) }
-
-func isNameKey(key []byte, namespace, name string) bool {
-	return len(key) == len(namespace)+1+len(name) && key[len(namespace)] == '/' &&
-		string(key[:len(namespace)]) == namespace && string(key[len(namespace)+1:]) == name
-}
+func isKey(key []byte, p *table.Pod) bool { return snapshot.IsNameKey(key, p.Namespace, p.Name) }
 
 // exportsOwn re-checks the sameness rules on a stored record.
 func exportsOwn(p *table.Pod) bool {
@@ -243,8 +315,12 @@ func stamp(t time.Time) string {
 }
 
 // closeSnapshot flushes and closes the file: before a reload (the new
-// instance opens the same file) and at shutdown.
+// instance opens the same file) and at shutdown. Attempts to open it stop.
 func (m *MCS) closeSnapshot() error {
+	m.snapMu.Lock()
+	m.snapClosed = true
+	m.snapMu.Unlock()
+	m.stopRetry()
 	m.snapMu.Lock()
 	defer m.snapMu.Unlock()
 	if st := m.store.Swap(nil); st != nil {
@@ -259,11 +335,22 @@ func (m *MCS) closeSnapshot() error {
 // file is reopened and rewritten from the table, which stayed current.
 func (m *MCS) reopenSnapshot() error {
 	m.openSnapshot(false)
-	st := m.store.Load()
-	if st == nil {
-		return nil
+	if st := m.store.Load(); st != nil {
+		m.writeTable(st)
 	}
+	return nil
+}
+
+// writeTable replaces the file's content with the table's: every source that
+// has listed or holds records (the others keep what the file has: written
+// while the API is unreachable, an empty table would wipe a good snapshot),
+// the DNS clients and the ClusterSetIP services.
+func (m *MCS) writeTable(st *snapshot.Store) {
+	held := m.table.Len()
 	for _, s := range m.sources {
+		if !s.HasSynced() && held[s.Cluster()] == 0 {
+			continue
+		}
 		recs := map[string][]byte{}
 		for _, p := range m.table.Pods(s.Cluster()) {
 			if b, err := table.EncodePod(p); err == nil {
@@ -272,13 +359,10 @@ func (m *MCS) reopenSnapshot() error {
 		}
 		st.ReplaceSource(s.Cluster(), recs, m.meta(s))
 	}
-	recs := map[string][]byte{}
-	m.clients.Each(func(c *clients.Client, ips []netip.Addr) {
-		recs[c.Namespace+"/"+c.Name] = clients.Encode(c, ips)
+	st.ReplaceClients(func(yield func(*clients.Client, []netip.Addr) bool) {
+		m.clients.Each(func(c *clients.Client, ips []netip.Addr) { yield(c, ips) })
 	})
-	st.ReplaceSource(clientsSource, recs, snapshot.Meta{})
-	m.journalImports(m.table.ClusterSetIPs())
-	return nil
+	m.saveImports(st, m.table.ClusterSetIPs())
 }
 
 // watchSnapshot replaces a store whose file turned out damaged while open

@@ -1,4 +1,4 @@
-package clients
+package snapshot
 
 import (
 	"encoding/binary"
@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/clients"
 	"github.com/mcsannotations/mcsannotations/internal/wire"
 )
 
@@ -23,8 +24,8 @@ const recordClient = 'c'
 // make the decoder allocate without bound.
 const maxItems = 256
 
-// Encode returns the persisted form of a Pod's client record and IPs.
-func Encode(c *Client, ips []netip.Addr) []byte {
+// EncodeClient returns the persisted form of a Pod's client record and IPs.
+func EncodeClient(c *clients.Client, ips []netip.Addr) []byte {
 	b := make([]byte, 0, 64)
 	b = append(b, recordClient)
 	b = wire.AppendString(b, c.Namespace)
@@ -39,14 +40,14 @@ func Encode(c *Client, ips []netip.Addr) []byte {
 	return b
 }
 
-// Decode reads what Encode wrote. It checks the shape; the caller checks
-// that the record is stored under its own namespace/name.
-func Decode(b []byte) (*Client, []netip.Addr, error) {
+// DecodeClient reads what EncodeClient wrote. It checks the shape; the
+// caller checks that the record is stored under its own namespace/name.
+func DecodeClient(b []byte) (*clients.Client, []netip.Addr, error) {
 	if len(b) == 0 || b[0] != recordClient {
 		return nil, nil, errors.New("not a client record")
 	}
 	d := wire.Reader{B: b[1:]}
-	c := &Client{Namespace: d.String(), Name: d.String()}
+	c := &clients.Client{Namespace: d.String(), Name: d.String()}
 	ips := d.Addrs(maxItems)
 	for i, ip := range ips {
 		ips[i] = ip.Unmap()

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/clients"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/table"
+)
+
+func pod(cluster, ns, name, svc string, ready bool, ips ...string) *table.Pod {
+	p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: ns,
+		Exports: []annotation.Export{{Name: svc, Namespace: ns, Cluster: cluster, Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}}},
+		Name: name, Ready: ready}
+	for _, ip := range ips {
+		p.IPs = append(p.IPs, netip.MustParseAddr(ip))
+	}
+	return p
+}
+
+// writeSnapshot writes a snapshot as the plugin does and returns its path
+// and the still open store (the plugin's, holding the lock).
+func writeSnapshot(t *testing.T) (string, *snapshot.Store) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "table.db")
+	st, _, err := snapshot.Open(path, snapshot.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	put := func(ps ...*table.Pod) map[string][]byte {
+		m := map[string][]byte{}
+		for _, p := range ps {
+			b, err := table.EncodePod(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[p.Namespace+"/"+p.Name] = b
+		}
+		return m
+	}
+	contact := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	st.ReplaceSource("edge-a", put(pod("edge-a", "default", "web-0", "web", true, "10.0.0.1"), pod("edge-a", "default", "web-1", "web", false, "10.0.0.2")),
+		snapshot.Meta{ClusterID: "edge-a", LastContact: contact, LastFullSync: contact})
+	st.ReplaceSource("edge-b", put(pod("edge-b", "default", "web-0", "web", true, "10.1.0.1"), pod("edge-b", "shop", "db-0", "db", true, "fd00::1")),
+		snapshot.Meta{ClusterID: "edge-b", LastContact: contact})
+	st.Put("edge-b", "shop/garbage", []byte("not a record"))
+	st.PutClient(&clients.Client{Namespace: "default", Name: "client"}, []netip.Addr{netip.MustParseAddr("10.0.0.9")})
+	st.ReplaceClusterSetIPs([]table.ClusterSetIP{{Namespace: "shop", Name: "cart", IPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}, Ports: []table.ImportPort{{Name: "http", Protocol: "TCP", Port: 80}}}})
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return path, st
+}
+
+func TestSnapshotJSON(t *testing.T) {
+	path, _ := writeSnapshot(t) // open: read through a copy
+	var out, errb bytes.Buffer
+	if rc := run([]string{"mcsctl", "snapshot", path, "-o", "json"}, nil, &out, &errb); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errb.String())
+	}
+	var s site
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !s.Copied || s.Clients != 1 || len(s.Sources) != 2 || len(s.ClusterSetIPs) != 1 || s.ClusterSetIPs[0].Ports[0] != "http:80/TCP" {
+		t.Errorf("got %+v", s)
+	}
+	a, b := s.Sources[0], s.Sources[1]
+	if a.Cluster != "edge-a" || a.Records != 2 || !a.Complete || a.LastContact == nil || !a.LastContact.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Errorf("edge-a: %+v", a)
+	}
+	if b.Cluster != "edge-b" || b.Records != 2 || b.Complete || b.LastFullSync != nil || b.BadRecords != 1 {
+		t.Errorf("edge-b: %+v", b)
+	}
+	if len(s.Services) != 2 || s.Services[0].Name != "web" || s.Services[1].Namespace != "shop" {
+		t.Fatalf("services %+v", s.Services)
+	}
+	web := s.Services[0]
+	if len(web.Clusters) != 2 || web.Clusters[0].Ready != 1 || len(web.Clusters[0].Endpoints) != 2 ||
+		web.Clusters[0].Endpoints[1].Ready || web.Clusters[0].Ports[0] != "http:80/TCP->8080" ||
+		web.Clusters[0].Endpoints[0].Hostname != "10-0-0-1" {
+		t.Errorf("web: %+v", web)
+	}
+
+	out.Reset()
+	if rc := run([]string{"mcsctl", "snapshot", path}, nil, &out, &errb); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errb.String())
+	}
+	for _, w := range []string{"read from a copy", "edge-b", "cluster edge-a: 1 of 2 endpoints ready", "shop/cart", "DNS clients: 1"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("text output lacks %q:\n%s", w, out.String())
+		}
+	}
+	if rc := run([]string{"mcsctl", "snapshot", filepath.Join(t.TempDir(), "none.db")}, nil, &out, &errb); rc != 1 {
+		t.Errorf("missing file: exit %d", rc)
+	}
+}
+
+func TestExplainSnapshot(t *testing.T) {
+	path, st := writeSnapshot(t)
+	st.Close() // also works on a file nobody holds
+	var out, errb bytes.Buffer
+	if rc := run([]string{"mcsctl", "explain", "web.default", "--snapshot", path, "--local", "edge-a"}, nil, &out, &errb); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errb.String())
+	}
+	for _, w := range []string{
+		"web.default.svc.clusterset.local.",
+		"A    service", "10.0.0.1", // prefer-local: the local ready endpoint only
+		"SRV  srv",
+		"cluster edge-a: Pod default/web-1 (10-0-0-2, [10.0.0.2]): not answered: the Pod is not ready",
+		"cluster edge-b: Pod default/web-0 (10-1-0-1, [10.1.0.1]): answered by its endpoint name and SRV; left out of the service's A/AAAA",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "A\t10.1.0.1") {
+		t.Errorf("prefer-local answered a remote endpoint:\n%s", out.String())
+	}
+	out.Reset()
+	if rc := run([]string{"mcsctl", "explain", "cart.shop.svc.clusterset.local", "--snapshot", path}, nil, &out, &errb); rc != 0 ||
+		!strings.Contains(out.String(), "A    clustersetip") || !strings.Contains(out.String(), "10.96.0.10") {
+		t.Errorf("ClusterSetIP: exit %d\n%s", rc, out.String())
+	}
+	out.Reset()
+	if rc := run([]string{"mcsctl", "explain", "nope.default", "--snapshot", path}, nil, &out, &errb); rc != 0 ||
+		!strings.Contains(out.String(), "A    nxdomain") || !strings.Contains(out.String(), "no Pod exports default/nope") {
+		t.Errorf("unknown name: exit %d\n%s", rc, out.String())
+	}
+	if rc := run([]string{"mcsctl", "explain", "web.default"}, nil, &out, &errb); rc != 2 {
+		t.Errorf("no source: exit %d", rc)
+	}
+}
+
+func TestExplainLive(t *testing.T) {
+	labelled := map[string]string{annotation.ExporterLabel: annotation.LabelValue}
+	mk := func(name, value string) *v1.Pod {
+		return &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labelled,
+				Annotations: map[string]string{annotation.ExportAnnotation: value}},
+			Status: v1.PodStatus{PodIP: "10.0.0.5", Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}},
+		}
+	}
+	client := fake.NewClientset(mk("web-0", `{"services":[{"name":"web"}]}`), mk("bad-0", `{"services":[{"name":"web","cluster":"edge-z"}]}`))
+	pods, rej, err := listPods(context.Background(), client, "edge-a", "default", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 2 || len(rej) != 1 || rej[0].name != "bad-0" || rej[0].rejections[0].Reason != annotation.ReasonClusterOutside {
+		t.Errorf("pods %d, rejected %+v", len(pods), rej)
+	}
+}
+
+// A schema 1 file (written by the build before the typed buckets) is read
+// as it is, without migrating it: the tool never writes.
+func TestSnapshotSchema1(t *testing.T) {
+	b, err := os.ReadFile("../../internal/snapshot/testdata/schema1.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "old.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := readSite(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Sources) != 1 || s.Sources[0].Records != 2 || s.Clients != 1 || len(s.ClusterSetIPs) != 1 || len(s.Services) != 1 {
+		t.Errorf("read %+v", s)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(after, b) {
+		t.Error("reading changed the file")
+	}
+}

@@ -1,0 +1,20 @@
+package source
+
+import (
+	"crypto/ed25519"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/table"
+)
+
+// Record is what a source makes of pod, read from cluster: the table record
+// (nil exports when the annotation was refused) and what the parse or the
+// signature check (with a non-nil key) rejected. It is the informer's own
+// transform, for tools that explain an answer (mcsctl).
+func Record(cluster string, key ed25519.PublicKey, pod *v1.Pod) (*table.Pod, []annotation.Rejection) {
+	obj, _ := toSlim(cluster, key)(pod)
+	p := obj.(*slimPod)
+	return p.rec, p.rejected
+}
