@@ -141,7 +141,7 @@ type Prober struct {
 	http   *http.Client
 	logLim flowcontrol.PassiveRateLimiter
 
-	// Owned by the goroutine running the rounds.
+	roundMu    sync.Mutex // one round at a time; guards what follows
 	asked      map[svc]time.Time
 	targets    map[targetID]*target
 	round      uint64
@@ -236,6 +236,8 @@ func (p *Prober) Down() (down map[string]int, probed int) {
 // to probe, probes them all (Options.Workers at a time) and applies the
 // results.
 func (p *Prober) Round(ctx context.Context) {
+	p.roundMu.Lock()
+	defer p.roundMu.Unlock()
 	now := p.opts.Clock.Now()
 	p.tbl.Asked(func(namespace, name string) { p.asked[svc{namespace, name}] = now })
 	p.round++
