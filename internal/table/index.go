@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/miekg/dns"
 )
@@ -29,6 +30,9 @@ type Index struct {
 	// endpoints (which keep their own names). Shared with the table and
 	// later indexes; never changed.
 	imports map[string]*Service
+	// demand records the services looked up, for a prober (health.go);
+	// nil when none takes the list.
+	demand *demand
 
 	SOA     dns.SOA
 	NS      dns.NS
@@ -53,6 +57,9 @@ type Service struct {
 	Hosts map[string]*Host
 	// Endpoints counts the ready endpoints across clusters.
 	Endpoints int
+	// FailOpen: every ready endpoint failed its probes, and all of them are
+	// answered (health.go).
+	FailOpen bool
 	// perCluster holds the answers limited to one cluster, for imports that
 	// name a cluster, rendered from pods on the first such lookup (split);
 	// nil when every endpoint is in one cluster (then the service itself is
@@ -90,6 +97,7 @@ func (s *Service) InCluster(cluster string) *Service {
 			}
 			c := renderService(one, sk, eps[start:end])
 			c.onlyCluster = eps[start].cluster
+			c.FailOpen = s.FailOpen
 			s.perCluster[c.onlyCluster] = c
 			start = end
 		}
@@ -121,12 +129,26 @@ type entry struct {
 	sk   svcKey
 	pods []*Pod // immutable records, at least one of them ready
 	once sync.Once
-	svc  *Service
+	// flags: entryFailOpen (pods are all of the service's, every ready one
+	// down), set before the index is published; entryQueued (the entry is on
+	// its index's demand list, linked by next). Bits of one word, so that an
+	// entry stays within its allocation size class.
+	flags atomic.Uint32
+	svc   *Service
+	next  *entry
 }
+
+const (
+	entryQueued uint32 = 1 << iota
+	entryFailOpen
+)
 
 func (e *entry) get() *Service {
 	e.once.Do(func() {
 		e.svc = buildService(e.cfg, e.sk, e.pods)
+		if e.svc != nil {
+			e.svc.FailOpen = e.flags.Load()&entryFailOpen != 0
+		}
 		e.pods = nil // the rendered answers are all that is needed now
 	})
 	return e.svc
@@ -157,6 +179,7 @@ func (ix *Index) Serial() uint32 { return ix.serial }
 // Service returns the service <name>.<namespace>, or nil.
 func (ix *Index) Service(namespace, name string) *Service {
 	if e := ix.services[name+"."+namespace]; e != nil {
+		ix.demand.mark(e)
 		return e.get()
 	}
 	return nil

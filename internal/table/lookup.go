@@ -48,6 +48,9 @@ type Answer struct {
 	A    []dns.A
 	AAAA []dns.AAAA
 	SRV  *SRVSet
+	// FailOpen: the answer's service has every endpoint down by its probes
+	// and answers with all of them.
+	FailOpen bool
 }
 
 // Lookup answers qname (lower case, fully qualified, inside the index's zone)
@@ -92,6 +95,7 @@ func (ix *Index) Lookup(qname string, qtype uint16) Answer {
 	if e == nil {
 		return Answer{Kind: KindNXDomain}
 	}
+	ix.demand.mark(e)
 	return e.get().lookup(prefix, qtype)
 }
 
@@ -156,6 +160,12 @@ func (ix *Index) LookupService(namespace, name, cluster, prefix string, qtype ui
 }
 
 func (svc *Service) lookup(prefix string, qtype uint16) Answer {
+	a := svc.answer(prefix, qtype)
+	a.FailOpen = svc.FailOpen && a.Kind != KindNXDomain && a.Kind != KindNoData
+	return a
+}
+
+func (svc *Service) answer(prefix string, qtype uint16) Answer {
 	if prefix == "" {
 		switch qtype {
 		case dns.TypeA:

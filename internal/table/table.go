@@ -71,6 +71,11 @@ type Table struct {
 	dirty map[svcKey]struct{}
 	gen   uint64 // bumped by every write, under mu
 
+	// Health (health.go): the endpoints a prober found down, by service,
+	// and the list of asked services indexes record (nil: not tracked).
+	down   map[svcKey]map[Key]struct{}
+	demand *demand
+
 	// The ClusterSetIP services (SetClusterSetIPs): as set, and rendered,
 	// keyed as the index's services are. Replaced whole, never changed.
 	importList []ClusterSetIP
@@ -361,6 +366,12 @@ func (t *Table) unlinkLocked(old *Pod) {
 	}
 }
 
+// healthy is a service's Pods to render (healthyLocked).
+type healthy struct {
+	pods     []*Pod
+	failOpen bool
+}
+
 func (t *Table) signal() {
 	select {
 	case t.kick <- struct{}{}:
@@ -396,7 +407,7 @@ func (t *Table) Rebuild() *Index {
 	t.dirty = make(map[svcKey]struct{})
 	// Gather the dirty services' Pods under the lock; answers are rendered
 	// later, on first use (see entry).
-	members := make(map[svcKey][]*Pod, len(dirty))
+	members := make(map[svcKey]healthy, len(dirty))
 	for sk := range dirty {
 		// The index shares the list; the table copies it before changing it
 		// in place (see svcList).
@@ -405,9 +416,10 @@ func (t *Table) Rebuild() *Index {
 			l.shared = true
 			t.bySvc[sk] = l
 		}
-		members[sk] = l.pods
+		pods, failOpen := t.healthyLocked(sk, l.pods)
+		members[sk] = healthy{pods, failOpen}
 	}
-	imports := t.imports
+	imports, dem := t.imports, t.demand
 	t.mu.Unlock()
 
 	old := t.cur.Load()
@@ -415,15 +427,20 @@ func (t *Table) Rebuild() *Index {
 	for k, e := range old.services {
 		services[k] = e
 	}
-	for sk, ps := range members {
+	for sk, h := range members {
 		name := sk.Name + "." + sk.Namespace
-		if serves(sk, ps) {
-			services[name] = &entry{cfg: &t.cfg, sk: sk, pods: ps}
+		if serves(sk, h.pods) {
+			e := &entry{cfg: &t.cfg, sk: sk, pods: h.pods}
+			if h.failOpen {
+				e.flags.Store(entryFailOpen)
+			}
+			services[name] = e
 		} else {
 			delete(services, name)
 		}
 	}
 	idx := newIndex(t.cfg, services, imports, uint32(time.Now().Unix()))
+	idx.demand = dem
 	t.cur.Store(idx)
 	t.built.Store(gen)
 	if t.onChange != nil {

@@ -182,6 +182,9 @@ func (m *MCS) respond(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, sta
 		msg.Ns = []dns.RR{&soa}
 	}
 	answers.WithLabelValues(metrics.WithServer(ctx), ans.Kind.String()).Inc()
+	if ans.FailOpen {
+		failOpenAnswers.Inc()
+	}
 	w.WriteMsg(msg)
 	return dns.RcodeSuccess, nil
 }

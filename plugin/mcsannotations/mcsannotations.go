@@ -27,6 +27,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/informerstop"
 	"github.com/mcsannotations/mcsannotations/internal/podinformer"
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/probe"
 	"github.com/mcsannotations/mcsannotations/internal/redial"
 	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
@@ -45,6 +46,7 @@ type MCS struct {
 	sources []*source.Source
 
 	expire time.Duration // 0: a source's records are kept however long it is gone
+	prober *probe.Prober // nil: no probe word
 
 	// Who is asking: local Pods by IP, for alias names and imports enforce.
 	clients *clients.Index
@@ -215,6 +217,7 @@ func newMCS(cfg config) (*MCS, error) {
 		}
 		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(p.name), source.Options{StopWait: stopWait, Key: cfg.keys[p.name]}))
 	}
+	m.newProber(cfg.probe)
 	return m, nil
 }
 
@@ -302,6 +305,10 @@ func (m *MCS) start() error {
 	m.cancel = cancel
 	m.openSnapshot(true)
 	go m.table.Run(ctx)
+	if m.prober != nil {
+		probers.add(m.prober)
+		go m.prober.Run(ctx)
+	}
 	if m.expire > 0 {
 		go m.expireLoop(ctx)
 	}
@@ -331,6 +338,9 @@ func (m *MCS) stop() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	collector.remove(m)
+	if m.prober != nil {
+		probers.remove(m.prober)
+	}
 	// In parallel: each may wait stopWait for an informer asleep in a retry
 	// backoff against an unreachable API server.
 	var wg sync.WaitGroup

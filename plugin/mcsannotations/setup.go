@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/probe"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -86,6 +87,7 @@ type config struct {
 	allow       []netip.Prefix
 	verify      string                       // folder of public keys; empty: no verification
 	keys        map[string]ed25519.PublicKey // by cluster ID, read from verify
+	probe       *probe.Config                // nil: no probing
 }
 
 // peerConfig is one peer word: a cluster watched through its own kubeconfig.
@@ -238,6 +240,15 @@ func parse(c *caddy.Controller) (config, error) {
 				verifyErr = func(err error) error {
 					return fmt.Errorf("%s:%d - Error during parsing: %w", file, line, err)
 				}
+			case "probe":
+				if cfg.probe != nil {
+					return cfg, c.Errf("probe is given twice")
+				}
+				pc, err := parseProbe(c)
+				if err != nil {
+					return cfg, err
+				}
+				cfg.probe = &pc
 			case "fallthrough":
 				cfg.fall.SetZonesFromArgs(c.RemainingArgs())
 			default:

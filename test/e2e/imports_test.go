@@ -12,12 +12,8 @@ package e2e
 // subtests stay (namespaces are never deleted).
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -489,35 +485,7 @@ func testEnforce(t *testing.T, e *importsEnv) {
 // over servers) from the prometheus endpoint; 0 when the series is absent.
 func refusedCount(t *testing.T, port int, reason string) float64 {
 	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/metrics")
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		t.Fatalf("metrics: %s: %s", resp.Status, b)
-	}
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "coredns_mcsannotations_refused_total{") || !strings.Contains(line, `reason="`+reason+`"`) {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			t.Fatalf("metrics: %q: %v", line, err)
-		}
-		sum += v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	return sum
+	return metricSum(t, port, "coredns_mcsannotations_refused_total", `reason="`+reason+`"`)
 }
 
 // Behind the cache plugin, the answers stay per client: one client's alias
