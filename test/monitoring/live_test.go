@@ -26,7 +26,8 @@ import (
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// liveCorefile is edge-a with peer edge-b, a snapshot, imports enforce
+// liveCorefile is edge-a with peer edge-b (locality any: an answer holds
+// both clusters' endpoints), a snapshot, imports enforce
 // (127.0.0.1 allowed, so that other loopback sources are refused) and the
 // prometheus plugin on {METRICS}.
 const liveCorefile = `clusterset.local:{PORT} {
@@ -37,6 +38,7 @@ const liveCorefile = `clusterset.local:{PORT} {
         kubeconfig {KUBECONFIG}
         peer edge-b {PEERB}
         snapshot {DIR}/snapshot.db
+        locality any
         expire 1h
         imports enforce allow 127.0.0.1/32
         ttl 5
