@@ -42,3 +42,9 @@ bench-render: ## Render BENCHMARKS.md again from a run's results: make bench-ren
 	$(GO) run ./cmd/mcs-bench -render $(RESULTS) -out $(ROOT)/BENCHMARKS.md
 bench-smoke: build tools ## The benchmark program end to end at tiny sizes (about 2 min; report in bench/raw/smoke/)
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench -smoke
+
+# --- monitoring (manifests/monitoring; test/monitoring is a module of its own) --
+.PHONY: monitoring-test
+monitoring-test: build tools ## Parse the alert rules and dashboard with Prometheus's parser; check them against a live scrape
+	cd test/monitoring && env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator \
+		$(GO) test -count=1 -timeout 15m -v ./...

@@ -201,7 +201,7 @@ func newMCS(cfg config) (*MCS, error) {
 		logRejected(cluster, ns, name, rej)
 	})
 	m.watcher.SetStopWait(stopWait)
-	m.watcher.OnInformer(informerEvents("clients"))
+	m.watcher.OnInformer(informerEvents(clientsInformer))
 	m.watcher.OnDropped(func(n int) {
 		log.Infof("local Pods: the first list dropped %d DNS clients remembered from the snapshot (gone meanwhile)", n)
 	})
@@ -248,7 +248,7 @@ func (m *MCS) sourceEvents(cluster string) source.Events {
 			}
 		},
 		Rejected: logRejected,
-		Informer: informerEvents("cluster/" + cluster),
+		Informer: informerEvents(clusterInformer(cluster)),
 		StateChanged: func(cluster string, from, to source.State, err error) {
 			save(cluster)
 			if err != nil {
@@ -303,6 +303,7 @@ func (m *MCS) start() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
+	m.registerSeries()
 	m.openSnapshot(true)
 	go m.table.Run(ctx)
 	if m.prober != nil {
@@ -344,12 +345,12 @@ func (m *MCS) stop() error {
 	// In parallel: each may wait stopWait for an informer asleep in a retry
 	// backoff against an unreachable API server.
 	var wg sync.WaitGroup
-	wg.Go(func() { stopped("clients", m.watcher.Stop()) })
+	wg.Go(func() { stopped(clientsInformer, m.watcher.Stop()) })
 	if m.imports != nil {
-		wg.Go(func() { stopped("serviceimports", m.imports.Stop()) })
+		wg.Go(func() { stopped(importsInformer, m.imports.Stop()) })
 	}
 	for _, s := range m.sources {
-		wg.Go(func() { stopped("cluster/"+s.Cluster(), s.Stop()) })
+		wg.Go(func() { stopped(clusterInformer(s.Cluster()), s.Stop()) })
 	}
 	wg.Wait()
 	if m.cancel != nil {
@@ -388,7 +389,7 @@ func (m *MCS) expireLoop(ctx context.Context) {
 			// runs); a failed start (which cannot happen to a fresh
 			// informer) is an error. Both come back joined.
 			if err := s.Expire(); errors.Is(err, informerstop.ErrSlow) {
-				stopped("cluster/"+s.Cluster(), err)
+				stopped(clusterInformer(s.Cluster()), err)
 			} else if err != nil {
 				log.Errorf("cluster %s: restart after expiry: %v", s.Cluster(), err)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 )
@@ -211,8 +212,48 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// snapshotErrorKinds are the kind label values of snapshot_errors_total.
+var snapshotErrorKinds = []string{"open", "moved_aside", "damaged", "load", "bad_record", "encode"}
+
 func init() {
 	for _, r := range serviceimport.Reasons {
 		rejectedImports.WithLabelValues(string(r))
+	}
+	for _, k := range snapshotErrorKinds {
+		snapshotErrors.WithLabelValues(k)
+	}
+}
+
+// Informer names, the informer label of the informer metrics.
+const (
+	clientsInformer = "clients"
+	importsInformer = "serviceimports"
+)
+
+// clusterInformer names the informer of a source.
+func clusterInformer(cluster string) string { return "cluster/" + cluster }
+
+// registerSeries creates, at 0, every labelled series of m's clusters and
+// informers before anything starts, so that an alert on a counter's increase
+// sees its first event (Prometheus takes a series' first sample as its
+// start). Series stay after a reload drops a cluster: counters are not reset.
+func (m *MCS) registerSeries() {
+	informers := []string{clientsInformer}
+	for _, s := range m.sources {
+		cl := s.Cluster()
+		informers = append(informers, clusterInformer(cl))
+		sourceExpirations.WithLabelValues(cl)
+		for _, r := range annotation.Reasons {
+			rejectedAnnotations.WithLabelValues(cl, string(r))
+		}
+	}
+	for _, inf := range informers {
+		watchExpirations.WithLabelValues(inf)
+		malformedLists.WithLabelValues(inf)
+		relistSeconds.WithLabelValues(inf)
+		slowStops.WithLabelValues(inf)
+	}
+	if m.imports != nil {
+		slowStops.WithLabelValues(importsInformer)
 	}
 }
