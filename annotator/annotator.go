@@ -319,15 +319,15 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			}
 		}
 	}
-	hasExport := make(map[string]bool, len(ses))
+	exportOf := make(map[string]*unstructured.Unstructured, len(ses))
 	for _, u := range ses {
-		hasExport[u.GetName()] = true
+		exportOf[u.GetName()] = u
 	}
 
 	skipped := map[string]skip{}
 	var exportedSvcs []exported
 	for _, s := range svcs {
-		if s.Annotations[annotation.ExportServiceAnnotation] != annotation.LabelValue && !hasExport[s.Name] {
+		if s.Annotations[annotation.ExportServiceAnnotation] != annotation.LabelValue && exportOf[s.Name] == nil {
 			continue
 		}
 		if s.Spec.Type == corev1.ServiceTypeExternalName {
@@ -335,7 +335,7 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			skipped[k.reason+"/"+k.key] = k
 			continue
 		}
-		exportedSvcs = append(exportedSvcs, newExported(s))
+		exportedSvcs = append(exportedSvcs, newExported(s, exportOf[s.Name]))
 	}
 	sortServices(exportedSvcs)
 
