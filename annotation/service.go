@@ -2,6 +2,7 @@ package annotation
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -105,4 +106,12 @@ func checkServiceFields(s *Service) (Rejection, bool) {
 		}
 	}
 	return Rejection{}, false
+}
+
+// Equal reports whether two entries say the same of their Service.
+func (s *Service) Equal(o *Service) bool {
+	return s.Type == o.Type && s.ExportedAt == o.ExportedAt && s.SessionAffinity == o.SessionAffinity &&
+		s.SessionAffinityTimeoutSeconds == o.SessionAffinityTimeoutSeconds &&
+		s.InternalTrafficPolicy == o.InternalTrafficPolicy && s.TrafficDistribution == o.TrafficDistribution &&
+		maps.Equal(s.Labels, o.Labels) && maps.Equal(s.Annotations, o.Annotations)
 }

@@ -98,3 +98,27 @@ func TestAppProtocolChecked(t *testing.T) {
 		t.Errorf("rejections %v, want one invalid_port", rej)
 	}
 }
+
+func TestServiceEqual(t *testing.T) {
+	a := Service{Type: TypeClusterSetIP, Labels: map[string]string{"a": "1"}}
+	for _, change := range []func(*Service){
+		func(s *Service) { s.Type = TypeHeadless },
+		func(s *Service) { s.ExportedAt = "2026-11-25T12:00:00Z" },
+		func(s *Service) { s.SessionAffinity = "ClientIP" },
+		func(s *Service) { s.SessionAffinityTimeoutSeconds = 5 },
+		func(s *Service) { s.InternalTrafficPolicy = "Local" },
+		func(s *Service) { s.TrafficDistribution = "PreferClose" },
+		func(s *Service) { s.Labels = map[string]string{"a": "2"} },
+		func(s *Service) { s.Annotations = map[string]string{"a": "1"} },
+	} {
+		b := a
+		b.Labels = map[string]string{"a": "1"}
+		if !a.Equal(&b) {
+			t.Fatalf("a copy differs")
+		}
+		change(&b)
+		if a.Equal(&b) {
+			t.Errorf("a change is not seen: %+v", b)
+		}
+	}
+}

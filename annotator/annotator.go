@@ -60,6 +60,10 @@ type Config struct {
 	// ServiceExportPoll is how often discovery is asked for the ServiceExport
 	// CRD while it is not installed (default 30 s).
 	ServiceExportPoll time.Duration
+	// ClustersetConflicts says the MCS controller (internal/mcscontroller)
+	// sets the Conflict condition from every cluster's exports: the annotator
+	// then leaves that condition alone, so that each condition has one writer.
+	ClustersetConflicts bool
 }
 
 // Controller is the annotator of one cluster.
@@ -388,7 +392,7 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			if r := results[u.GetName()]; r != nil {
 				res = *r
 			}
-			wrote, err := c.updateStatus(ctx, se.gvr, u, conditions(byName[u.GetName()], u.GetName(), res, u.GetGeneration()))
+			wrote, err := c.updateStatus(ctx, se.gvr, u, conditions(byName[u.GetName()], u.GetName(), res, u.GetGeneration(), !c.cfg.ClustersetConflicts))
 			if !wrote || apierrors.IsNotFound(err) {
 				continue // unchanged, or deleted meanwhile (its delete event comes)
 			}

@@ -56,6 +56,12 @@ func TestServiceFields(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
+			// The Service informer stores slimmed Services: they must keep
+			// what serviceFields reads.
+			slim, _ := slimService(s)
+			if fromSlim := serviceFields(slim.(*corev1.Service), tc.se); !reflect.DeepEqual(fromSlim, got) {
+				t.Errorf("from the slimmed Service: %+v\nfrom the Service:         %+v", fromSlim, got)
+			}
 			// What the annotator writes, a reader accepts.
 			if _, err := annotation.FormatExports([]annotation.Export{{Name: "backend", Namespace: "ns", Service: got}}, "ns", "c"); err != nil {
 				t.Errorf("a reader would refuse it: %v", err)
