@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -189,6 +190,12 @@ func TestMCSController(t *testing.T) {
 		}
 	}
 	wantConditions(t, a, ns, "web", cond{"Conflict", metav1.ConditionFalse, "NoConflicts"}, cond{"Ready", metav1.ConditionTrue, "Exported"})
+
+	// Our CoreDNS in edge-a answers the ClusterSetIP the controller allocated.
+	d := harness.StartCoreDNS(t, corefile, map[string]string{"KUBECONFIG": a.Kubeconfig})
+	name := svc("web", ns)
+	eventuallyWithin(t, d, mcsPropagation, harness.Query{Name: name, Type: dns.TypeA}, hasAddrs(web.imp.Spec.IPs[0]))
+	eventuallyWithin(t, d, mcsPropagation, harness.Query{Name: "_metrics._tcp." + name, Type: dns.TypeSRV}, hasSRVs("9090 "+name))
 
 	eventuallyMCS(t, a, ns, "api", "the oldest export's port", func(v mcsView) error {
 		if v.imp == nil || len(v.imp.Spec.Ports) != 1 || v.imp.Spec.Ports[0].Port != 80 || len(v.imp.Status.Clusters) != 2 {
