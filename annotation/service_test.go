@@ -63,7 +63,7 @@ func TestParseServiceFields(t *testing.T) {
 
 func TestServiceFieldsRoundTrip(t *testing.T) {
 	e := Export{Name: "backend", Namespace: "default",
-		Ports: []Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: TCP, AppProtocol: "kubernetes.io/h2c"}},
+		Ports:   []Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: TCP, AppProtocol: "kubernetes.io/h2c"}},
 		Service: Service{Type: TypeClusterSetIP, ExportedAt: "2026-11-25T12:00:00Z", Labels: map[string]string{"a": "b"}}}
 	raw, err := FormatExports([]Export{e}, "default", "cluster-a")
 	if err != nil {

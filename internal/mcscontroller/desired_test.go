@@ -82,7 +82,7 @@ func TestKeptShares(t *testing.T) {
 	}
 	got := keptShares([]*discoveryv1.EndpointSlice{
 		slice("web-1", "b", "web", string(raw)),
-		slice("web-2", "b", "web", "not json"), // kept all the same
+		slice("web-2", "b", "web", "not json"),  // kept all the same
 		slice("web-3", "a", "web", string(raw)), // a is current: not kept from slices
 		slice("db-1", "b", "db", string(raw)),   // an entry of another service: not used
 	}, func(c string) bool { return c == "b" })
