@@ -49,6 +49,8 @@ type Port struct {
 	Port       int32  `json:"port"`
 	TargetPort int32  `json:"targetPort"`
 	Protocol   string `json:"protocol"`
+	// AppProtocol is the Service port's appProtocol, for the ServiceImport.
+	AppProtocol string `json:"appProtocol,omitempty"`
 }
 
 // Export is one validated entry of the export-services annotation, with the
@@ -58,6 +60,7 @@ type Export struct {
 	Namespace string `json:"namespace"`
 	Cluster   string `json:"cluster"`
 	Ports     []Port `json:"ports,omitempty"`
+	Service          // what the entry says of the exported Service (service.go)
 }
 
 // Import is one validated entry of the import-services annotation. An empty
@@ -86,15 +89,16 @@ const (
 	ReasonDuplicate        Reason = "duplicate"         // same service (or port) listed twice
 	ReasonNamespaceOutside Reason = "namespace_mismatch"
 	ReasonClusterOutside   Reason = "cluster_mismatch"
-	ReasonUnsigned         Reason = "unsigned"      // no signature where `verify` requires one (sign.go)
-	ReasonBadSignature     Reason = "bad_signature" // a signature that does not verify with the cluster's key
+	ReasonUnsigned         Reason = "unsigned"        // no signature where `verify` requires one (sign.go)
+	ReasonBadSignature     Reason = "bad_signature"   // a signature that does not verify with the cluster's key
+	ReasonService          Reason = "invalid_service" // a Service field (type, affinity, labels, ...) the API would refuse (service.go)
 )
 
 // Reasons lists every Reason, for pre-registering metric label values.
 var Reasons = []Reason{
 	ReasonSize, ReasonJSON, ReasonTooMany, ReasonName, ReasonNamespace, ReasonCluster,
 	ReasonPort, ReasonProtocol, ReasonDuplicate, ReasonNamespaceOutside, ReasonClusterOutside,
-	ReasonUnsigned, ReasonBadSignature,
+	ReasonUnsigned, ReasonBadSignature, ReasonService,
 }
 
 // Rejection describes one entry that was skipped. Index is the entry's

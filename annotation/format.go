@@ -12,6 +12,7 @@ type outExport struct {
 	Namespace string `json:"namespace"`
 	Cluster   string `json:"cluster,omitempty"`
 	Ports     []Port `json:"ports,omitempty"`
+	Service
 }
 
 type outEnvelope struct {
@@ -37,7 +38,7 @@ func FormatExports(exports []Export, podNamespace, sourceCluster string) (string
 func MarshalExports(exports []Export) (string, error) {
 	env := outEnvelope{Services: make([]outExport, len(exports))}
 	for i, e := range exports {
-		env.Services[i] = outExport{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: e.Ports}
+		env.Services[i] = outExport{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: e.Ports, Service: e.Service}
 	}
 	b, err := json.Marshal(env)
 	return string(b), err

@@ -20,6 +20,8 @@ type rawPort struct {
 	Port       int64  `json:"port"`
 	TargetPort int64  `json:"targetPort"`
 	Protocol   string `json:"protocol"`
+	// AppProtocol is checked as the Service API does (a qualified name).
+	AppProtocol string `json:"appProtocol"`
 }
 
 type rawExport struct {
@@ -27,6 +29,7 @@ type rawExport struct {
 	Namespace string    `json:"namespace"`
 	Cluster   string    `json:"cluster"`
 	Ports     []rawPort `json:"ports"`
+	Service
 }
 
 type rawImport struct {
@@ -82,13 +85,19 @@ func ParseExports(raw, podNamespace, sourceCluster string) ([]Export, []Rejectio
 			rej = append(rej, r)
 			continue
 		}
+		if r, bad := checkServiceFields(&e.Service); bad {
+			r.Index = i
+			r.Detail = "service " + e.Namespace + "/" + e.Name + ": " + r.Detail
+			rej = append(rej, r)
+			continue
+		}
 		key := e.Namespace + "/" + e.Name
 		if _, dup := seen[key]; dup {
 			rej = append(rej, Rejection{i, ReasonDuplicate, "service " + key + " is listed more than once"})
 			continue
 		}
 		seen[key] = struct{}{}
-		out = append(out, Export{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: ports})
+		out = append(out, Export{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: ports, Service: e.Service})
 	}
 	return out, rej
 }
@@ -229,12 +238,17 @@ func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
 				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port name %q: %s", clip(p.Name), strings.Join(errs, "; "))}, true
 			}
 		}
+		if p.AppProtocol != "" {
+			if errs := validation.IsQualifiedName(p.AppProtocol); len(errs) > 0 {
+				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("appProtocol %q: %s", clip(p.AppProtocol), strings.Join(errs, "; "))}, true
+			}
+		}
 		for _, q := range out[:j] {
 			if (p.Name != "" && q.Name == p.Name) || (q.Port == int32(p.Port) && q.Protocol == p.Protocol) {
 				return nil, Rejection{Reason: ReasonDuplicate, Detail: fmt.Sprintf("port %d/%s (%q) is listed more than once", p.Port, p.Protocol, p.Name)}, true
 			}
 		}
-		out = append(out, Port{Name: p.Name, Port: int32(p.Port), TargetPort: int32(p.TargetPort), Protocol: p.Protocol})
+		out = append(out, Port{Name: p.Name, Port: int32(p.Port), TargetPort: int32(p.TargetPort), Protocol: p.Protocol, AppProtocol: p.AppProtocol})
 	}
 	return out, Rejection{}, false
 }

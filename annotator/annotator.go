@@ -60,6 +60,10 @@ type Config struct {
 	// ServiceExportPoll is how often discovery is asked for the ServiceExport
 	// CRD while it is not installed (default 30 s).
 	ServiceExportPoll time.Duration
+	// ClustersetConflicts says the MCS controller (internal/mcscontroller)
+	// sets the Conflict condition from every cluster's exports: the annotator
+	// then leaves that condition alone, so that each condition has one writer.
+	ClustersetConflicts bool
 }
 
 // Controller is the annotator of one cluster.
@@ -319,15 +323,15 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			}
 		}
 	}
-	hasExport := make(map[string]bool, len(ses))
+	exportOf := make(map[string]*unstructured.Unstructured, len(ses))
 	for _, u := range ses {
-		hasExport[u.GetName()] = true
+		exportOf[u.GetName()] = u
 	}
 
 	skipped := map[string]skip{}
 	var exportedSvcs []exported
 	for _, s := range svcs {
-		if s.Annotations[annotation.ExportServiceAnnotation] != annotation.LabelValue && !hasExport[s.Name] {
+		if s.Annotations[annotation.ExportServiceAnnotation] != annotation.LabelValue && exportOf[s.Name] == nil {
 			continue
 		}
 		if s.Spec.Type == corev1.ServiceTypeExternalName {
@@ -335,7 +339,7 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			skipped[k.reason+"/"+k.key] = k
 			continue
 		}
-		exportedSvcs = append(exportedSvcs, newExported(s))
+		exportedSvcs = append(exportedSvcs, newExported(s, exportOf[s.Name]))
 	}
 	sortServices(exportedSvcs)
 
@@ -388,7 +392,7 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			if r := results[u.GetName()]; r != nil {
 				res = *r
 			}
-			wrote, err := c.updateStatus(ctx, se.gvr, u, conditions(byName[u.GetName()], u.GetName(), res, u.GetGeneration()))
+			wrote, err := c.updateStatus(ctx, se.gvr, u, conditions(byName[u.GetName()], u.GetName(), res, u.GetGeneration(), !c.cfg.ClustersetConflicts))
 			if !wrote || apierrors.IsNotFound(err) {
 				continue // unchanged, or deleted meanwhile (its delete event comes)
 			}

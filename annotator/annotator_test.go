@@ -216,8 +216,8 @@ func TestControllerExports(t *testing.T) {
 	f := start(t, true, []runtime.Object{backend, db, ext, web, dbPod, done, hand},
 		serviceExport("db"), serviceExport("ext"), serviceExport("ghost"))
 
-	wantWeb := `{"services":[{"name":"backend","namespace":"ns","cluster":"edge-a","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]}]}`
-	wantDB := `{"services":[{"name":"db","namespace":"ns","cluster":"edge-a"}]}`
+	wantWeb := `{"services":[{"name":"backend","namespace":"ns","cluster":"edge-a","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}],"type":"ClusterSetIP"}]}`
+	wantDB := `{"services":[{"name":"db","namespace":"ns","cluster":"edge-a","type":"ClusterSetIP"}]}`
 	f.eventually("exported by annotation", f.podHas("web", wantWeb))
 	f.eventually("exported by ServiceExport", f.podHas("db-0", wantDB))
 	f.eventually("status conditions", func() error {
@@ -296,7 +296,7 @@ func TestControllerFollowsPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"services":[{"name":"backend","namespace":"ns","cluster":"edge-a"}]}`
+	want := `{"services":[{"name":"backend","namespace":"ns","cluster":"edge-a","type":"ClusterSetIP"}]}`
 	p.Labels = app
 	if _, err := f.client.CoreV1().Pods("ns").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -414,7 +414,7 @@ func TestControllerSigns(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := startWith(t, Config{Cluster: "edge-a", SignKey: key}, false, []runtime.Object{svc("backend", app), pod("p", app)})
-	want := `{"services":[{"name":"backend","namespace":"ns","cluster":"edge-a"}]}`
+	want := `{"services":[{"name":"backend","namespace":"ns","cluster":"edge-a","type":"ClusterSetIP"}]}`
 	verified := func() error {
 		if err := f.podHas("p", want)(); err != nil {
 			return err
@@ -445,7 +445,7 @@ func TestControllerSigns(t *testing.T) {
 	if _, err := f.client.CoreV1().Services("ns").Create(context.Background(), svc("api", app), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	want = `{"services":[{"name":"api","namespace":"ns","cluster":"edge-a"},{"name":"backend","namespace":"ns","cluster":"edge-a"}]}`
+	want = `{"services":[{"name":"api","namespace":"ns","cluster":"edge-a","type":"ClusterSetIP"},{"name":"backend","namespace":"ns","cluster":"edge-a","type":"ClusterSetIP"}]}`
 	f.eventually("the changed value signed", verified)
 }
 
@@ -505,7 +505,7 @@ func TestControllerWriteFails(t *testing.T) {
 		return nil
 	})
 	failing.Store(false)
-	f.eventually("retried", f.podHas("db-0", `{"services":[{"name":"db","namespace":"ns","cluster":"edge-a"}]}`))
+	f.eventually("retried", f.podHas("db-0", `{"services":[{"name":"db","namespace":"ns","cluster":"edge-a","type":"ClusterSetIP"}]}`))
 	f.eventually("Ready again", func() error {
 		if got := f.conditions("db")["Ready"]; got != "True/Exported" {
 			return fmt.Errorf("Ready %s, want True/Exported", got)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -35,11 +36,13 @@ type skip struct {
 // exported is an exported Service with its selector parsed once.
 type exported struct {
 	svc      *corev1.Service
-	selector labels.Selector // nil: the Service selects no Pods
+	selector labels.Selector    // nil: the Service selects no Pods
+	fields   annotation.Service // what each entry says of the Service (fields.go)
 }
 
-func newExported(svc *corev1.Service) exported {
-	e := exported{svc: svc}
+// newExported prepares svc, exported by se (nil: by annotation).
+func newExported(svc *corev1.Service, se *unstructured.Unstructured) exported {
+	e := exported{svc: svc, fields: serviceFields(svc, se)}
 	if len(svc.Spec.Selector) > 0 {
 		e.selector = labels.SelectorFromValidatedSet(svc.Spec.Selector)
 	}
@@ -109,7 +112,7 @@ func desired(pod *corev1.Pod, services []exported, cluster string, chk *checker)
 		}
 		ports, pskips := exportPorts(pod, e.svc)
 		skips = append(skips, pskips...)
-		exports = append(exports, annotation.Export{Name: e.svc.Name, Namespace: pod.Namespace, Cluster: cluster, Ports: ports})
+		exports = append(exports, annotation.Export{Name: e.svc.Name, Namespace: pod.Namespace, Cluster: cluster, Ports: ports, Service: e.fields})
 		names = append(names, e.svc.Name)
 	}
 	if len(exports) == 0 {
@@ -157,7 +160,7 @@ func exportPorts(pod *corev1.Pod, svc *corev1.Service) ([]annotation.Port, []ski
 				fmt.Sprintf("Pod %s/%s: port %q of Service %s left out: the Pod declares no %s container port named %q", pod.Namespace, pod.Name, sp.Name, svc.Name, proto, sp.TargetPort.StrVal)})
 			continue
 		}
-		out = append(out, annotation.Port{Name: sp.Name, Port: sp.Port, TargetPort: target, Protocol: proto})
+		out = append(out, annotation.Port{Name: sp.Name, Port: sp.Port, TargetPort: target, Protocol: proto, AppProtocol: ptrString(sp.AppProtocol)})
 	}
 	return out, skips
 }

@@ -53,14 +53,14 @@ func TestDesired(t *testing.T) {
 			name:     "named targetPort resolved against the container",
 			pod:      pod("p", app, corev1.ContainerPort{Name: "web", ContainerPort: 8080}),
 			services: []*corev1.Service{svc("backend", app, sport("http", 80, intstr.FromString("web"), corev1.ProtocolTCP))},
-			want:     `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]}]}`,
+			want:     `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}],"type":"ClusterSetIP"}]}`,
 		},
 		{
 			name:     "numeric and unset targetPort, default protocol, cluster written",
 			pod:      pod("p", app),
 			services: []*corev1.Service{svc("backend", app, sport("a", 80, intstr.FromInt32(8080), ""), sport("b", 53, intstr.IntOrString{}, corev1.ProtocolUDP))},
 			cluster:  "edge-a",
-			want:     `{"services":[{"name":"backend","namespace":"ns","cluster":"edge-a","ports":[{"name":"a","port":80,"targetPort":8080,"protocol":"TCP"},{"name":"b","port":53,"targetPort":53,"protocol":"UDP"}]}]}`,
+			want:     `{"services":[{"name":"backend","namespace":"ns","cluster":"edge-a","ports":[{"name":"a","port":80,"targetPort":8080,"protocol":"TCP"},{"name":"b","port":53,"targetPort":53,"protocol":"UDP"}],"type":"ClusterSetIP"}]}`,
 		},
 		{
 			name: "a named targetPort the Pod lacks (or has for another protocol) is left out, the rest stays",
@@ -69,14 +69,14 @@ func TestDesired(t *testing.T) {
 				sport("http", 80, intstr.FromString("web"), corev1.ProtocolTCP),
 				sport("dns", 53, intstr.FromString("dns"), corev1.ProtocolUDP),
 				sport("plain", 81, intstr.FromInt32(81), corev1.ProtocolTCP))},
-			want:    `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"plain","port":81,"targetPort":81,"protocol":"TCP"}]}]}`,
+			want:    `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"plain","port":81,"targetPort":81,"protocol":"TCP"}],"type":"ClusterSetIP"}]}`,
 			skipped: []string{skipPortUnresolved, skipPortUnresolved},
 		},
 		{
 			name:     "sidecar ports resolve, ports of init containers that end do not",
 			pod:      sidecar,
 			services: []*corev1.Service{svc("backend", app, sport("metrics", 9901, intstr.FromString("metrics"), corev1.ProtocolTCP))},
-			want:     `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"metrics","port":9901,"targetPort":9901,"protocol":"TCP"}]}]}`,
+			want:     `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"metrics","port":9901,"targetPort":9901,"protocol":"TCP"}],"type":"ClusterSetIP"}]}`,
 		},
 		{
 			name: "several Services, sorted by name; others' selectors do not match",
@@ -85,7 +85,7 @@ func TestDesired(t *testing.T) {
 				svc("zeta", map[string]string{"tier": "db"}), svc("alpha", app),
 				svc("other", map[string]string{"app": "frontend"}), svc("no-selector", nil),
 			},
-			want: `{"services":[{"name":"alpha","namespace":"ns"},{"name":"zeta","namespace":"ns"}]}`,
+			want: `{"services":[{"name":"alpha","namespace":"ns","type":"ClusterSetIP"},{"name":"zeta","namespace":"ns","type":"ClusterSetIP"}]}`,
 		},
 		{
 			name:     "selected by nothing",
@@ -97,7 +97,7 @@ func TestDesired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var ex []exported
 			for _, s := range tc.services {
-				ex = append(ex, newExported(s))
+				ex = append(ex, newExported(s, nil))
 			}
 			sortServices(ex)
 			got, names, skips := desired(tc.pod, ex, tc.cluster, newChecker("ns", tc.cluster))
@@ -145,7 +145,7 @@ func TestDesired(t *testing.T) {
 func TestDesiredTooManyServices(t *testing.T) {
 	var ex []exported
 	for i := range annotation.MaxServices + 3 {
-		ex = append(ex, newExported(svc(fmt.Sprintf("s%03d", i), app)))
+		ex = append(ex, newExported(svc(fmt.Sprintf("s%03d", i), app), nil))
 	}
 	got, names, skips := desired(pod("p", app), ex, "", newChecker("ns", ""))
 	if len(names) != annotation.MaxServices || names[0] != "s000" {
@@ -168,7 +168,7 @@ func TestDesiredTooLarge(t *testing.T) {
 	}
 	var ex []exported
 	for i := range 12 {
-		ex = append(ex, newExported(svc(fmt.Sprintf("s%02d", i), app, ports...)))
+		ex = append(ex, newExported(svc(fmt.Sprintf("s%02d", i), app, ports...), nil))
 	}
 	got, names, skips := desired(pod("p", app), ex, "edge-a", newChecker("ns", "edge-a"))
 	if got == "" || len(got) > annotation.MaxBytes {
@@ -194,7 +194,7 @@ func TestDesiredTooManyPorts(t *testing.T) {
 	for i := range annotation.MaxPortsPerExport + 5 {
 		ports = append(ports, sport(fmt.Sprintf("p%d", i), int32(1000+i), intstr.IntOrString{}, corev1.ProtocolTCP))
 	}
-	ex := []exported{newExported(svc("backend", app, ports...))}
+	ex := []exported{newExported(svc("backend", app, ports...), nil)}
 	got, _, skips := desired(pod("p", app), ex, "", newChecker("ns", ""))
 	read, rej := annotation.ParseExports(got, "ns", "c")
 	if len(rej) > 0 || len(read) != 1 || len(read[0].Ports) != annotation.MaxPortsPerExport {

@@ -22,8 +22,9 @@ type exportResult struct {
 }
 
 // conditions are the status conditions (KEP-1645) of a ServiceExport whose
-// Service is svc (nil when there is none).
-func conditions(svc *corev1.Service, name string, res exportResult, generation int64) []metav1.Condition {
+// Service is svc (nil when there is none); Conflict only when withConflict
+// (no MCS controller compares the clusters' exports).
+func conditions(svc *corev1.Service, name string, res exportResult, generation int64, withConflict bool) []metav1.Condition {
 	cond := func(t mcs.ServiceExportConditionType, s metav1.ConditionStatus, r mcs.ServiceExportConditionReason, msg string) metav1.Condition {
 		return metav1.Condition{Type: string(t), Status: s, Reason: string(r), Message: msg, ObservedGeneration: generation}
 	}
@@ -49,6 +50,9 @@ func conditions(svc *corev1.Service, name string, res exportResult, generation i
 	default:
 		ready = cond(mcs.ServiceExportConditionReady, metav1.ConditionTrue, mcs.ServiceExportReasonExported,
 			fmt.Sprintf("%d Pods carry the export annotation", res.pods))
+	}
+	if !withConflict {
+		return []metav1.Condition{valid, ready}
 	}
 	conflict := cond(mcs.ServiceExportConditionConflict, metav1.ConditionFalse, mcs.ServiceExportReasonNoConflicts,
 		"each cluster's endpoints are answered with their own ports (headless): no conflict in this cluster; other clusters are not compared here")

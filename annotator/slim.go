@@ -72,7 +72,9 @@ func slimContainers(cs []corev1.Container, sidecarsOnly bool) []corev1.Container
 }
 
 // slimService is the transform of the Service informer: name, namespace,
-// UID, the export annotation, type, selector and ports.
+// UID, creation time, the export annotation, type, selector, ports, and what
+// an export entry says of the Service (serviceFields): headlessness, session
+// affinity and traffic policies.
 func slimService(obj any) (any, error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
@@ -81,8 +83,11 @@ func slimService(obj any) (any, error) {
 	out := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID, ResourceVersion: svc.ResourceVersion,
+			CreationTimestamp: svc.CreationTimestamp,
 		},
-		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, Selector: svc.Spec.Selector, Ports: svc.Spec.Ports},
+		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, Selector: svc.Spec.Selector, Ports: svc.Spec.Ports,
+			ClusterIP: svc.Spec.ClusterIP, SessionAffinity: svc.Spec.SessionAffinity, SessionAffinityConfig: svc.Spec.SessionAffinityConfig,
+			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution},
 	}
 	if v, ok := svc.Annotations[annotation.ExportServiceAnnotation]; ok {
 		out.Annotations = map[string]string{annotation.ExportServiceAnnotation: v}

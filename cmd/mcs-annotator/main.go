@@ -51,6 +51,9 @@ type options struct {
 	workers        int
 	sePoll         time.Duration
 	signKey        string
+	mcsController  bool
+	peers          peerFlags
+	peerExpire     time.Duration
 }
 
 func parseFlags(args []string) (options, error) {
@@ -69,6 +72,9 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.workers, "workers", 2, "namespaces reconciled in parallel")
 	fs.DurationVar(&o.sePoll, "serviceexport-poll", 30*time.Second, "how often to look for the ServiceExport CRD while it is not installed")
 	fs.StringVar(&o.signKey, "sign-key", "", "ed25519 private key (PEM, PKCS #8) to sign each export annotation with (needs --cluster)")
+	fs.BoolVar(&o.mcsController, "mcs-controller", false, "also run the MCS controller: ServiceImports, derived Services and EndpointSlices from every cluster's export annotations (needs --cluster)")
+	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
+	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a cluster's share of the imports when its API server has not answered for this long (0: never)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogVerbosity{klogFlags}, "v", "log verbosity (2 logs every Pod write)")
@@ -83,6 +89,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.signKey != "" && o.cluster == "" {
 		return o, errors.New("--sign-key needs --cluster: the signature covers the cluster ID the plugin verifies against")
+	}
+	if err := checkMCS(o); err != nil {
+		return o, err
 	}
 	if o.workers < 1 {
 		return o, fmt.Errorf("--workers %d: must be at least 1", o.workers)
@@ -160,7 +169,7 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := annotator.NewMetrics(reg)
-	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, Workers: o.workers, ServiceExportPoll: o.sePoll}, m)
+	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, Workers: o.workers, ServiceExportPoll: o.sePoll, ClustersetConflicts: o.mcsController}, m)
 
 	if o.listen != "" {
 		srv, err := serve(o.listen, reg, ctl)
@@ -176,8 +185,15 @@ func run(ctx context.Context, o options) error {
 		}
 		return err
 	}
+	mcsLoop := func(context.Context) {}
+	if o.mcsController {
+		if mcsLoop, err = startMCS(ctx, o, client, dyn, disco, reg); err != nil {
+			return err
+		}
+	}
 	if !o.leaderElect {
 		m.Leader.Set(1)
+		go mcsLoop(ctx)
 		ctl.Run(ctx)
 		return nil
 	}
@@ -197,6 +213,7 @@ func run(ctx context.Context, o options) error {
 			OnStartedLeading: func(ctx context.Context) {
 				klog.Infof("became leader (%s): writing", o.id)
 				m.Leader.Set(1)
+				go mcsLoop(ctx)
 				ctl.Run(ctx)
 			},
 			OnStoppedLeading: func() {

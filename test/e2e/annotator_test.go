@@ -78,9 +78,12 @@ func containerPort(name string, port int32) corev1.ContainerPort {
 	return corev1.ContainerPort{Name: name, ContainerPort: port, Protocol: corev1.ProtocolTCP}
 }
 
-// export is one entry as the annotator must write it: every field explicit.
+// export is one entry as the annotator must write it for a ClusterIP
+// Service: every field explicit (exportedAt, the API server's time, is
+// checked apart).
 func export(name, ns string, ports ...annotation.Port) annotation.Export {
-	return annotation.Export{Name: name, Namespace: ns, Cluster: clusterID, Ports: ports}
+	return annotation.Export{Name: name, Namespace: ns, Cluster: clusterID, Ports: ports,
+		Service: annotation.Service{Type: annotation.TypeClusterSetIP}}
 }
 
 func port(name string, p, target int32) annotation.Port {
@@ -99,6 +102,16 @@ type strictEntry struct {
 		TargetPort *int32  `json:"targetPort"`
 		Protocol   *string `json:"protocol"`
 	} `json:"ports"`
+	// What the entry says of the Service (annotation.Service): type and
+	// exportedAt always, the rest when the Service sets them.
+	Type                          *string           `json:"type"`
+	ExportedAt                    *string           `json:"exportedAt"`
+	SessionAffinity               *string           `json:"sessionAffinity"`
+	SessionAffinityTimeoutSeconds *int32            `json:"sessionAffinityTimeoutSeconds"`
+	InternalTrafficPolicy         *string           `json:"internalTrafficPolicy"`
+	TrafficDistribution           *string           `json:"trafficDistribution"`
+	Labels                        map[string]string `json:"labels"`
+	Annotations                   map[string]string `json:"annotations"`
 }
 
 // checkWritten checks that raw is the export annotation the contract
@@ -125,6 +138,9 @@ func checkWritten(raw, ns, flagCluster string, want []annotation.Export) error {
 		if flagCluster == "" && e.Cluster != nil {
 			return fmt.Errorf("annotation %s: services[%d] has a cluster although the annotator has no --cluster", raw, i)
 		}
+		if e.Type == nil || e.ExportedAt == nil {
+			return fmt.Errorf("annotation %s: services[%d] lacks type or exportedAt", raw, i)
+		}
 		for j, p := range e.Ports {
 			if p.Port == nil || p.TargetPort == nil || p.Protocol == nil || p.Name == nil {
 				return fmt.Errorf("annotation %s: services[%d].ports[%d] lacks name, port, targetPort or protocol", raw, i, j)
@@ -137,6 +153,12 @@ func checkWritten(raw, ns, flagCluster string, want []annotation.Export) error {
 	}
 	if len(got) == 0 {
 		got = nil
+	}
+	for i := range got {
+		if got[i].Exported().IsZero() {
+			return fmt.Errorf("annotation %s: services[%d]: exportedAt %q is not a time", raw, i, got[i].ExportedAt)
+		}
+		got[i].ExportedAt = ""
 	}
 	if !reflect.DeepEqual(got, want) {
 		return fmt.Errorf("annotation %s\nparses to %+v\nwant       %+v", raw, got, want)

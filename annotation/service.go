@@ -1,0 +1,117 @@
+package annotation
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Service is what an export entry says of the exported Service beyond its
+// name and ports: what every cluster's MCS controller needs to build the
+// ServiceImport (KEP-1645) from the annotations alone, also while the
+// exporting cluster is unreachable. Every field is optional, so entries
+// written before these fields existed still read (with the defaults below),
+// and readers that predate them ignore them. The signature covers them: it
+// covers the annotation's bytes.
+type Service struct {
+	// Type is ClusterSetIP (the Service has a cluster IP) or Headless.
+	// Absent: Headless, which is how entries without it were always answered.
+	Type string `json:"type,omitempty"`
+	// ExportedAt is when the export began, RFC 3339: the oldest export wins a
+	// conflict between clusters. Absent: unknown, older than any time, so that
+	// ties go to the cluster ID.
+	ExportedAt string `json:"exportedAt,omitempty"`
+	// SessionAffinity is ClientIP or None (absent: None), with its timeout.
+	SessionAffinity               string `json:"sessionAffinity,omitempty"`
+	SessionAffinityTimeoutSeconds int32  `json:"sessionAffinityTimeoutSeconds,omitempty"`
+	// InternalTrafficPolicy is Cluster or Local (absent: Cluster).
+	InternalTrafficPolicy string `json:"internalTrafficPolicy,omitempty"`
+	// TrafficDistribution is the Service's spec.trafficDistribution.
+	TrafficDistribution string `json:"trafficDistribution,omitempty"`
+	// Labels and Annotations are the ServiceExport's exportedLabels and
+	// exportedAnnotations, for the ServiceImport.
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// The values of Service.Type.
+const (
+	TypeClusterSetIP = "ClusterSetIP"
+	TypeHeadless     = "Headless"
+)
+
+// MaxAffinityTimeout is the Service API's limit on sessionAffinityConfig's
+// timeoutSeconds (one day).
+const MaxAffinityTimeout = 86400
+
+// ServiceType returns the entry's type with its default.
+func (s *Service) ServiceType() string {
+	if s.Type == "" {
+		return TypeHeadless
+	}
+	return s.Type
+}
+
+// Exported returns ExportedAt as a time; the zero time when absent.
+func (s *Service) Exported() time.Time {
+	t, _ := time.Parse(time.RFC3339, s.ExportedAt)
+	return t
+}
+
+// checkServiceFields validates what an entry says of its Service, as the
+// Service and ServiceExport APIs would.
+func checkServiceFields(s *Service) (Rejection, bool) {
+	bad := func(format string, a ...any) (Rejection, bool) {
+		return Rejection{Reason: ReasonService, Detail: fmt.Sprintf(format, a...)}, true
+	}
+	switch s.Type {
+	case "", TypeClusterSetIP, TypeHeadless:
+	default:
+		return bad("type %q: must be %s or %s", clip(s.Type), TypeClusterSetIP, TypeHeadless)
+	}
+	if s.ExportedAt != "" {
+		if _, err := time.Parse(time.RFC3339, s.ExportedAt); err != nil {
+			return bad("exportedAt %q: not an RFC 3339 time", clip(s.ExportedAt))
+		}
+	}
+	switch s.SessionAffinity {
+	case "", "None", "ClientIP":
+	default:
+		return bad("sessionAffinity %q: must be None or ClientIP", clip(s.SessionAffinity))
+	}
+	if t := s.SessionAffinityTimeoutSeconds; t < 0 || t > MaxAffinityTimeout || (t != 0 && s.SessionAffinity != "ClientIP") {
+		return bad("sessionAffinityTimeoutSeconds %d: must be 1-%d, with sessionAffinity ClientIP", t, MaxAffinityTimeout)
+	}
+	switch s.InternalTrafficPolicy {
+	case "", "Cluster", "Local":
+	default:
+		return bad("internalTrafficPolicy %q: must be Cluster or Local", clip(s.InternalTrafficPolicy))
+	}
+	if d := s.TrafficDistribution; d != "" {
+		if errs := validation.IsQualifiedName(d); len(errs) > 0 {
+			return bad("trafficDistribution %q: %s", clip(d), strings.Join(errs, "; "))
+		}
+	}
+	for k, v := range s.Labels {
+		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+			return bad("label %q: %s", clip(k), strings.Join(errs, "; "))
+		}
+	}
+	for k := range s.Annotations {
+		if errs := validation.IsQualifiedName(strings.ToLower(k)); len(errs) > 0 {
+			return bad("annotation %q: %s", clip(k), strings.Join(errs, "; "))
+		}
+	}
+	return Rejection{}, false
+}
+
+// Equal reports whether two entries say the same of their Service.
+func (s *Service) Equal(o *Service) bool {
+	return s.Type == o.Type && s.ExportedAt == o.ExportedAt && s.SessionAffinity == o.SessionAffinity &&
+		s.SessionAffinityTimeoutSeconds == o.SessionAffinityTimeoutSeconds &&
+		s.InternalTrafficPolicy == o.InternalTrafficPolicy && s.TrafficDistribution == o.TrafficDistribution &&
+		maps.Equal(s.Labels, o.Labels) && maps.Equal(s.Annotations, o.Annotations)
+}

@@ -1,0 +1,219 @@
+package clusterset
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// ManagedBy is the endpointslice.kubernetes.io/managed-by value of the
+// EndpointSlices the controller writes (the default EndpointSlice controller
+// leaves slices managed by others alone), and the value of LabelManagedBy on
+// the derived Services.
+const ManagedBy = "mcs-controller.mcsannotations.io"
+
+// LabelManagedBy marks the derived Services, so that the controller never
+// takes over or deletes a Service it did not make.
+const LabelManagedBy = "app.kubernetes.io/managed-by"
+
+// MaxEndpointsPerSlice is the default EndpointSlice controller's limit.
+const MaxEndpointsPerSlice = 100
+
+// EndpointPort is a port of an endpoint: the service port's name and
+// protocol with the port the endpoint listens on (the targetPort).
+type EndpointPort struct {
+	Name        string
+	Protocol    corev1.Protocol
+	Port        int32
+	AppProtocol *string
+}
+
+// Endpoint is one backing Pod of a service in one cluster.
+type Endpoint struct {
+	// Addresses are the Pod's IPs (at most one of each family is used).
+	Addresses []netip.Addr
+	// Hostname is the Pod's DNS label within the service (spec.hostname,
+	// else the dashed IP), as the DNS answers name it.
+	Hostname                    string
+	Ready, Serving, Terminating bool
+	Ports                       []EndpointPort
+}
+
+// DerivedServiceName is the name of the Service whose ClusterIPs are a
+// ClusterSetIP service's ClusterSetIPs: distinct from the exported service's
+// own name, which the exporting cluster uses for its local Service.
+func DerivedServiceName(service string) string {
+	return fmt.Sprintf("%s-mcs-%06x", trunc(service, 52), hash(service)&0xffffff)
+}
+
+// DerivedService is the Service the controller creates for a ClusterSetIP
+// import: selector-less (the controller's EndpointSlices fill it), of type
+// ClusterIP, dual-stack where the cluster is, owned by the ServiceImport.
+func DerivedService(key Key, im *Import, owner metav1.OwnerReference) *corev1.Service {
+	svc := &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       key.Namespace,
+			Name:            DerivedServiceName(key.Name),
+			Labels:          map[string]string{LabelManagedBy: ManagedBy, mcsv1beta1.LabelServiceName: key.Name},
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Spec: corev1.ServiceSpec{
+			Type:                  corev1.ServiceTypeClusterIP,
+			IPFamilyPolicy:        ptr.To(corev1.IPFamilyPolicyPreferDualStack),
+			SessionAffinity:       im.Spec.SessionAffinity,
+			SessionAffinityConfig: im.Spec.SessionAffinityConfig.DeepCopy(),
+			InternalTrafficPolicy: im.Spec.InternalTrafficPolicy,
+			TrafficDistribution:   im.Spec.TrafficDistribution,
+		},
+	}
+	for _, p := range im.Spec.Ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
+			Name: p.Name, Protocol: p.Protocol, Port: p.Port, AppProtocol: p.AppProtocol,
+		})
+	}
+	return svc
+}
+
+// Slices returns the EndpointSlices that carry the endpoints a cluster
+// exports for a service: one slice per address family and set of ports, of
+// at most MaxEndpointsPerSlice endpoints each, with stable names so that a
+// change rewrites only the slices it touches. derived is the derived
+// Service's name ("" for a headless import: its slices are for DNS, not for
+// a datapath). The ports of each slice are those of its endpoints whose name
+// and protocol the import's ports have (a conflicting port is not imported).
+func Slices(key Key, cluster, derived string, im *Import, eps []Endpoint, owner metav1.OwnerReference) []*discoveryv1.EndpointSlice {
+	type group struct {
+		family discoveryv1.AddressType
+		ports  []discoveryv1.EndpointPort
+		eps    []discoveryv1.Endpoint
+	}
+	groups := map[string]*group{}
+	for _, ep := range eps {
+		ports := slicePorts(ep.Ports, im)
+		pk := portsKey(ports)
+		seen := map[discoveryv1.AddressType]bool{}
+		for _, a := range ep.Addresses {
+			family := discoveryv1.AddressTypeIPv4
+			if a.Is6() && !a.Is4In6() {
+				family = discoveryv1.AddressTypeIPv6
+			}
+			if seen[family] || !a.IsValid() {
+				continue
+			}
+			seen[family] = true
+			gk := string(family) + "/" + pk
+			g := groups[gk]
+			if g == nil {
+				g = &group{family: family, ports: ports}
+				groups[gk] = g
+			}
+			e := discoveryv1.Endpoint{
+				Addresses: []string{a.Unmap().String()},
+				Conditions: discoveryv1.EndpointConditions{
+					Ready: ptr.To(ep.Ready), Serving: ptr.To(ep.Serving), Terminating: ptr.To(ep.Terminating),
+				},
+			}
+			if ep.Hostname != "" {
+				e.Hostname = ptr.To(ep.Hostname)
+			}
+			g.eps = append(g.eps, e)
+		}
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []*discoveryv1.EndpointSlice
+	for _, gk := range keys {
+		g := groups[gk]
+		slices.SortFunc(g.eps, func(a, b discoveryv1.Endpoint) int { return cmp.Compare(a.Addresses[0], b.Addresses[0]) })
+		h := hash(key.Namespace + "/" + key.Name + "/" + cluster + "/" + gk)
+		for i := 0; i < len(g.eps); i += MaxEndpointsPerSlice {
+			s := &discoveryv1.EndpointSlice{
+				TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+				ObjectMeta: metav1.ObjectMeta{
+					Namespace:       key.Namespace,
+					Name:            fmt.Sprintf("%s-%08x-%d", trunc(key.Name, 40), h, i/MaxEndpointsPerSlice),
+					Labels:          SliceLabels(key, cluster, derived),
+					OwnerReferences: []metav1.OwnerReference{owner},
+				},
+				AddressType: g.family,
+				Endpoints:   g.eps[i:min(i+MaxEndpointsPerSlice, len(g.eps))],
+				Ports:       g.ports,
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// SliceLabels are the labels of the EndpointSlices of a service from one
+// cluster: the MCS labels, the managed-by that keeps the default controller
+// away, and the derived Service's name so that the datapath uses them.
+func SliceLabels(key Key, cluster, derived string) map[string]string {
+	l := map[string]string{
+		mcsv1beta1.LabelServiceName:   key.Name,
+		mcsv1beta1.LabelSourceCluster: cluster,
+		discoveryv1.LabelManagedBy:    ManagedBy,
+	}
+	if derived != "" {
+		l[discoveryv1.LabelServiceName] = derived
+	}
+	return l
+}
+
+// slicePorts keeps the endpoint's ports that the import has (by name and
+// protocol), sorted by name.
+func slicePorts(eps []EndpointPort, im *Import) []discoveryv1.EndpointPort {
+	var out []discoveryv1.EndpointPort
+	for _, p := range eps {
+		proto := protocol(p.Protocol)
+		if !slices.ContainsFunc(im.Spec.Ports, func(ip mcsv1beta1.ServicePort) bool {
+			return ip.Name == p.Name && ip.Protocol == proto
+		}) {
+			continue
+		}
+		out = append(out, discoveryv1.EndpointPort{
+			Name: ptr.To(p.Name), Protocol: ptr.To(proto), Port: ptr.To(p.Port), AppProtocol: p.AppProtocol,
+		})
+	}
+	slices.SortFunc(out, func(a, b discoveryv1.EndpointPort) int { return cmp.Compare(*a.Name, *b.Name) })
+	return out
+}
+
+func portsKey(ps []discoveryv1.EndpointPort) string {
+	var b []byte
+	for _, p := range ps {
+		b = append(b, *p.Name...)
+		b = append(b, ':')
+		b = append(b, *p.Protocol...)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(*p.Port), 10)
+		b = append(b, ',')
+	}
+	return string(b)
+}
+
+func hash(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
+}
+
+func trunc(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

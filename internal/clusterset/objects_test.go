@@ -1,0 +1,154 @@
+package clusterset
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+var owner = metav1.OwnerReference{APIVersion: "multicluster.x-k8s.io/v1beta1", Kind: "ServiceImport", Name: "backend", UID: "u1"}
+
+func endpoint(ip string, ready bool, ports ...EndpointPort) Endpoint {
+	var addrs []netip.Addr
+	for _, s := range strings.Split(ip, ",") {
+		addrs = append(addrs, netip.MustParseAddr(s))
+	}
+	return Endpoint{Addresses: addrs, Hostname: strings.NewReplacer(".", "-", ":", "-").Replace(ip), Ready: ready, Serving: ready, Ports: ports}
+}
+
+func TestDerivedServiceName(t *testing.T) {
+	for _, svc := range []string{"backend", strings.Repeat("a", 63), "a-" + strings.Repeat("b", 60)} {
+		name := DerivedServiceName(svc)
+		if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
+			t.Errorf("DerivedServiceName(%q) = %q: %v", svc, name, errs)
+		}
+		if name == svc {
+			t.Errorf("DerivedServiceName(%q) is the service's own name", svc)
+		}
+		if DerivedServiceName(svc) != name {
+			t.Errorf("DerivedServiceName(%q) is not stable", svc)
+		}
+	}
+	if DerivedServiceName(strings.Repeat("a", 60)+"x") == DerivedServiceName(strings.Repeat("a", 60)+"y") {
+		t.Errorf("names that differ past the truncation give one derived name")
+	}
+}
+
+func TestDerivedService(t *testing.T) {
+	im := Merge([]Export{{Cluster: "a", Type: mcsv1beta1.ClusterSetIP, SessionAffinity: corev1.ServiceAffinityClientIP,
+		Ports: []mcsv1beta1.ServicePort{{Name: "http", Port: 80}, {Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}}})
+	svc := DerivedService(Key{"ns", "backend"}, &im, owner)
+	if svc.Namespace != "ns" || svc.Name != DerivedServiceName("backend") {
+		t.Errorf("name %s/%s", svc.Namespace, svc.Name)
+	}
+	if svc.Spec.Selector != nil || svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.SessionAffinity != corev1.ServiceAffinityClientIP {
+		t.Errorf("spec %+v", svc.Spec)
+	}
+	if len(svc.Spec.Ports) != 2 || svc.Spec.Ports[0].Name != "dns" || svc.Spec.Ports[0].Protocol != corev1.ProtocolUDP || svc.Spec.Ports[1].Protocol != corev1.ProtocolTCP {
+		t.Errorf("ports %+v", svc.Spec.Ports)
+	}
+	if svc.Labels[LabelManagedBy] != ManagedBy || svc.OwnerReferences[0].UID != "u1" {
+		t.Errorf("labels %v owners %v", svc.Labels, svc.OwnerReferences)
+	}
+}
+
+func TestSlices(t *testing.T) {
+	http := EndpointPort{Name: "http", Port: 8080}
+	im := Merge([]Export{{Cluster: "a", Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{{Name: "http", Port: 80}}}})
+	key := Key{"ns", "backend"}
+	eps := []Endpoint{
+		endpoint("10.0.0.2", true, http),
+		endpoint("10.0.0.1,fd00::1", false, http, EndpointPort{Name: "metrics", Port: 9090}), // metrics is not imported
+		endpoint("10.0.0.3", true, EndpointPort{Name: "http", Port: 8081}),                   // another targetPort
+	}
+	got := Slices(key, "edge-b", "backend-mcs-x", &im, eps, owner)
+	// IPv4 with 8080, IPv4 with 8081, IPv6 with 8080.
+	if len(got) != 3 {
+		t.Fatalf("%d slices, want 3: %+v", len(got), got)
+	}
+	seen := map[string]bool{}
+	for _, s := range got {
+		if seen[s.Name] {
+			t.Errorf("two slices named %s", s.Name)
+		}
+		seen[s.Name] = true
+		if errs := validation.IsDNS1123Subdomain(s.Name); len(errs) > 0 {
+			t.Errorf("slice name %q: %v", s.Name, errs)
+		}
+		l := s.Labels
+		if l[mcsv1beta1.LabelServiceName] != "backend" || l[mcsv1beta1.LabelSourceCluster] != "edge-b" ||
+			l[discoveryv1.LabelManagedBy] != ManagedBy || l[discoveryv1.LabelServiceName] != "backend-mcs-x" {
+			t.Errorf("labels %v", l)
+		}
+		if len(s.Ports) != 1 || *s.Ports[0].Name != "http" {
+			t.Errorf("slice %s ports %+v, want only http", s.Name, s.Ports)
+		}
+		for _, e := range s.Endpoints {
+			a := netip.MustParseAddr(e.Addresses[0])
+			if (s.AddressType == discoveryv1.AddressTypeIPv6) != a.Is6() {
+				t.Errorf("address %s in a %s slice", a, s.AddressType)
+			}
+			ready := a.String() != "10.0.0.1" && a.String() != "fd00::1"
+			if *e.Conditions.Ready != ready || *e.Conditions.Serving != ready || *e.Conditions.Terminating {
+				t.Errorf("%s conditions %+v", a, e.Conditions)
+			}
+			if e.Hostname == nil || *e.Hostname == "" {
+				t.Errorf("%s has no hostname", a)
+			}
+		}
+	}
+	// The IPv4 slice for 8080 holds 10.0.0.1 and 10.0.0.2, sorted.
+	for _, s := range got {
+		if s.AddressType == discoveryv1.AddressTypeIPv4 && *s.Ports[0].Port == 8080 {
+			if len(s.Endpoints) != 2 || s.Endpoints[0].Addresses[0] != "10.0.0.1" {
+				t.Errorf("IPv4 8080 slice %+v", s.Endpoints)
+			}
+		}
+	}
+
+	// Headless: no derived Service label.
+	for _, s := range Slices(key, "edge-b", "", &im, eps[:1], owner) {
+		if _, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
+			t.Errorf("a headless import's slice names a Service: %v", s.Labels)
+		}
+	}
+}
+
+func TestSlicesSplitAndStable(t *testing.T) {
+	im := Merge([]Export{{Cluster: "a", Type: mcsv1beta1.Headless, Ports: []mcsv1beta1.ServicePort{{Name: "http", Port: 80}}}})
+	var eps []Endpoint
+	for i := range 250 {
+		eps = append(eps, endpoint(fmt.Sprintf("10.1.%d.%d", i/200, i%200+1), true, EndpointPort{Name: "http", Port: 80}))
+	}
+	key := Key{"ns", "backend"}
+	a := Slices(key, "c", "", &im, eps, owner)
+	if len(a) != 3 || len(a[0].Endpoints) != 100 || len(a[2].Endpoints) != 50 {
+		t.Fatalf("slices of %d, want 100, 100, 50", len(a))
+	}
+	// Reversed input, same slices.
+	rev := make([]Endpoint, len(eps))
+	for i, e := range eps {
+		rev[len(eps)-1-i] = e
+	}
+	b := Slices(key, "c", "", &im, rev, owner)
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Endpoints[0].Addresses[0] != b[i].Endpoints[0].Addresses[0] {
+			t.Errorf("slice %d differs with the input's order: %s %s", i, a[i].Name, b[i].Name)
+		}
+	}
+	// Another cluster's slices have other names.
+	for _, s := range Slices(key, "d", "", &im, eps, owner) {
+		for _, o := range a {
+			if s.Name == o.Name {
+				t.Errorf("clusters c and d share slice name %s", s.Name)
+			}
+		}
+	}
+}

@@ -1,0 +1,631 @@
+// Package mcscontroller is each cluster's MCS controller (SPEC section 9):
+// from the export annotations of the local cluster and of every peer, read
+// into a table by the plugin's own sources, it keeps in the local cluster a
+// ServiceImport per exported service, the derived Service whose ClusterIPs
+// are a ClusterSetIP service's ClusterSetIPs, the EndpointSlices of every
+// exporting cluster, and the Conflict condition of the local ServiceExports.
+//
+// What a cluster that cannot be reached exported stays as last written: the
+// local API server holds it, and a cluster that has not answered since the
+// controller started is merged from its EndpointSlices, never removed. Only a
+// cluster that answers and no longer exports a service takes its share away
+// (or one past its expiry, when the operator set one).
+package mcscontroller
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsannotations/mcsannotations/internal/clusterset"
+	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/mcsapi"
+)
+
+// FieldManager is the controller's server-side apply field manager.
+const FieldManager = "mcs-controller"
+
+// AnnotationApplied holds a hash of what the controller last applied to an
+// object, so that an unchanged object is not written again.
+const AnnotationApplied = "multicluster.mcsannotations.io/applied"
+
+// Source is what the controller needs of a cluster's feed (internal/source).
+type Source interface {
+	Cluster() string
+	// HasSynced reports whether a complete list of the cluster's exporter
+	// Pods has reached the table in this process: only then is the table's
+	// view of the cluster its current share.
+	HasSynced() bool
+	// LastContact is when the cluster's API server last answered.
+	LastContact() time.Time
+}
+
+// Config configures a Controller.
+type Config struct {
+	// Expire drops the share of a cluster whose API server has not answered
+	// for this long (0: never, the default).
+	Expire time.Duration
+	// Interval bounds how long a change waits before it is written (the
+	// changes of a burst are written together), and Resync how often
+	// everything is checked even without a change.
+	Interval, Resync time.Duration
+	// CRDPoll is how often the ServiceImport CRD is looked for while the API
+	// server does not serve it.
+	CRDPoll time.Duration
+}
+
+// Controller keeps the MCS objects of the local cluster.
+type Controller struct {
+	cfg     Config
+	table   *table.Table
+	sources []Source
+	client  kubernetes.Interface
+	dyn     dynamic.Interface
+	disco   discovery.DiscoveryInterface
+	metrics *Metrics
+	started time.Time
+
+	kick chan struct{}
+
+	namespaces  cache.Indexer
+	services    cache.Indexer
+	slices      cache.Indexer
+	imports     cache.GenericLister
+	importsGVR  schema.GroupVersionResource
+	exportsGVR  schema.GroupVersionResource
+	exports     cache.GenericLister
+	importsSync cache.InformerSynced
+	synced      []cache.InformerSynced
+
+	mu      sync.Mutex
+	lastErr error
+}
+
+// New returns a controller over t, which sources feed (one per cluster, the
+// local one included).
+func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dynamic.Interface, disco discovery.DiscoveryInterface, cfg Config, m *Metrics) *Controller {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 100 * time.Millisecond
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	if cfg.CRDPoll <= 0 {
+		cfg.CRDPoll = 10 * time.Second
+	}
+	c := &Controller{cfg: cfg, table: t, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
+		kick: make(chan struct{}, 1)}
+	t.OnPodChange(func(table.Key, *table.Pod) { c.Kick() })
+	return c
+}
+
+// Kick asks for a reconcile soon.
+func (c *Controller) Kick() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run starts the informers of the local objects and reconciles until ctx is
+// done. The ServiceImport CRD is looked for until it is served.
+func (c *Controller) Run(ctx context.Context) {
+	c.started = time.Now()
+	managed := labels.Set{discoveryv1.LabelManagedBy: clusterset.ManagedBy}.String()
+	derived := labels.Set{clusterset.LabelManagedBy: clusterset.ManagedBy}.String()
+	nsf := informers.NewSharedInformerFactory(c.client, 0)
+	svf := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = derived }))
+	slf := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed }))
+	nsInf := nsf.Core().V1().Namespaces().Informer()
+	svInf := svf.Core().V1().Services().Informer()
+	slInf := slf.Discovery().V1().EndpointSlices().Informer()
+	for _, inf := range []cache.SharedIndexInformer{nsInf, svInf, slInf} {
+		_, _ = inf.AddEventHandler(c.handler())
+	}
+	c.namespaces, c.services, c.slices = nsInf.GetIndexer(), svInf.GetIndexer(), slInf.GetIndexer()
+	c.synced = []cache.InformerSynced{nsInf.HasSynced, svInf.HasSynced, slInf.HasSynced}
+	nsf.Start(ctx.Done())
+	svf.Start(ctx.Done())
+	slf.Start(ctx.Done())
+
+	// The MCS CRDs: looked for until served.
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if c.imports != nil {
+			return
+		}
+		imp, found, err := mcsapi.Find(c.disco, mcsapi.ServiceImports)
+		if err != nil || !found {
+			c.logOnce(fmt.Errorf("the ServiceImport CRD is not served (found %v, %v): no ServiceImports until it is", found, err))
+			return
+		}
+		exp, found, err := mcsapi.Find(c.disco, mcsapi.ServiceExports)
+		if err != nil || !found {
+			c.logOnce(fmt.Errorf("the ServiceExport CRD is not served (found %v, %v)", found, err))
+			return
+		}
+		f := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, 0)
+		im, ex := f.ForResource(imp), f.ForResource(exp)
+		_, _ = im.Informer().AddEventHandler(c.handler())
+		_, _ = ex.Informer().AddEventHandler(c.handler())
+		f.Start(ctx.Done())
+		c.importsGVR, c.exportsGVR = imp, exp
+		c.imports, c.exports = im.Lister(), ex.Lister()
+		c.synced = append(c.synced, im.Informer().HasSynced, ex.Informer().HasSynced)
+		klog.Infof("mcs-controller: writing ServiceImports (%s)", imp.GroupVersion())
+		c.Kick()
+	}, c.cfg.CRDPoll)
+}
+
+// RunLoop reconciles on every kick (after Interval, so that a burst of
+// changes is written once) and every Resync, until ctx is done. Run must
+// have been started.
+func (c *Controller) RunLoop(ctx context.Context) {
+	resync := time.NewTicker(c.cfg.Resync)
+	defer resync.Stop()
+	backoff := wait.Backoff{Duration: c.cfg.Interval, Factor: 2, Cap: 10 * time.Second, Steps: 1 << 30}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.kick:
+		case <-resync.C:
+		}
+		select { // let the burst settle
+		case <-ctx.Done():
+			return
+		case <-time.After(c.cfg.Interval):
+		}
+		if err := c.Reconcile(ctx); err != nil {
+			c.logOnce(err)
+			d := backoff.Step()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+			c.Kick()
+			continue
+		}
+		backoff = wait.Backoff{Duration: c.cfg.Interval, Factor: 2, Cap: 10 * time.Second, Steps: 1 << 30}
+		c.logOnce(nil)
+	}
+}
+
+func (c *Controller) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.Kick() },
+		UpdateFunc: func(any, any) { c.Kick() },
+		DeleteFunc: func(any) { c.Kick() },
+	}
+}
+
+// logOnce logs an error when it differs from the last one, and the recovery.
+func (c *Controller) logOnce(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err == nil && c.lastErr != nil:
+		klog.Infof("mcs-controller: writing again after: %v", c.lastErr)
+	case err != nil && (c.lastErr == nil || c.lastErr.Error() != err.Error()):
+		klog.Warningf("mcs-controller: %v", err)
+	}
+	c.lastErr = err
+}
+
+// clusterState says, for a source cluster, whether the table holds its
+// current share (current), whether it has not answered since the start so
+// that its share is what the local API server holds (stale), or whether its
+// share is gone (neither: expired, or a cluster no longer configured).
+func (c *Controller) clusterState(now time.Time) (current, stale func(string) bool) {
+	cur, st := map[string]bool{}, map[string]bool{}
+	for _, s := range c.sources {
+		last := s.LastContact()
+		if last.IsZero() {
+			last = c.started
+		}
+		if c.cfg.Expire > 0 && now.Sub(last) > c.cfg.Expire {
+			continue
+		}
+		if s.HasSynced() {
+			cur[s.Cluster()] = true
+		} else {
+			st[s.Cluster()] = true
+		}
+	}
+	return func(cl string) bool { return cur[cl] }, func(cl string) bool { return st[cl] }
+}
+
+// Reconcile writes what the local cluster should hold, once.
+func (c *Controller) Reconcile(ctx context.Context) error {
+	if c.imports == nil {
+		return nil
+	}
+	for _, s := range c.synced {
+		if !s() {
+			return nil // a kick follows the sync
+		}
+	}
+	start := time.Now()
+	current, stale := c.clusterState(start)
+	var pods []*table.Pod
+	for _, p := range c.table.Pods("") {
+		if current(p.Cluster) {
+			pods = append(pods, p)
+		}
+	}
+	cur := shares(pods)
+	var existing []*discoveryv1.EndpointSlice
+	for _, o := range c.slices.List() {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			existing = append(existing, s)
+		}
+	}
+	keep := keptShares(existing, stale)
+
+	keys := map[clusterset.Key]bool{}
+	for k := range cur {
+		keys[k] = true
+	}
+	for k := range keep {
+		keys[k] = true
+	}
+	var errs []error
+	wantSlices := map[string]bool{} // namespace/name of every slice to keep
+	wantServices := map[string]bool{}
+	wantImports := map[string]bool{}
+	conflicts := map[clusterset.Key]*clusterset.Import{}
+	for k := range keys {
+		if _, ok, _ := c.namespaces.GetByKey(k.Namespace); !ok {
+			continue // never create a namespace: no import where it does not exist
+		}
+		var exports []clusterset.Export
+		for cl, s := range cur[k] {
+			exports = append(exports, toExport(cl, &s.entry))
+		}
+		for cl, kc := range keep[k] {
+			for _, s := range kc.slices {
+				wantSlices[s.Namespace+"/"+s.Name] = true
+			}
+			if kc.entry.Name != "" {
+				exports = append(exports, toExport(cl, &kc.entry))
+			}
+		}
+		if len(exports) == 0 {
+			// Only slices without a readable entry: keep them and the import as they are.
+			wantImports[k.String()] = true
+			wantServices[k.Namespace+"/"+clusterset.DerivedServiceName(k.Name)] = true
+			continue
+		}
+		im := clusterset.Merge(exports)
+		conflicts[k] = &im
+		wantImports[k.String()] = true
+		if err := c.syncService(ctx, k, &im, cur[k], wantSlices, wantServices); err != nil {
+			errs = append(errs, fmt.Errorf("service %s: %w", k, err))
+		}
+	}
+	errs = append(errs, c.deleteUnwanted(ctx, wantImports, wantServices, wantSlices)...)
+	errs = append(errs, c.syncConflicts(ctx, conflicts)...)
+	c.metrics.observe(len(wantImports), len(wantSlices), len(conflictsOf(conflicts)), time.Since(start))
+	return errors.Join(errs...)
+}
+
+func conflictsOf(m map[clusterset.Key]*clusterset.Import) []clusterset.Key {
+	var out []clusterset.Key
+	for k, im := range m {
+		if im.Conflict() {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// syncService writes one service's ServiceImport, derived Service (for a
+// ClusterSetIP import) and the slices of the clusters whose share is current.
+func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clusterset.Import, cur map[string]*share, wantSlices, wantServices map[string]bool) error {
+	si, err := c.applyImport(ctx, k, im, nil, nil)
+	if err != nil {
+		return err
+	}
+	owner := metav1.OwnerReference{APIVersion: c.importsGVR.GroupVersion().String(), Kind: "ServiceImport", Name: k.Name, UID: si.GetUID()}
+	derived := ""
+	if im.Spec.Type == mcsv1beta1.ClusterSetIP {
+		derived = clusterset.DerivedServiceName(k.Name)
+		wantServices[k.Namespace+"/"+derived] = true
+		svc, err := c.applyDerived(ctx, k, im, owner)
+		if err != nil {
+			return err
+		}
+		if svc != nil && len(svc.Spec.ClusterIPs) > 0 && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			if _, err := c.applyImport(ctx, k, im, svc.Spec.ClusterIPs, svc.Spec.IPFamilies); err != nil {
+				return err
+			}
+		}
+	}
+	var errs []error
+	for cl, s := range cur {
+		entry, _ := json.Marshal(s.entry)
+		for _, sl := range clusterset.Slices(k, cl, derived, im, s.endpoints, owner) {
+			wantSlices[sl.Namespace+"/"+sl.Name] = true
+			sl.Annotations = map[string]string{AnnotationExport: string(entry)}
+			if err := c.applySlice(ctx, sl); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applied returns the hash of obj, and whether the stored object's
+// annotations (nil: none stored) already carry it.
+func applied(stored map[string]string, obj any) (string, bool) {
+	b, _ := json.Marshal(obj)
+	h := fnv.New64a()
+	h.Write(b)
+	sum := hex.EncodeToString(h.Sum(nil))
+	return sum, stored[AnnotationApplied] == sum
+}
+
+// applyImport applies the ServiceImport of k (with ips, when known) and its
+// status, unless the stored one already says the same. It returns the
+// ServiceImport as stored.
+func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clusterset.Import, ips []string, families []corev1.IPFamily) (*unstructured.Unstructured, error) {
+	spec := im.Spec
+	spec.IPs = ips
+	spec.IPFamilies = families
+	if spec.Type == mcsv1beta1.ClusterSetIP && ips == nil {
+		// Until the derived Service has its IPs, keep what is stored.
+		if cur, err := c.imports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
+			if u, ok := cur.(*unstructured.Unstructured); ok {
+				old, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "ips")
+				if len(old) > 0 {
+					return u, nil
+				}
+			}
+		}
+	}
+	obj := &mcsv1beta1.ServiceImport{
+		TypeMeta: metav1.TypeMeta{APIVersion: c.importsGVR.GroupVersion().String(), Kind: "ServiceImport"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name,
+			Labels:      merge(im.Labels, map[string]string{clusterset.LabelManagedBy: clusterset.ManagedBy}),
+			Annotations: merge(im.Annotations, nil)},
+		Spec: spec,
+	}
+	for _, cl := range im.Clusters {
+		obj.Status.Clusters = append(obj.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: cl})
+	}
+	var cur map[string]string
+	var stored *unstructured.Unstructured
+	if o, err := c.imports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			cur, stored = u.GetAnnotations(), u
+			if u.GetLabels()[clusterset.LabelManagedBy] != clusterset.ManagedBy {
+				c.metrics.Foreign.Inc()
+				return nil, fmt.Errorf("a ServiceImport %s exists that this controller did not create: left alone", k)
+			}
+		}
+	}
+	sum, same := applied(cur, obj)
+	if same {
+		return stored, nil
+	}
+	obj.Annotations[AnnotationApplied] = sum
+	u, err := toUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	status := u.Object["status"]
+	delete(u.Object, "status")
+	ri := c.dyn.Resource(c.importsGVR).Namespace(k.Namespace)
+	out, err := ri.Apply(ctx, k.Name, u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	c.metrics.write("serviceimport", err)
+	if err != nil {
+		return nil, err
+	}
+	st := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": u.GetAPIVersion(), "kind": "ServiceImport",
+		"metadata": map[string]any{"namespace": k.Namespace, "name": k.Name},
+		"status":   status,
+	}}
+	_, err = ri.ApplyStatus(ctx, k.Name, st, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	c.metrics.write("serviceimport_status", err)
+	return out, err
+}
+
+// applyDerived applies the derived Service of a ClusterSetIP import and
+// returns it as stored (with the ClusterIPs the API server allocated).
+func (c *Controller) applyDerived(ctx context.Context, k clusterset.Key, im *clusterset.Import, owner metav1.OwnerReference) (*corev1.Service, error) {
+	want := clusterset.DerivedService(k, im, owner)
+	var cur *corev1.Service
+	if o, ok, _ := c.services.GetByKey(k.Namespace + "/" + want.Name); ok {
+		cur, _ = o.(*corev1.Service)
+	} else if s, err := c.client.CoreV1().Services(k.Namespace).Get(ctx, want.Name, metav1.GetOptions{}); err == nil {
+		if s.Labels[clusterset.LabelManagedBy] != clusterset.ManagedBy {
+			c.metrics.Foreign.Inc()
+			return nil, fmt.Errorf("a Service %s/%s exists that this controller did not create: left alone", k.Namespace, want.Name)
+		}
+		cur = s
+	}
+	var stored map[string]string
+	if cur != nil {
+		stored = cur.Annotations
+	}
+	sum, same := applied(stored, want)
+	if same {
+		return cur, nil
+	}
+	want.Annotations = map[string]string{AnnotationApplied: sum}
+	body, err := json.Marshal(want)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.client.CoreV1().Services(k.Namespace).Patch(ctx, want.Name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
+	c.metrics.write("service", err)
+	return out, err
+}
+
+func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointSlice) error {
+	var stored map[string]string
+	if o, ok, _ := c.slices.GetByKey(want.Namespace + "/" + want.Name); ok {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			stored = s.Annotations
+		}
+	}
+	sum, same := applied(stored, want)
+	if same {
+		return nil
+	}
+	want.Annotations[AnnotationApplied] = sum
+	body, err := json.Marshal(want)
+	if err != nil {
+		return err
+	}
+	_, err = c.client.DiscoveryV1().EndpointSlices(want.Namespace).Patch(ctx, want.Name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
+	c.metrics.write("endpointslice", err)
+	return err
+}
+
+// deleteUnwanted deletes the objects this controller made that nothing
+// wants any more.
+func (c *Controller) deleteUnwanted(ctx context.Context, imports, services, slicesWanted map[string]bool) []error {
+	var errs []error
+	del := func(kind string, err error) {
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		c.metrics.write(kind+"_delete", err)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, o := range c.slices.List() {
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if ok && !slicesWanted[s.Namespace+"/"+s.Name] {
+			del("endpointslice", c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
+		}
+	}
+	for _, o := range c.services.List() {
+		s, ok := o.(*corev1.Service)
+		if ok && !services[s.Namespace+"/"+s.Name] {
+			del("service", c.client.CoreV1().Services(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
+		}
+	}
+	objs, err := c.imports.List(labels.SelectorFromSet(labels.Set{clusterset.LabelManagedBy: clusterset.ManagedBy}))
+	if err != nil {
+		return append(errs, err)
+	}
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if ok && !imports[u.GetNamespace()+"/"+u.GetName()] {
+			del("serviceimport", c.dyn.Resource(c.importsGVR).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}))
+		}
+	}
+	return errs
+}
+
+// syncConflicts sets the Conflict condition of the local ServiceExports of
+// every merged service, as the whole clusterset shows it. The annotator sets
+// Valid and Ready; each condition has one writer.
+func (c *Controller) syncConflicts(ctx context.Context, merged map[clusterset.Key]*clusterset.Import) []error {
+	var errs []error
+	objs, err := c.exports.List(labels.Everything())
+	if err != nil {
+		return []error{err}
+	}
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		im := merged[clusterset.Key{Namespace: u.GetNamespace(), Name: u.GetName()}]
+		if im == nil {
+			continue // not exported (yet): the annotator's Valid and Ready say why
+		}
+		status, reason := metav1.ConditionFalse, im.Reason()
+		if im.Conflict() {
+			status = metav1.ConditionTrue
+		}
+		if have := condition(u, string(mcsv1beta1.ServiceExportConditionConflict)); have != nil &&
+			have.Status == status && have.Reason == reason && have.Message == im.Message && have.ObservedGeneration == u.GetGeneration() {
+			continue
+		}
+		cond := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: status, Reason: reason,
+			Message: im.Message, ObservedGeneration: u.GetGeneration(), LastTransitionTime: metav1.Now()}
+		cm, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(&cond)
+		st := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(),
+			"metadata": map[string]any{"namespace": u.GetNamespace(), "name": u.GetName()},
+			"status":   map[string]any{"conditions": []any{cm}},
+		}}
+		_, err := c.dyn.Resource(c.exportsGVR).Namespace(u.GetNamespace()).ApplyStatus(ctx, u.GetName(), st,
+			metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		c.metrics.write("serviceexport_status", err)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+func condition(u *unstructured.Unstructured, typ string) *metav1.Condition {
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, o := range list {
+		m, ok := o.(map[string]any)
+		if !ok || m["type"] != typ {
+			continue
+		}
+		var c metav1.Condition
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c) == nil {
+			return &c
+		}
+	}
+	return nil
+}
+
+func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	return u, nil
+}
+
+func merge(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func ptrTrue() *bool { t := true; return &t }

@@ -1,0 +1,62 @@
+package mcscontroller
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the controller's metrics, under mcs_controller_.
+type Metrics struct {
+	Imports   prometheus.Gauge
+	Slices    prometheus.Gauge
+	Conflicts prometheus.Gauge
+	Writes    *prometheus.CounterVec // by kind and result
+	Foreign   prometheus.Counter
+	Reconcile prometheus.Histogram
+}
+
+// writeKinds are the kinds of write, pre-registered with both results.
+var writeKinds = []string{"serviceimport", "serviceimport_status", "service", "endpointslice",
+	"serviceimport_delete", "service_delete", "endpointslice_delete", "serviceexport_status"}
+
+// NewMetrics registers the controller's metrics with reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Imports: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mcs_controller_serviceimports",
+			Help: "ServiceImports the controller keeps in the local cluster."}),
+		Slices: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mcs_controller_endpointslices",
+			Help: "EndpointSlices the controller keeps in the local cluster (kept ones of unreachable clusters included)."}),
+		Conflicts: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mcs_controller_conflicts",
+			Help: "Exported services whose clusters' exports conflict (KEP-1645)."}),
+		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_writes_total",
+			Help: "Writes to the local API server, by kind and result (ok or error)."}, []string{"kind", "result"}),
+		Foreign: prometheus.NewCounter(prometheus.CounterOpts{Name: "mcs_controller_foreign_objects_total",
+			Help: "ServiceImports or derived Services that exist but were not made by this controller, left alone."}),
+		Reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mcs_controller_reconcile_seconds",
+			Help: "Time of one reconcile of every exported service.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
+	}
+	for _, k := range writeKinds {
+		m.Writes.WithLabelValues(k, "ok")
+		m.Writes.WithLabelValues(k, "error")
+	}
+	if reg != nil {
+		reg.MustRegister(m.Imports, m.Slices, m.Conflicts, m.Writes, m.Foreign, m.Reconcile)
+	}
+	return m
+}
+
+func (m *Metrics) write(kind string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.Writes.WithLabelValues(kind, result).Inc()
+}
+
+func (m *Metrics) observe(imports, slices, conflicts int, took time.Duration) {
+	m.Imports.Set(float64(imports))
+	m.Slices.Set(float64(slices))
+	m.Conflicts.Set(float64(conflicts))
+	m.Reconcile.Observe(took.Seconds())
+}
