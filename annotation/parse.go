@@ -125,7 +125,7 @@ func ParseImports(raw, podNamespace string) ([]Import, []Rejection) {
 		}
 		if e.Alias != "" {
 			if errs := validation.IsDNS1123Label(e.Alias); len(errs) > 0 {
-				rej = append(rej, Rejection{i, ReasonName, fmt.Sprintf("alias %q: %s", clip(e.Alias), strings.Join(errs, "; "))})
+				rej = append(rej, Rejection{i, ReasonName, fmt.Sprintf("alias %q: %s", Clip(e.Alias), strings.Join(errs, "; "))})
 				continue
 			}
 			if _, dup := aliases[e.Alias]; dup {
@@ -171,7 +171,7 @@ func split(raw string) ([]json.RawMessage, []Rejection) {
 func decodeStrict(b []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(b))
 	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("invalid JSON: %s", clip(err.Error()))
+		return fmt.Errorf("invalid JSON: %s", Clip(err.Error()))
 	}
 	if d.More() {
 		return fmt.Errorf("invalid JSON: data after the value")
@@ -181,13 +181,13 @@ func decodeStrict(b []byte, v any) error {
 
 func checkService(name, namespace, cluster string) (Rejection, bool) {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return Rejection{Reason: ReasonName, Detail: fmt.Sprintf("service name %q: %s", clip(name), strings.Join(errs, "; "))}, true
+		return Rejection{Reason: ReasonName, Detail: fmt.Sprintf("service name %q: %s", Clip(name), strings.Join(errs, "; "))}, true
 	}
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
-		return Rejection{Reason: ReasonNamespace, Detail: fmt.Sprintf("namespace %q: %s", clip(namespace), strings.Join(errs, "; "))}, true
+		return Rejection{Reason: ReasonNamespace, Detail: fmt.Sprintf("namespace %q: %s", Clip(namespace), strings.Join(errs, "; "))}, true
 	}
 	if !ValidClusterID(cluster) {
-		return Rejection{Reason: ReasonCluster, Detail: fmt.Sprintf("cluster %q: must be an RFC 1123 subdomain of at most %d characters", clip(cluster), MaxClusterIDLen)}, true
+		return Rejection{Reason: ReasonCluster, Detail: fmt.Sprintf("cluster %q: must be an RFC 1123 subdomain of at most %d characters", Clip(cluster), MaxClusterIDLen)}, true
 	}
 	return Rejection{}, false
 }
@@ -222,11 +222,11 @@ func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
 		case p.TargetPort < 1 || p.TargetPort > 65535:
 			return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("targetPort %d: must be 1-65535", p.TargetPort)}, true
 		case p.Protocol != TCP && p.Protocol != UDP && p.Protocol != SCTP:
-			return nil, Rejection{Reason: ReasonProtocol, Detail: fmt.Sprintf("protocol %q: must be TCP, UDP or SCTP", clip(p.Protocol))}, true
+			return nil, Rejection{Reason: ReasonProtocol, Detail: fmt.Sprintf("protocol %q: must be TCP, UDP or SCTP", Clip(p.Protocol))}, true
 		}
 		if p.Name != "" {
 			if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
-				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port name %q: %s", clip(p.Name), strings.Join(errs, "; "))}, true
+				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port name %q: %s", Clip(p.Name), strings.Join(errs, "; "))}, true
 			}
 		}
 		for _, q := range out[:j] {
@@ -239,8 +239,8 @@ func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
 	return out, Rejection{}, false
 }
 
-// clip shortens a hostile value before it reaches a log line.
-func clip(s string) string {
+// Clip shortens a hostile value before it reaches a log line.
+func Clip(s string) string {
 	const max = 80
 	if len(s) <= max {
 		return s

@@ -82,7 +82,7 @@ func (s *Service) InCluster(cluster string) *Service {
 		one.Locality = Any
 		s.perCluster = map[string]*Service{}
 		sk := svcKey{s.Namespace, s.Name}
-		eps := endpoints(sk, s.pods)
+		eps := endpoints(sk, s.pods, one.Zone)
 		for start := 0; start < len(eps); {
 			end := start
 			for end < len(eps) && eps[end].cluster == eps[start].cluster {
@@ -192,6 +192,7 @@ func newIndex(cfg Config, services map[string]*entry, imports map[string]*Servic
 // endpoint is one ready Pod backing one service, with that service's ports.
 type endpoint struct {
 	cluster, hostname string
+	named             bool // its name can be encoded (EndpointNameFits): it has SRV records and an endpoint name
 	ips               []netip.Addr
 	ports             []portRef
 	raw               []net.IP // ips as record data, shared by every template
@@ -206,7 +207,7 @@ type portRef struct {
 // buildService renders one service from the Pods that export it; nil when
 // none of them is ready (the name then does not exist).
 func buildService(cfg *Config, sk svcKey, pods []*Pod) *Service {
-	eps := endpoints(sk, pods)
+	eps := endpoints(sk, pods, cfg.Zone)
 	if len(eps) == 0 {
 		return nil
 	}
@@ -223,7 +224,7 @@ func buildService(cfg *Config, sk svcKey, pods []*Pod) *Service {
 
 // endpoints lists the ready endpoints of sk among pods, sorted by cluster,
 // hostname and address.
-func endpoints(sk svcKey, pods []*Pod) []endpoint {
+func endpoints(sk svcKey, pods []*Pod, zone string) []endpoint {
 	var eps []endpoint
 	for _, p := range pods {
 		if !p.Ready || len(p.IPs) == 0 {
@@ -234,6 +235,7 @@ func endpoints(sk svcKey, pods []*Pod) []endpoint {
 				continue
 			}
 			ep := endpoint{cluster: p.Cluster, hostname: p.EndpointHostname(), ips: p.IPs}
+			ep.named = EndpointNameFits(ep.hostname, ep.cluster, sk.Name, sk.Namespace, zone)
 			for _, pt := range e.Ports {
 				if pt.Name == "" {
 					continue // SRV names need a port name
@@ -264,6 +266,9 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 	hostA, hostAAAA := make([]dns.A, 0, all4), make([]dns.AAAA, 0, all6)
 	slab := make([]Host, 0, len(eps))
 	for _, ep := range eps {
+		if !ep.named {
+			continue // its addresses answer the service name only
+		}
 		key := hostKey(ep)
 		h := s.Hosts[key]
 		if h != nil {
@@ -323,6 +328,9 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 	s.AAAA = cut(hostAAAA, s.AAAA, func(a, b *dns.AAAA) bool { return bytes.Equal(a.AAAA, b.AAAA) })
 
 	for _, ep := range selected {
+		if !ep.named {
+			continue // a target that cannot be encoded would spoil the whole reply
+		}
 		target := ep.owner
 		for _, pr := range ep.ports {
 			for _, prefix := range []string{"", pr.prefix} {
@@ -491,4 +499,52 @@ func appendAddr(as []dns.A, aaaas []dns.AAAA, owner string, ttl uint32, ip net.I
 		return append(as, dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: ip}), aaaas
 	}
 	return as, append(aaaas, dns.AAAA{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: ip})
+}
+
+// EndpointNameFits reports whether the endpoint name
+// <hostname>.<cluster>.<svc>.<ns>.svc.<zone> (zone fully qualified) can be
+// written in a DNS message: every label of 1 to 63 octets, at most 255
+// octets in all, no escapes. A longer cluster ID, hostname or service name
+// would make the packer refuse every record of the reply, or a resolver refuse
+// the whole reply. It does not allocate.
+func EndpointNameFits(hostname, cluster, svc, ns, zone string) bool {
+	n := 0 // octets on the wire: each label's length byte and bytes, then the root
+	for _, part := range [...]string{hostname, cluster, svc, ns, "svc"} {
+		if !labelsFit(part) {
+			return false
+		}
+		n += len(part) + 1
+	}
+	if zone != "." {
+		if !labelsFit(strings.TrimSuffix(zone, ".")) {
+			return false
+		}
+		n += len(zone)
+	}
+	return n+1 <= 255
+}
+
+// labelsFit reports whether s is one or more dot-separated labels of 1 to 63
+// octets with no escape.
+func labelsFit(s string) bool {
+	if s == "" || strings.IndexByte(s, '\\') >= 0 {
+		return false
+	}
+	for s != "" {
+		i := strings.IndexByte(s, '.')
+		if i < 0 {
+			i = len(s)
+		}
+		if i == 0 || i > 63 {
+			return false
+		}
+		if i < len(s) {
+			i++
+			if i == len(s) {
+				return false // a trailing dot: an empty label
+			}
+		}
+		s = s[i:]
+	}
+	return true
 }

@@ -15,6 +15,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 // Locality chooses which clusters' endpoints a service name answers with.
@@ -82,6 +85,7 @@ type Table struct {
 	cur      atomic.Pointer[Index]
 	onChange func(*Index)
 	onPod    func(Key, *Pod)
+	onName   func(*Pod, annotation.Export)
 }
 
 // New returns an empty table serving an empty index.
@@ -112,6 +116,31 @@ func (t *Table) OnChange(f func(*Index)) { t.onChange = f }
 // the table's write lock held, so it must be quick and must not call back
 // into the table. Set it before any write.
 func (t *Table) OnPodChange(f func(Key, *Pod)) { t.onPod = f }
+
+// OnUnencodable registers f to be called once for each new or changed record
+// whose endpoint name under the service of export e cannot be encoded in DNS
+// (EndpointNameFits): that endpoint is left out of SRV answers and has no
+// endpoint name; its addresses still answer the service name. It is called
+// with the table's write lock held, as OnPodChange. Set it before any write.
+func (t *Table) OnUnencodable(f func(p *Pod, e annotation.Export)) { t.onName = f }
+
+// checkNames reports p's exports whose endpoint name cannot be encoded.
+func (t *Table) checkNames(p *Pod) {
+	if t.onName == nil {
+		return
+	}
+	var buf [64]byte
+	host := p.Hostname
+	if host == "" && len(p.IPs) > 0 {
+		b := dashedInto(buf[:0], p.IPs[0])
+		host = unsafe.String(unsafe.SliceData(b), len(b)) // read below only, while buf lives
+	}
+	for _, e := range p.Exports {
+		if !EndpointNameFits(host, p.Cluster, e.Name, e.Namespace, t.cfg.Zone) {
+			t.onName(p, e)
+		}
+	}
+}
 
 // Upsert adds or replaces a Pod record.
 func (t *Table) Upsert(p *Pod) {
@@ -245,6 +274,7 @@ func (t *Table) linkLocked(p *Pod) {
 	if t.onPod != nil {
 		t.onPod(p.Key(), p)
 	}
+	t.checkNames(p)
 	for _, e := range p.Exports {
 		sk := svcKey{e.Namespace, e.Name}
 		l := t.bySvc[sk]
@@ -302,10 +332,11 @@ func (t *Table) linkAllLocked(ps []*Pod) {
 	}
 	for g, lo := range start {
 		run := runs[lo:end[g]]
-		if t.onPod != nil {
-			for _, p := range run {
+		for _, p := range run {
+			if t.onPod != nil {
 				t.onPod(p.Key(), p)
 			}
+			t.checkNames(p)
 		}
 		for _, e := range run[0].Exports {
 			sk := svcKey{e.Namespace, e.Name}

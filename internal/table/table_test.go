@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -699,5 +700,35 @@ func TestRenderSharing(t *testing.T) {
 	}
 	if web.pods != nil || web.cfg != nil {
 		t.Error("the records are kept after the split")
+	}
+}
+
+// EndpointNameFits agrees with what miekg/dns can pack, at the limits.
+func TestEndpointNameFits(t *testing.T) {
+	r := func(c string, n int) string { return strings.Repeat(c, n) }
+	for _, c := range []struct {
+		host, cluster, svc string
+		want               bool
+	}{
+		{"web-0", "edge-a", "backend", true},
+		{r("h", 63), "edge-a", "backend", true},
+		{r("h", 64), "edge-a", "backend", false},
+		{"web-0", r("c", 100), "backend", false},                      // a valid cluster ID, one label of 100
+		{r("h", 63), r("d", 50) + "." + r("e", 49), r("s", 63), false}, // 259 octets
+		{r("h", 63), r("d", 50) + "." + r("e", 45), r("s", 63), true},  // 255 octets
+		{r("h", 63), r("d", 50) + "." + r("e", 46), r("s", 63), false}, // 256 octets
+		{"", "edge-a", "backend", false},
+		{"a..b", "edge-a", "backend", false},
+		{`a\046b`, "edge-a", "backend", false},
+	} {
+		got := EndpointNameFits(c.host, c.cluster, c.svc, "default", zone)
+		name := c.host + "." + c.cluster + "." + c.svc + ".default.svc." + zone
+		_, packs := dns.PackDomainName(name, make([]byte, 512), 0, nil, false)
+		if got != c.want || (got && packs != nil) {
+			t.Errorf("%d+%d+%d octets: %v, want %v (pack: %v)", len(c.host), len(c.cluster), len(c.svc), got, c.want, packs)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { EndpointNameFits("web-0", "edge-a", "backend", "default", zone) }); n != 0 {
+		t.Errorf("%v allocations", n)
 	}
 }

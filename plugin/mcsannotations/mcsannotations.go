@@ -189,6 +189,7 @@ func newMCS(cfg config) (*MCS, error) {
 		m.checkID = func(ctx context.Context) { checkClusterID(ctx, local, cluster, cfg.snapshot+clusterIDSuffix) }
 	}
 	t.OnPodChange(m.journal)
+	t.OnUnencodable(logUnencodable)
 	m.clients.OnChange(m.journalClient)
 	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(cluster), source.Options{StopWait: stopWait, Key: cfg.keys[cluster]}))
 	// Importers are local Pods; enforcing needs every local Pod.
@@ -284,6 +285,14 @@ func logRejected(cluster, ns, name string, rej []annotation.Rejection) {
 		return
 	}
 	log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
+}
+
+// logUnencodable logs and counts an endpoint whose name cannot be encoded
+// (once per change of its record).
+func logUnencodable(p *table.Pod, e annotation.Export) {
+	unencodableNames.WithLabelValues(p.Cluster).Inc()
+	log.Warningf("cluster %s: Pod %s/%s: its endpoint name under service %s/%s (hostname %q, cluster %q) has a label longer than 63 octets or is longer than 255: "+
+		"left out of SRV answers and without an endpoint name; its addresses still answer the service name", p.Cluster, p.Namespace, p.Name, e.Namespace, e.Name, annotation.Clip(p.EndpointHostname()), annotation.Clip(p.Cluster))
 }
 
 // start runs on CoreDNS start-up (and after a reload): it loads the snapshot

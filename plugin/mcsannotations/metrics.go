@@ -23,6 +23,13 @@ var (
 		Help:      "Annotation entries skipped, by source cluster and reason.",
 	}, []string{"cluster", "reason"})
 
+	unencodableNames = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "unencodable_names_total",
+		Help:      "Endpoints left out of SRV answers and endpoint names because their name cannot be encoded in DNS (a label over 63 octets, a name over 255), by source cluster; counted once per change of the record.",
+	}, []string{"cluster"})
+
 	answers = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
