@@ -713,7 +713,7 @@ func TestEndpointNameFits(t *testing.T) {
 		{"web-0", "edge-a", "backend", true},
 		{r("h", 63), "edge-a", "backend", true},
 		{r("h", 64), "edge-a", "backend", false},
-		{"web-0", r("c", 100), "backend", false},                      // a valid cluster ID, one label of 100
+		{"web-0", r("c", 100), "backend", false},                       // a valid cluster ID, one label of 100
 		{r("h", 63), r("d", 50) + "." + r("e", 49), r("s", 63), false}, // 259 octets
 		{r("h", 63), r("d", 50) + "." + r("e", 45), r("s", 63), true},  // 255 octets
 		{r("h", 63), r("d", 50) + "." + r("e", 46), r("s", 63), false}, // 256 octets
