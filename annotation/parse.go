@@ -199,8 +199,11 @@ func ValidClusterID(id string) bool {
 }
 
 // checkPorts validates ports and applies the defaults: protocol TCP,
-// targetPort = port. Port names, when given, are RFC 1123 labels (they become
-// the _<port> label of SRV names) and unique; (port, protocol) pairs are unique.
+// targetPort = port. Port names, when given, follow the IANA service-name rule
+// Kubernetes applies to container ports (at most 15 characters, lower case
+// letters, digits and single inner dashes, at least one letter: they become
+// the _<port> label of SRV names, RFC 6335) and are unique; (port, protocol)
+// pairs are unique.
 func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
 	if len(in) > MaxPortsPerExport {
 		return nil, Rejection{Reason: ReasonTooMany, Detail: fmt.Sprintf("%d ports is more than the limit of %d", len(in), MaxPortsPerExport)}, true
@@ -225,7 +228,7 @@ func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
 			return nil, Rejection{Reason: ReasonProtocol, Detail: fmt.Sprintf("protocol %q: must be TCP, UDP or SCTP", Clip(p.Protocol))}, true
 		}
 		if p.Name != "" {
-			if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
+			if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
 				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port name %q: %s", Clip(p.Name), strings.Join(errs, "; "))}, true
 			}
 		}

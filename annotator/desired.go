@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 )
@@ -17,13 +18,14 @@ import (
 const (
 	skipExternalName    = "external_name"     // an ExternalName Service has no Pods to export
 	skipPortUnresolved  = "port_unresolved"   // a named targetPort the Pod does not declare
+	skipPortName        = "port_name"         // a Service port name that is no IANA service name: exported unnamed (no SRV name)
 	skipTooManyServices = "too_many_services" // more exported Services select the Pod than an annotation may list
 	skipTooManyPorts    = "too_many_ports"    // a Service has more ports than an entry may list
 	skipTooLarge        = "too_large"         // the annotation would pass the readers' size limit
 	skipInvalid         = "invalid"           // a reader would reject what would be written
 )
 
-var skipReasons = []string{skipExternalName, skipPortUnresolved, skipTooManyServices, skipTooManyPorts, skipTooLarge, skipInvalid}
+var skipReasons = []string{skipExternalName, skipPortUnresolved, skipPortName, skipTooManyServices, skipTooManyPorts, skipTooLarge, skipInvalid}
 
 // skip is one thing left out of a Pod's annotation, for the log and the metric.
 type skip struct {
@@ -157,7 +159,16 @@ func exportPorts(pod *corev1.Pod, svc *corev1.Service) ([]annotation.Port, []ski
 				fmt.Sprintf("Pod %s/%s: port %q of Service %s left out: the Pod declares no %s container port named %q", pod.Namespace, pod.Name, sp.Name, svc.Name, proto, sp.TargetPort.StrVal)})
 			continue
 		}
-		out = append(out, annotation.Port{Name: sp.Name, Port: sp.Port, TargetPort: target, Protocol: proto})
+		name := sp.Name
+		if name != "" && len(validation.IsValidPortName(name)) > 0 {
+			// Service port names are DNS labels; SRV names take IANA service
+			// names (readers refuse others), so the port goes without one.
+			skips = append(skips, skip{skipPortName, pod.Name + "/" + svc.Name + "/" + sp.Name,
+				fmt.Sprintf("Pod %s/%s: port %q of Service %s exported without its name (no SRV name): %s", pod.Namespace, pod.Name, sp.Name, svc.Name,
+					strings.Join(validation.IsValidPortName(name), "; "))})
+			name = ""
+		}
+		out = append(out, annotation.Port{Name: name, Port: sp.Port, TargetPort: target, Protocol: proto})
 	}
 	return out, skips
 }

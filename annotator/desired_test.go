@@ -73,6 +73,16 @@ func TestDesired(t *testing.T) {
 			skipped: []string{skipPortUnresolved, skipPortUnresolved},
 		},
 		{
+			name: "Service port names that are no IANA service name go unnamed",
+			pod:  pod("p", app),
+			services: []*corev1.Service{svc("backend", app,
+				sport("123", 80, intstr.FromInt32(80), corev1.ProtocolTCP),
+				sport("a-very-long-port-name", 81, intstr.FromInt32(81), corev1.ProtocolTCP),
+				sport("http", 82, intstr.FromInt32(82), corev1.ProtocolTCP))},
+			want:    `{"services":[{"name":"backend","namespace":"ns","ports":[{"port":80,"targetPort":80,"protocol":"TCP"},{"port":81,"targetPort":81,"protocol":"TCP"},{"name":"http","port":82,"targetPort":82,"protocol":"TCP"}]}]}`,
+			skipped: []string{skipPortName, skipPortName},
+		},
+		{
 			name:     "sidecar ports resolve, ports of init containers that end do not",
 			pod:      sidecar,
 			services: []*corev1.Service{svc("backend", app, sport("metrics", 9901, intstr.FromString("metrics"), corev1.ProtocolTCP))},
