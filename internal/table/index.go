@@ -62,6 +62,7 @@ type Service struct {
 	split       sync.Once
 	cfg         *Config
 	pods        []*Pod // only until split
+	budget      int    // the entry's, for the split
 }
 
 // InCluster returns the service's answers limited to cluster's endpoints
@@ -88,7 +89,7 @@ func (s *Service) InCluster(cluster string) *Service {
 			for end < len(eps) && eps[end].cluster == eps[start].cluster {
 				end++
 			}
-			c := renderService(one, sk, eps[start:end])
+			c := renderService(one, sk, eps[start:end], s.budget)
 			c.onlyCluster = eps[start].cluster
 			s.perCluster[c.onlyCluster] = c
 			start = end
@@ -116,20 +117,93 @@ type Host struct {
 // changed and renders none of them, so loading a large snapshot or a burst of
 // changes costs no rendering until a name is asked for; every later query of
 // the entry finds it rendered.
+//
+// An entry keeps its Pods (the table's list, shared, so no cost of its own):
+// when the namespace's record cap shares out differently, an unchanged service
+// gets a new entry with its new budget (see Table.capNamespaces).
 type entry struct {
-	cfg  *Config // the table's, shared by every entry
-	sk   svcKey
-	pods []*Pod // immutable records, at least one of them ready
-	once sync.Once
-	svc  *Service
+	cfg    *Config // the table's, shared by every entry
+	sk     svcKey
+	pods   []*Pod // immutable records, at least one of them ready
+	cost   int    // the records a full render holds (recordCost)
+	budget int    // the records it may hold; 0: no cap
+	once   sync.Once
+	svc    *Service
 }
 
 func (e *entry) get() *Service {
 	e.once.Do(func() {
-		e.svc = buildService(e.cfg, e.sk, e.pods)
-		e.pods = nil // the rendered answers are all that is needed now
+		e.svc = buildService(e.cfg, e.sk, e.pods, e.budget)
 	})
 	return e.svc
+}
+
+// Replies hold at most 65,535 octets (a DNS message's limit, over TCP too):
+// the header (12), the question (its name and 4) and the records. No answer
+// renders more records than fit there (roomFor). An address whose owner is the
+// name asked costs 16 octets (A) or 28 (AAAA): the owner is a 2-octet pointer
+// to the question. An SRV record costs its owner pointer, 16 octets of fixed
+// fields and its target in full (miekg/dns never compresses SRV targets, as
+// RFC 2782 asks). The additional addresses of SRV answers are counted with
+// their owner name in full (a name past the first 16 KB of a message cannot
+// be pointed to), in the room the SRV records leave: a server drops them
+// first when a reply is too large.
+const (
+	maxMsg   = 65535
+	sizeA    = 2 + 10 + 4
+	sizeAAAA = 2 + 10 + 16
+	sizeSRV  = 2 + 10 + 6 // and the target
+)
+
+// roomFor is the room for records in the largest reply to a question for
+// qname (fully qualified).
+func roomFor(qname string) int { return maxMsg - 12 - 4 - wireLen(qname) }
+
+// wireLen is the length on the wire of a fully qualified name without escapes.
+func wireLen(name string) int {
+	if name == "." {
+		return 1
+	}
+	return len(name) + 1
+}
+
+// maxSRV is the most SRV records of targets under fqdn (<host>.<cluster>.
+// fqdn, each label at least one octet) that fit a reply.
+func maxSRV(fqdn string) int { return roomFor(fqdn) / (sizeSRV + 4 + wireLen(fqdn)) }
+
+// recordCost is how many records a full render of sk's answers holds, at
+// most: each ready endpoint's addresses, and its SRV records (one per named
+// port under the bare name and one under the port's name), with each SRV
+// answer at most what fits a reply. It is what the per-namespace cap counts.
+func recordCost(cfg *Config, sk svcKey, pods []*Pod) int {
+	addrs, eps, named, ports := 0, 0, 0, map[string]int{}
+	for _, p := range pods {
+		if !p.Ready || len(p.IPs) == 0 {
+			continue
+		}
+		for _, e := range p.Exports {
+			if e.Namespace != sk.Namespace || e.Name != sk.Name {
+				continue
+			}
+			eps++
+			addrs += len(p.IPs)
+			for _, pt := range e.Ports {
+				if pt.Name != "" {
+					named++
+					ports[pt.Name+"/"+pt.Protocol]++
+				}
+			}
+		}
+	}
+	if eps == 0 {
+		return 0
+	}
+	limit := maxSRV(sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone)
+	cost := addrs + min(named, limit)
+	for _, n := range ports {
+		cost += min(n, limit)
+	}
+	return cost
 }
 
 // serves reports whether any of pods is a ready endpoint of sk: whether the
@@ -206,18 +280,18 @@ type portRef struct {
 
 // buildService renders one service from the Pods that export it; nil when
 // none of them is ready (the name then does not exist).
-func buildService(cfg *Config, sk svcKey, pods []*Pod) *Service {
+func buildService(cfg *Config, sk svcKey, pods []*Pod, budget int) *Service {
 	eps := endpoints(sk, pods, cfg.Zone)
 	if len(eps) == 0 {
 		return nil
 	}
-	s := renderService(*cfg, sk, eps)
+	s := renderService(*cfg, sk, eps, budget)
 	if eps[0].cluster == eps[len(eps)-1].cluster { // sorted: one cluster
 		s.onlyCluster = eps[0].cluster
 	} else {
 		// Few names ask for one cluster's answers (imports that name a
 		// cluster): they are rendered when first asked (InCluster).
-		s.cfg, s.pods = cfg, pods
+		s.cfg, s.pods, s.budget = cfg, pods, budget
 	}
 	return s
 }
@@ -253,9 +327,27 @@ func endpoints(sk svcKey, pods []*Pod, zone string) []endpoint {
 
 // renderService precomputes the answers of one service from its ready
 // endpoints, sorted by cluster.
-func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
+//
+// A budget above 0 caps the records it holds (the namespace's share, see
+// Table.capNamespaces): endpoints are taken in order while their addresses
+// fit it, and what is left is shared among the SRV answers. Whatever the
+// budget, no answer holds more than fits a reply.
+func renderService(cfg Config, sk svcKey, eps []endpoint, budget int) *Service {
 	fqdn := sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone
+	left := -1 // records still allowed; -1: no cap
+	if budget > 0 {
+		left = budget
+		n := 0
+		for n < len(eps) && len(eps[n].ips) <= left {
+			left -= len(eps[n].ips)
+			n++
+		}
+		eps = eps[:n]
+	}
 	s := &Service{Namespace: sk.Namespace, Name: sk.Name, SRV: map[string]*SRVSet{}, Hosts: make(map[string]*Host, len(eps)), Endpoints: len(eps)}
+	if len(eps) == 0 {
+		return s
+	}
 	shareData(eps, fqdn)
 
 	// Every endpoint's own records, in eps order, in one array per family,
@@ -313,10 +405,11 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 	if n6 > 0 {
 		s.AAAA = make([]dns.AAAA, 0, n6)
 	}
+	maxA, maxAAAA := roomFor(fqdn)/sizeA, roomFor(fqdn)/sizeAAAA
 	seen := make(map[netip.Addr]struct{}, n4+n6)
 	for _, ep := range selected {
 		for i, ip := range ep.ips {
-			if _, dup := seen[ip]; dup {
+			if _, dup := seen[ip]; dup || (len(ep.raw[i]) == net.IPv4len && len(s.A) == maxA) || (len(ep.raw[i]) != net.IPv4len && len(s.AAAA) == maxAAAA) {
 				continue
 			}
 			seen[ip] = struct{}{}
@@ -327,6 +420,20 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 	s.A = cut(hostA, s.A, func(a, b *dns.A) bool { return bytes.Equal(a.A, b.A) })
 	s.AAAA = cut(hostAAAA, s.AAAA, func(a, b *dns.AAAA) bool { return bytes.Equal(a.AAAA, b.AAAA) })
 
+	// Each SRV answer holds at most what fits a reply (room, in octets) and,
+	// under a budget, its share of what is left: the bare name's answer and
+	// each port's get as much.
+	perSet := -1
+	if left >= 0 {
+		names := map[string]struct{}{}
+		for _, ep := range selected {
+			for _, pr := range ep.ports {
+				names[pr.prefix] = struct{}{}
+			}
+		}
+		perSet = left / (len(names) + 1)
+	}
+	room := map[*SRVSet]*srvRoom{}
 	for _, ep := range selected {
 		if !ep.named {
 			continue // a target that cannot be encoded would spoil the whole reply
@@ -336,14 +443,22 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 			for _, prefix := range []string{"", pr.prefix} {
 				set := s.SRV[prefix]
 				if set == nil {
-					set = &SRVSet{SRV: make([]dns.SRV, 0, len(selected)), ExtraA: make([]dns.A, 0, n4), ExtraAAAA: make([]dns.AAAA, 0, n6)}
+					n := len(selected)
+					if perSet >= 0 {
+						n = min(n, perSet)
+					}
+					set = &SRVSet{SRV: make([]dns.SRV, 0, n), ExtraA: make([]dns.A, 0, min(n4, n)), ExtraAAAA: make([]dns.AAAA, 0, min(n6, n))}
 					s.SRV[prefix] = set
+					owner := fqdn
+					if prefix != "" {
+						owner = prefix + "." + fqdn
+					}
+					room[set] = &srvRoom{owner: owner, srv: roomFor(owner), all: roomFor(owner)}
 				}
-				owner := fqdn
-				if prefix != "" {
-					owner = prefix + "." + fqdn
+				if perSet >= 0 && len(set.SRV) >= perSet {
+					continue
 				}
-				addSRV(set, owner, target, pr.target, cfg.TTL, s.Hosts[hostKey(ep)])
+				addSRV(set, target, pr.target, cfg.TTL, s.Hosts[hostKey(ep)], room[set])
 			}
 			// The protocol label alone ("_tcp") is an empty non-terminal.
 			if ent := pr.prefix[strings.IndexByte(pr.prefix, '.')+1:]; s.SRV[ent] == nil {
@@ -429,23 +544,41 @@ func sameSRV(a, b *SRVSet) bool {
 	return true
 }
 
-func addSRV(set *SRVSet, owner, target string, port uint16, ttl uint32, h *Host) {
+// srvRoom is what is left of a reply for an SRV answer: for its SRV records
+// alone, and for them with their additional addresses.
+type srvRoom struct {
+	owner    string
+	srv, all int
+}
+
+// addSRV adds the record (target, port) to set unless it is there already or
+// does not fit the room left, and the target's addresses to the additional
+// section while they fit. Endpoints come sorted, so a target's records are the
+// last ones added: the check for a duplicate looks at those only.
+func addSRV(set *SRVSet, target string, port uint16, ttl uint32, h *Host, room *srvRoom) {
 	newTarget := true
-	for _, r := range set.SRV {
-		if r.Target == target {
-			if r.Port == port {
-				return // identical (target, port) pairs collapse
-			}
-			newTarget = false
+	for i := len(set.SRV) - 1; i >= 0 && set.SRV[i].Target == target; i-- {
+		if set.SRV[i].Port == port {
+			return // identical (target, port) pairs collapse
 		}
+		newTarget = false
 	}
+	size := sizeSRV + wireLen(target)
+	if size > room.srv {
+		return
+	}
+	room.srv -= size
+	room.all -= size
 	set.SRV = append(set.SRV, dns.SRV{
-		Hdr:    dns.RR_Header{Name: owner, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl},
+		Hdr:    dns.RR_Header{Name: room.owner, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl},
 		Target: target, Port: port,
 	})
 	if newTarget && h != nil {
-		set.ExtraA = append(set.ExtraA, h.A...)
-		set.ExtraAAAA = append(set.ExtraAAAA, h.AAAA...)
+		if extra := len(h.A)*(sizeA-2+wireLen(target)) + len(h.AAAA)*(sizeAAAA-2+wireLen(target)); extra <= room.all {
+			room.all -= extra
+			set.ExtraA = append(set.ExtraA, h.A...)
+			set.ExtraAAAA = append(set.ExtraAAAA, h.AAAA...)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@
 package table
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -40,11 +41,18 @@ func (l Locality) String() string {
 
 // Config fixes how answers are rendered. Zone is the clusterset zone, fully
 // qualified and lower case ("clusterset.local.").
+//
+// NamespaceRecords caps the records the answers of one namespace's services
+// may hold (0: no cap): a tenant with many Pods backing many services with
+// many named ports cannot make the index grow past it. Over the cap, each
+// service of the namespace gets an equal share, and services that need less
+// leave theirs to the others (Table.capNamespaces).
 type Config struct {
-	Zone         string
-	TTL          uint32
-	LocalCluster string
-	Locality     Locality
+	Zone             string
+	TTL              uint32
+	LocalCluster     string
+	Locality         Locality
+	NamespaceRecords int
 }
 
 type svcKey struct{ Namespace, Name string }
@@ -86,6 +94,8 @@ type Table struct {
 	onChange func(*Index)
 	onPod    func(Key, *Pod)
 	onName   func(*Pod, annotation.Export)
+	onCapped func(namespace string, records, capped int)
+	capped   map[string]int // by namespace: records left out by the cap (the builder's)
 }
 
 // New returns an empty table serving an empty index.
@@ -123,6 +133,12 @@ func (t *Table) OnPodChange(f func(Key, *Pod)) { t.onPod = f }
 // endpoint name; its addresses still answer the service name. It is called
 // with the table's write lock held, as OnPodChange. Set it before any write.
 func (t *Table) OnUnencodable(f func(p *Pod, e annotation.Export)) { t.onName = f }
+
+// OnCapped registers f to be called (from the builder) when the records the
+// cap leaves out of a namespace's answers change: records is what its
+// services would hold, capped how many of them are left out (0: within the
+// cap again). Set it before Run.
+func (t *Table) OnCapped(f func(namespace string, records, capped int)) { t.onCapped = f }
 
 // checkNames reports p's exports whose endpoint name cannot be encoded.
 func (t *Table) checkNames(p *Pod) {
@@ -449,11 +465,12 @@ func (t *Table) Rebuild() *Index {
 	for sk, ps := range members {
 		name := sk.Name + "." + sk.Namespace
 		if serves(sk, ps) {
-			services[name] = &entry{cfg: &t.cfg, sk: sk, pods: ps}
+			services[name] = &entry{cfg: &t.cfg, sk: sk, pods: ps, cost: recordCost(&t.cfg, sk, ps)}
 		} else {
 			delete(services, name)
 		}
 	}
+	t.capNamespaces(services, members)
 	idx := newIndex(t.cfg, services, imports, uint32(time.Now().Unix()))
 	t.cur.Store(idx)
 	t.built.Store(gen)
@@ -461,4 +478,73 @@ func (t *Table) Rebuild() *Index {
 		t.onChange(idx)
 	}
 	return idx
+}
+
+// capNamespaces shares out the record cap among the services of each
+// namespace that members touch (water-filling: each service gets an equal
+// share, and services that need less leave the rest to the others), and
+// replaces the entries whose budget changed; they render again when asked.
+// It costs a pass over the services, as the index's namespace list does.
+func (t *Table) capNamespaces(services map[string]*entry, members map[svcKey][]*Pod) {
+	limit := t.cfg.NamespaceRecords
+	if limit <= 0 {
+		return
+	}
+	touched := map[string][]string{}
+	for sk := range members {
+		touched[sk.Namespace] = nil
+	}
+	for k, e := range services {
+		if names, ok := touched[e.sk.Namespace]; ok {
+			touched[e.sk.Namespace] = append(names, k)
+		}
+	}
+	if t.capped == nil {
+		t.capped = map[string]int{}
+	}
+	for ns, names := range touched {
+		total := 0
+		for _, k := range names {
+			total += services[k].cost
+		}
+		budgets := make(map[string]int, len(names))
+		if total > limit {
+			// The smallest first: each takes what it needs while that is
+			// at most an equal share of what is left.
+			slices.SortFunc(names, func(a, b string) int {
+				return cmp.Or(cmp.Compare(services[a].cost, services[b].cost), cmp.Compare(a, b))
+			})
+			left := limit
+			for i, k := range names {
+				share := left / (len(names) - i)
+				if c := services[k].cost; c <= share {
+					left -= c
+					continue
+				}
+				budgets[k] = max(share, 1) // 1: 0 means no cap
+				left -= share
+			}
+		}
+		capped := 0
+		for _, k := range names {
+			e := services[k]
+			b := budgets[k]
+			if b > 0 {
+				capped += e.cost - b
+			}
+			if b != e.budget {
+				services[k] = &entry{cfg: e.cfg, sk: e.sk, pods: e.pods, cost: e.cost, budget: b}
+			}
+		}
+		if capped != t.capped[ns] {
+			if capped == 0 {
+				delete(t.capped, ns)
+			} else {
+				t.capped[ns] = capped
+			}
+			if t.onCapped != nil {
+				t.onCapped(ns, total, capped)
+			}
+		}
+	}
 }

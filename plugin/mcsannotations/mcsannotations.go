@@ -177,7 +177,8 @@ func newMCS(cfg config) (*MCS, error) {
 		log.Infof("verify %s: export annotations count only when signed with their cluster's key (%d keys)", cfg.verify, len(cfg.keys))
 	}
 
-	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality})
+	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality, NamespaceRecords: cfg.nsRecords})
+	t.OnCapped(logCapped)
 	t.OnChange(func(ix *table.Index) {
 		indexBuilds.Inc()
 		services.Set(float64(ix.Len()))
@@ -285,6 +286,17 @@ func logRejected(cluster, ns, name string, rej []annotation.Rejection) {
 		return
 	}
 	log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
+}
+
+// logCapped logs and sets the records the per-namespace cap leaves out, once
+// per change.
+func logCapped(ns string, records, capped int) {
+	cappedRecords.WithLabelValues(ns).Set(float64(capped))
+	if capped == 0 {
+		log.Infof("namespace %s: its answers hold %d records, within records_per_namespace again", ns, records)
+		return
+	}
+	log.Warningf("namespace %s: its services' answers would hold %d records, more than records_per_namespace: %d left out (each service keeps an equal share)", ns, records, capped)
 }
 
 // logUnencodable logs and counts an endpoint whose name cannot be encoded

@@ -30,6 +30,13 @@ var (
 		Help:      "Endpoints left out of SRV answers and endpoint names because their name cannot be encoded in DNS (a label over 63 octets, a name over 255), by source cluster; counted once per change of the record.",
 	}, []string{"cluster"})
 
+	cappedRecords = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "capped_records",
+		Help:      "Records left out of a namespace's answers by records_per_namespace (0 once within it again), by namespace.",
+	}, []string{"namespace"})
+
 	answers = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
