@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -27,6 +28,7 @@ type rawExport struct {
 	Namespace string    `json:"namespace"`
 	Cluster   string    `json:"cluster"`
 	Ports     []rawPort `json:"ports"`
+	Allowed   []string  `json:"allowedNamespaces"`
 }
 
 type rawImport struct {
@@ -82,13 +84,18 @@ func ParseExports(raw, podNamespace, sourceCluster string) ([]Export, []Rejectio
 			rej = append(rej, r)
 			continue
 		}
+		allowed, err := CheckAllowed(e.Allowed)
+		if err != nil {
+			rej = append(rej, Rejection{i, ReasonNamespace, "service " + e.Namespace + "/" + e.Name + ": " + err.Error()})
+			continue
+		}
 		key := e.Namespace + "/" + e.Name
 		if _, dup := seen[key]; dup {
 			rej = append(rej, Rejection{i, ReasonDuplicate, "service " + key + " is listed more than once"})
 			continue
 		}
 		seen[key] = struct{}{}
-		out = append(out, Export{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: ports})
+		out = append(out, Export{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: ports, Allowed: allowed})
 	}
 	return out, rej
 }
@@ -145,6 +152,30 @@ func ParseImports(raw, podNamespace string) ([]Import, []Rejection) {
 		out = append(out, Import{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Alias: e.Alias})
 	}
 	return out, rej
+}
+
+// CheckAllowed checks a list of allowed namespaces (namespace names, or "*")
+// and returns it in its normal form: sorted, without duplicates, just "*"
+// when it holds "*", nil when empty.
+func CheckAllowed(in []string) ([]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	if len(in) > MaxAllowed {
+		return nil, fmt.Errorf("%d allowed namespaces is more than the limit of %d", len(in), MaxAllowed)
+	}
+	out := make([]string, 0, len(in))
+	for _, ns := range in {
+		if ns == AllNamespaces {
+			return []string{AllNamespaces}, nil
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("allowed namespace %q: %s", Clip(ns), strings.Join(errs, "; "))
+		}
+		out = append(out, ns)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // split checks the size and the envelope and returns the raw entries. A nil

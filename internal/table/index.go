@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/miekg/dns"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 // Index is an immutable view of the table with every answer precomputed as
@@ -24,6 +26,10 @@ type Index struct {
 	serial     uint32
 	services   map[string]*entry // "<svc>.<ns>"
 	namespaces map[string]struct{}
+	// visible holds, by namespace, the other namespaces allowed to resolve
+	// at least one of its services (namespaces none of whose services
+	// allows another are left out).
+	visible map[string]*access
 	// imports are the ClusterSetIP services, keyed as services are: their
 	// service and port names answer with the ClusterSetIP instead of the
 	// endpoints (which keep their own names). Shared with the table and
@@ -125,6 +131,7 @@ type entry struct {
 	cfg    *Config // the table's, shared by every entry
 	sk     svcKey
 	pods   []*Pod // immutable records, at least one of them ready
+	access access // who else may resolve it
 	cost   int    // the records a full render holds (recordCost)
 	budget int    // the records it may hold; 0: no cap
 	once   sync.Once
@@ -176,7 +183,8 @@ func maxSRV(fqdn string) int { return roomFor(fqdn) / (sizeSRV + 4 + wireLen(fqd
 // port under the bare name and one under the port's name), with each SRV
 // answer at most what fits a reply. It is what the per-namespace cap counts.
 func recordCost(cfg *Config, sk svcKey, pods []*Pod) int {
-	addrs, eps, named, ports := 0, 0, 0, map[string]int{}
+	type portKey struct{ name, protocol string }
+	addrs, eps, named, ports := 0, 0, 0, map[portKey]int{}
 	for _, p := range pods {
 		if !p.Ready || len(p.IPs) == 0 {
 			continue
@@ -190,7 +198,7 @@ func recordCost(cfg *Config, sk svcKey, pods []*Pod) int {
 			for _, pt := range e.Ports {
 				if pt.Name != "" {
 					named++
-					ports[pt.Name+"/"+pt.Protocol]++
+					ports[portKey{pt.Name, pt.Protocol}]++
 				}
 			}
 		}
@@ -243,6 +251,22 @@ func newIndex(cfg Config, services map[string]*entry, imports map[string]*Servic
 	}
 	for _, e := range ix.services {
 		ix.namespaces[e.sk.Namespace] = struct{}{}
+		if e.access.all || len(e.access.ns) > 0 {
+			if ix.visible == nil {
+				ix.visible = map[string]*access{}
+			}
+			v := ix.visible[e.sk.Namespace]
+			if v == nil {
+				v = &access{}
+				ix.visible[e.sk.Namespace] = v
+			}
+			v.all = v.all || e.access.all
+			v.ns = append(v.ns, e.access.ns...) // sorted and compacted below
+		}
+	}
+	for _, v := range ix.visible {
+		slices.Sort(v.ns)
+		v.ns = slices.Compact(v.ns)
 	}
 	for _, s := range ix.imports {
 		ix.namespaces[s.Namespace] = struct{}{}
@@ -261,6 +285,84 @@ func newIndex(cfg Config, services map[string]*entry, imports map[string]*Servic
 	ix.NS = dns.NS{Hdr: dns.RR_Header{Name: zone, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: cfg.TTL}, Ns: "ns.dns." + zone}
 	ix.Version = dns.TXT{Hdr: dns.RR_Header{Name: "dns-version." + zone, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: cfg.TTL}, Txt: []string{"1.0.0"}}
 	return ix
+}
+
+// access says which namespaces besides its own may resolve a service
+// (imports enforce): every namespace, or the sorted ns.
+type access struct {
+	all bool
+	ns  []string
+}
+
+func (a *access) allows(namespace string) bool {
+	if a.all {
+		return true
+	}
+	_, found := slices.BinarySearch(a.ns, namespace)
+	return found
+}
+
+// accessOf is what every export of sk among pods allows: a service is open
+// to another namespace only when each of its Pods' entries (each cluster's,
+// each writer's) says so. The entries come normalised (annotation.CheckAllowed).
+func accessOf(sk svcKey, pods []*Pod) access {
+	var acc access
+	first := true
+	var last []string // the list seen before: the Pods of a service share it
+	for _, p := range pods {
+		for i := range p.Exports {
+			e := &p.Exports[i]
+			if e.Namespace != sk.Namespace || e.Name != sk.Name {
+				continue
+			}
+			if !first && slices.Equal(e.Allowed, last) {
+				continue
+			}
+			last = e.Allowed
+			a := access{ns: e.Allowed}
+			if len(e.Allowed) == 1 && e.Allowed[0] == annotation.AllNamespaces {
+				a = access{all: true}
+			}
+			switch {
+			case first:
+				acc, first = a, false
+			case a.all:
+			case acc.all:
+				acc = a
+			default:
+				var both []string
+				for _, ns := range acc.ns {
+					if _, ok := slices.BinarySearch(a.ns, ns); ok {
+						both = append(both, ns)
+					}
+				}
+				acc.ns = both
+			}
+		}
+	}
+	return acc
+}
+
+// Allowed reports whether Pods of namespace client may resolve the service
+// <name>.<namespace> and the names under it: always in its own namespace,
+// else when every export of it allows client. It does not allocate.
+func (ix *Index) Allowed(namespace, name, client string) bool {
+	if client == namespace {
+		return true
+	}
+	e := ix.services[name+"."+namespace]
+	return e != nil && e.access.allows(client)
+}
+
+// Visible reports whether Pods of namespace client may resolve at least one
+// service of namespace (then <namespace>.svc.<zone> exists for them).
+func (ix *Index) Visible(namespace, client string) bool {
+	if client == namespace {
+		_, ok := ix.namespaces[namespace]
+		return ok
+	}
+	v := ix.visible[namespace]
+	return v != nil && v.allows(client)
 }
 
 // endpoint is one ready Pod backing one service, with that service's ports.

@@ -59,7 +59,7 @@ func (c *Common) Equal(o *Common) bool {
 	}
 	for i := range c.Exports {
 		a, b := c.Exports[i], o.Exports[i]
-		if a.Name != b.Name || a.Namespace != b.Namespace || a.Cluster != b.Cluster || !slices.Equal(a.Ports, b.Ports) {
+		if a.Name != b.Name || a.Namespace != b.Namespace || a.Cluster != b.Cluster || !slices.Equal(a.Ports, b.Ports) || !slices.Equal(a.Allowed, b.Allowed) {
 			return false
 		}
 	}

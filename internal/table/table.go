@@ -465,7 +465,7 @@ func (t *Table) Rebuild() *Index {
 	for sk, ps := range members {
 		name := sk.Name + "." + sk.Namespace
 		if serves(sk, ps) {
-			services[name] = &entry{cfg: &t.cfg, sk: sk, pods: ps, cost: recordCost(&t.cfg, sk, ps)}
+			services[name] = &entry{cfg: &t.cfg, sk: sk, pods: ps, access: accessOf(sk, ps), cost: recordCost(&t.cfg, sk, ps)}
 		} else {
 			delete(services, name)
 		}
@@ -533,7 +533,7 @@ func (t *Table) capNamespaces(services map[string]*entry, members map[svcKey][]*
 				capped += e.cost - b
 			}
 			if b != e.budget {
-				services[k] = &entry{cfg: e.cfg, sk: e.sk, pods: e.pods, cost: e.cost, budget: b}
+				services[k] = &entry{cfg: e.cfg, sk: e.sk, pods: e.pods, access: e.access, cost: e.cost, budget: b}
 			}
 		}
 		if capped != t.capped[ns] {

@@ -406,6 +406,13 @@ func TestOnPodChangeAndCodec(t *testing.T) {
 	if b[0] != 'b' {
 		t.Errorf("written as %q, want the binary form", b[0])
 	}
+	// Allowed namespaces make a 'c' record, read back whole.
+	c := pod("edge-a", "default", "c", "", true, []string{"10.0.0.3"}, annotation.Export{Name: "backend", Allowed: []string{"api", "web"}, Ports: []annotation.Port{httpPort}})
+	if cb, err := EncodePod(c); err != nil || cb[0] != 'c' {
+		t.Fatalf("allowed namespaces: %q, %v", cb, err)
+	} else if back, err := DecodePod(cb); err != nil || !back.Equal(c) || !slices.Equal(back.Exports[0].Allowed, []string{"api", "web"}) {
+		t.Fatalf("allowed namespaces round trip: %+v, %v", back, err)
+	}
 	// Records written as JSON (the first format) still read.
 	legacy := []byte(`j{"c":"edge-a","ns":"default","n":"a","h":"web-0","ips":["10.0.0.1","fd00::1"],"r":true,` +
 		`"e":[{"name":"backend","namespace":"default","cluster":"edge-a","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]}]}`)

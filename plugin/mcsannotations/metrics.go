@@ -48,7 +48,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "refused_total",
-		Help:      "Queries refused (NXDOMAIN) by imports enforce, by reason: unknown_client (not a known local Pod, not in an allowed CIDR) or not_imported.",
+		Help:      "Queries refused (answered as names that do not exist) by imports enforce, by reason: unknown_client (not a known local Pod, not in an allowed CIDR) or not_allowed (the service does not allow the client's namespace; an alias to it resolves as no alias).",
 	}, []string{"server", "reason"})
 
 	services = promauto.NewGauge(prometheus.GaugeOpts{
