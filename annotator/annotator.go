@@ -171,9 +171,12 @@ func sameButVersion(a, b any) bool {
 		y.ResourceVersion = x.ResourceVersion
 		return reflect.DeepEqual(x, &y)
 	case *unstructured.Unstructured:
-		// A ServiceExport: its spec (the generation) is all that matters;
-		// its status is what the annotator itself writes.
-		return x.GetGeneration() == b.(*unstructured.Unstructured).GetGeneration()
+		// A ServiceExport: its spec (the generation) and its allowed
+		// namespaces are all that matter; its status is what the annotator
+		// itself writes.
+		y := b.(*unstructured.Unstructured)
+		return x.GetGeneration() == y.GetGeneration() &&
+			x.GetAnnotations()[annotation.AllowedNamespacesAnnotation] == y.GetAnnotations()[annotation.AllowedNamespacesAnnotation]
 	}
 	return false
 }
@@ -320,8 +323,12 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 		}
 	}
 	hasExport := make(map[string]bool, len(ses))
+	seAllowed := map[string]string{}
 	for _, u := range ses {
 		hasExport[u.GetName()] = true
+		if v, ok := u.GetAnnotations()[annotation.AllowedNamespacesAnnotation]; ok {
+			seAllowed[u.GetName()] = v
+		}
 	}
 
 	skipped := map[string]skip{}
@@ -335,7 +342,16 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			skipped[k.reason+"/"+k.key] = k
 			continue
 		}
-		exportedSvcs = append(exportedSvcs, newExported(s))
+		e := newExported(s)
+		raw, fromExport := seAllowed[s.Name]
+		if !fromExport {
+			raw = s.Annotations[annotation.AllowedNamespacesAnnotation]
+		}
+		if e.allowed, err = parseAllowed(raw); err != nil {
+			k := skip{skipAllowed, s.Name, fmt.Sprintf("Service %s/%s: %s %q ignored (own namespace only): %v", ns, s.Name, annotation.AllowedNamespacesAnnotation, annotation.Clip(raw), err)}
+			skipped[k.reason+"/"+k.key] = k
+		}
+		exportedSvcs = append(exportedSvcs, e)
 	}
 	sortServices(exportedSvcs)
 

@@ -16,16 +16,17 @@ import (
 
 // Reasons an export (or a port of one) is left out; metric label values.
 const (
-	skipExternalName    = "external_name"     // an ExternalName Service has no Pods to export
-	skipPortUnresolved  = "port_unresolved"   // a named targetPort the Pod does not declare
-	skipPortName        = "port_name"         // a Service port name that is no IANA service name: exported unnamed (no SRV name)
-	skipTooManyServices = "too_many_services" // more exported Services select the Pod than an annotation may list
-	skipTooManyPorts    = "too_many_ports"    // a Service has more ports than an entry may list
-	skipTooLarge        = "too_large"         // the annotation would pass the readers' size limit
-	skipInvalid         = "invalid"           // a reader would reject what would be written
+	skipExternalName    = "external_name"      // an ExternalName Service has no Pods to export
+	skipPortUnresolved  = "port_unresolved"    // a named targetPort the Pod does not declare
+	skipPortName        = "port_name"          // a Service port name that is no IANA service name: exported unnamed (no SRV name)
+	skipTooManyServices = "too_many_services"  // more exported Services select the Pod than an annotation may list
+	skipTooManyPorts    = "too_many_ports"     // a Service has more ports than an entry may list
+	skipTooLarge        = "too_large"          // the annotation would pass the readers' size limit
+	skipInvalid         = "invalid"            // a reader would reject what would be written
+	skipAllowed         = "allowed_namespaces" // an allowed-namespaces annotation that does not parse: own namespace only
 )
 
-var skipReasons = []string{skipExternalName, skipPortUnresolved, skipPortName, skipTooManyServices, skipTooManyPorts, skipTooLarge, skipInvalid}
+var skipReasons = []string{skipExternalName, skipPortUnresolved, skipPortName, skipTooManyServices, skipTooManyPorts, skipTooLarge, skipInvalid, skipAllowed}
 
 // skip is one thing left out of a Pod's annotation, for the log and the metric.
 type skip struct {
@@ -38,6 +39,20 @@ type skip struct {
 type exported struct {
 	svc      *corev1.Service
 	selector labels.Selector // nil: the Service selects no Pods
+	allowed  []string        // other namespaces allowed to import it (annotation.Export.Allowed)
+}
+
+// parseAllowed reads an allowed-namespaces annotation: namespaces separated
+// by commas (spaces around them ignored), or "*". An error leaves nil: the
+// service's own namespace only.
+func parseAllowed(raw string) ([]string, error) {
+	var list []string
+	for _, ns := range strings.Split(raw, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			list = append(list, ns)
+		}
+	}
+	return annotation.CheckAllowed(list)
 }
 
 func newExported(svc *corev1.Service) exported {
@@ -111,7 +126,7 @@ func desired(pod *corev1.Pod, services []exported, cluster string, chk *checker)
 		}
 		ports, pskips := exportPorts(pod, e.svc)
 		skips = append(skips, pskips...)
-		exports = append(exports, annotation.Export{Name: e.svc.Name, Namespace: pod.Namespace, Cluster: cluster, Ports: ports})
+		exports = append(exports, annotation.Export{Name: e.svc.Name, Namespace: pod.Namespace, Cluster: cluster, Ports: ports, Allowed: e.allowed})
 		names = append(names, e.svc.Name)
 	}
 	if len(exports) == 0 {

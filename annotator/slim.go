@@ -84,8 +84,13 @@ func slimService(obj any) (any, error) {
 		},
 		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, Selector: svc.Spec.Selector, Ports: svc.Spec.Ports},
 	}
-	if v, ok := svc.Annotations[annotation.ExportServiceAnnotation]; ok {
-		out.Annotations = map[string]string{annotation.ExportServiceAnnotation: v}
+	for _, k := range []string{annotation.ExportServiceAnnotation, annotation.AllowedNamespacesAnnotation} {
+		if v, ok := svc.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
 	}
 	return out, nil
 }
