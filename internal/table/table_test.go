@@ -439,6 +439,10 @@ func FuzzDecodePod(f *testing.F) {
 		b, _ := EncodePod(p)
 		f.Add(b)
 	}
+	withAllowed := pod("edge-a", "default", "c", "", true, []string{"10.0.0.3"}, annotation.Export{Name: "backend", Allowed: []string{"web"}, Ports: []annotation.Port{httpPort}})
+	if b, err := EncodePod(withAllowed); err == nil {
+		f.Add(b)
+	}
 	f.Add([]byte(`j{"c":"a","ns":"b","n":"c"}`))
 	f.Add([]byte("b"))
 	f.Fuzz(func(t *testing.T, b []byte) {
