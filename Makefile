@@ -21,7 +21,17 @@ unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
 	cd coredns-build && $(GO) test -count=1 ./...
 
 .PHONY: test
-test: unit e2e bench-smoke ## All tests: unit, end-to-end and the benchmark program's smoke run
+test: unit fuzz e2e bench-smoke ## All tests: unit, fuzz (short), end-to-end and the benchmark program's smoke run
+
+# Each fuzz target runs FUZZTIME (a soak runs them longer: make fuzz FUZZTIME=10m).
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./annotation:FuzzParseExports ./annotation:FuzzParseImports ./internal/table:FuzzDecodePod \
+	./internal/table:FuzzLookup ./plugin/mcsannotations:FuzzServeDNS
+.PHONY: fuzz
+fuzz: ## Each fuzz target for FUZZTIME (10s): annotation parsers, snapshot records, lookups, ServeDNS with any message
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 # --- tools, e2e and demo (real etcd + kube-apiserver, no Docker) -------------
 # (owned by the e2e harness work: see test/README.md)

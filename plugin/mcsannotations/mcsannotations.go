@@ -182,7 +182,8 @@ func newMCS(cfg config) (*MCS, error) {
 		log.Infof("verify %s: export annotations count only when signed with their cluster's key (%d keys)", cfg.verify, len(cfg.keys))
 	}
 
-	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality})
+	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality, NamespaceRecords: cfg.nsRecords})
+	t.OnCapped(logCapped)
 	t.OnChange(func(ix *table.Index) {
 		indexBuilds.Inc()
 		services.Set(float64(ix.Len()))
@@ -194,6 +195,7 @@ func newMCS(cfg config) (*MCS, error) {
 		m.checkID = func(ctx context.Context) { checkClusterID(ctx, local, cluster, cfg.snapshot+clusterIDSuffix) }
 	}
 	t.OnPodChange(m.journal)
+	t.OnUnencodable(logUnencodable)
 	m.clients.OnChange(m.journalClient)
 	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(cluster), source.Options{StopWait: stopWait, Key: cfg.keys[cluster]}))
 	// Importers are local Pods; enforcing needs every local Pod.
@@ -290,6 +292,25 @@ func logRejected(cluster, ns, name string, rej []annotation.Rejection) {
 		return
 	}
 	log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
+}
+
+// logCapped logs and sets the records the per-namespace cap leaves out, once
+// per change.
+func logCapped(ns string, records, capped int) {
+	cappedRecords.WithLabelValues(ns).Set(float64(capped))
+	if capped == 0 {
+		log.Infof("namespace %s: its answers hold %d records, within records_per_namespace again", ns, records)
+		return
+	}
+	log.Warningf("namespace %s: its services' answers would hold %d records, more than records_per_namespace: %d left out (each service keeps an equal share)", ns, records, capped)
+}
+
+// logUnencodable logs and counts an endpoint whose name cannot be encoded
+// (once per change of its record).
+func logUnencodable(p *table.Pod, e annotation.Export) {
+	unencodableNames.WithLabelValues(p.Cluster).Inc()
+	log.Warningf("cluster %s: Pod %s/%s: its endpoint name under service %s/%s (hostname %q, cluster %q) has a label longer than 63 octets or is longer than 255: "+
+		"left out of SRV answers and without an endpoint name; its addresses still answer the service name", p.Cluster, p.Namespace, p.Name, e.Namespace, e.Name, annotation.Clip(p.EndpointHostname()), annotation.Clip(p.Cluster))
 }
 
 // start runs on CoreDNS start-up (and after a reload): it loads the snapshot

@@ -24,6 +24,20 @@ var (
 		Help:      "Annotation entries skipped, by source cluster and reason.",
 	}, []string{"cluster", "reason"})
 
+	unencodableNames = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "unencodable_names_total",
+		Help:      "Endpoints left out of SRV answers and endpoint names because their name cannot be encoded in DNS (a label over 63 octets, a name over 255), by source cluster; counted once per change of the record.",
+	}, []string{"cluster"})
+
+	cappedRecords = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "capped_records",
+		Help:      "Records left out of a namespace's answers by records_per_namespace (0 once within it again), by namespace.",
+	}, []string{"namespace"})
+
 	answers = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
@@ -35,7 +49,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "refused_total",
-		Help:      "Queries refused (NXDOMAIN) by imports enforce, by reason: unknown_client (not a known local Pod, not in an allowed CIDR) or not_imported.",
+		Help:      "Queries refused (answered as names that do not exist) by imports enforce, by reason: unknown_client (not a known local Pod, not in an allowed CIDR) or not_allowed (the service does not allow the client's namespace; an alias to it resolves as no alias).",
 	}, []string{"server", "reason"})
 
 	services = promauto.NewGauge(prometheus.GaugeOpts{
