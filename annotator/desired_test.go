@@ -79,7 +79,7 @@ func TestDesired(t *testing.T) {
 				sport("123", 80, intstr.FromInt32(80), corev1.ProtocolTCP),
 				sport("a-very-long-port-name", 81, intstr.FromInt32(81), corev1.ProtocolTCP),
 				sport("http", 82, intstr.FromInt32(82), corev1.ProtocolTCP))},
-			want:    `{"services":[{"name":"backend","namespace":"ns","ports":[{"port":80,"targetPort":80,"protocol":"TCP"},{"port":81,"targetPort":81,"protocol":"TCP"},{"name":"http","port":82,"targetPort":82,"protocol":"TCP"}]}]}`,
+			want:    `{"services":[{"name":"backend","namespace":"ns","ports":[{"port":80,"targetPort":80,"protocol":"TCP"},{"port":81,"targetPort":81,"protocol":"TCP"},{"name":"http","port":82,"targetPort":82,"protocol":"TCP"}],"type":"ClusterSetIP"}]}`,
 			skipped: []string{skipPortName, skipPortName},
 		},
 		{
@@ -90,7 +90,7 @@ func TestDesired(t *testing.T) {
 				s.Annotations[annotation.AllowedNamespacesAnnotation] = "web, api"
 				return s
 			}()},
-			want: `{"services":[{"name":"backend","namespace":"ns","allowedNamespaces":["api","web"]}]}`,
+			want: `{"services":[{"name":"backend","namespace":"ns","allowedNamespaces":["api","web"],"type":"ClusterSetIP"}]}`,
 		},
 		{
 			name:     "sidecar ports resolve, ports of init containers that end do not",
