@@ -51,6 +51,7 @@ type options struct {
 	workers        int
 	sePoll         time.Duration
 	signKey        string
+	version        bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -69,6 +70,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.workers, "workers", 2, "namespaces reconciled in parallel")
 	fs.DurationVar(&o.sePoll, "serviceexport-poll", 30*time.Second, "how often to look for the ServiceExport CRD while it is not installed")
 	fs.StringVar(&o.signKey, "sign-key", "", "ed25519 private key (PEM, PKCS #8) to sign each export annotation with (needs --cluster)")
+	fs.BoolVar(&o.version, "version", false, "print the version and commit, and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogVerbosity{klogFlags}, "v", "log verbosity (2 logs every Pod write)")
@@ -119,6 +121,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcs-annotator:", err)
 		os.Exit(2)
+	}
+	if o.version {
+		fmt.Print(versionString())
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
