@@ -20,9 +20,10 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 GOBUILD = CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)'
 
 .PHONY: build
-build: ## Build bin/coredns (stock CoreDNS plus mcsannotations, before kubernetes) and bin/mcs-annotator
+build: ## Build bin/coredns (stock CoreDNS plus mcsannotations, before kubernetes), bin/mcs-annotator, bin/mcs-snapshot-dir
 	cd coredns-build && $(GOBUILD) -o $(BIN)/coredns .
 	$(GOBUILD) -o $(BIN)/mcs-annotator ./cmd/mcs-annotator
+	$(GOBUILD) -o $(BIN)/mcs-snapshot-dir ./cmd/mcs-snapshot-dir
 
 # --- images (tools/image: go-containerregistry, no Docker, no base image) ----
 # One OCI archive per image in bin/images/, each an index of IMAGE_ARCHS.
@@ -42,7 +43,8 @@ image: build ## OCI archives of our CoreDNS and the annotator (linux/amd64 and a
 	@test -r $(CA_BUNDLE) || { echo "no $(CA_BUNDLE): apt-get install ca-certificates" >&2; exit 1; }
 	$(foreach a,$(filter-out $(HOST_ARCH),$(IMAGE_ARCHS)),\
 		cd $(ROOT)/coredns-build && GOOS=linux GOARCH=$(a) $(GOBUILD) -o $(BIN)/linux_$(a)/coredns . && \
-		cd $(ROOT) && GOOS=linux GOARCH=$(a) $(GOBUILD) -o $(BIN)/linux_$(a)/mcs-annotator ./cmd/mcs-annotator &&) true
+		cd $(ROOT) && GOOS=linux GOARCH=$(a) $(GOBUILD) -o $(BIN)/linux_$(a)/mcs-annotator ./cmd/mcs-annotator && \
+		GOOS=linux GOARCH=$(a) $(GOBUILD) -o $(BIN)/linux_$(a)/mcs-snapshot-dir ./cmd/mcs-snapshot-dir &&) true
 	cd tools/image && $(GO) run . build $(IMAGE_FLAGS)
 push: ## Push bin/images/*.oci.tar to REGISTRY (make push REGISTRY=registry.example/team; docker/podman credentials)
 	cd tools/image && $(GO) run . push -registry $(REGISTRY) -tag $(IMAGE_TAG) $(BIN)/images/*.oci.tar

@@ -41,9 +41,11 @@ var Images = []Image{
 		Name:        "coredns-mcsannotations",
 		Title:       "CoreDNS with mcsannotations",
 		Description: "CoreDNS with the mcsannotations plugin (multi-cluster services from Pod annotations, offline-first)",
-		Binaries:    []string{"coredns"},
-		Entrypoint:  []string{"/coredns"},
-		Ports:       []string{"53/udp", "53/tcp", "9153/tcp"},
+		// mcs-snapshot-dir: the init step that gives the hostPath snapshot
+		// folder to the non-root user (manifests/coredns/deployment.yaml).
+		Binaries:   []string{"coredns", "mcs-snapshot-dir"},
+		Entrypoint: []string{"/coredns"},
+		Ports:      []string{"53/udp", "53/tcp", "9153/tcp"},
 	},
 	{
 		Name:        "mcs-annotator",
