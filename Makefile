@@ -57,7 +57,7 @@ unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
 	cd coredns-build && $(GO) test -count=1 ./...
 
 .PHONY: test
-test: unit e2e bench-smoke ## All tests: unit, end-to-end and the benchmark program's smoke run
+test: unit e2e bench-smoke image-test ## All tests: unit, end-to-end, the benchmark program's smoke run, the images
 
 # --- tools, e2e and demo (real etcd + kube-apiserver, no Docker) -------------
 # (owned by the e2e harness work: see test/README.md)
