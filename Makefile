@@ -49,7 +49,8 @@ image: build ## OCI archives of our CoreDNS and the annotator (linux/amd64 and a
 push: ## Push bin/images/*.oci.tar to REGISTRY (make push REGISTRY=registry.example/team; docker/podman credentials)
 	cd tools/image && $(GO) run . push -registry $(REGISTRY) -tag $(IMAGE_TAG) $(BIN)/images/*.oci.tar
 image-test: image ## Read the archives back: entrypoint, user, platforms, labels, -version of the binaries inside
-	cd tools/image && MCS_IMAGES=$(BIN)/images MCS_IMAGE_VERSION=$(VERSION) MCS_IMAGE_COMMIT=$(COMMIT) $(GO) test -count=1 ./...
+	cd tools/image && MCS_IMAGES=$(BIN)/images MCS_IMAGE_VERSION=$(VERSION) MCS_IMAGE_COMMIT=$(COMMIT) \
+		MCS_IMAGE_SOURCE=$(SOURCE) MCS_IMAGE_REF=$(REGISTRY)/NAME:$(IMAGE_TAG) $(GO) test -count=1 ./...
 
 .PHONY: unit
 unit: ## Unit tests of the product module and coredns-build (with -race); no e2e

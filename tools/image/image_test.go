@@ -177,7 +177,7 @@ func TestArchives(t *testing.T) {
 		t.Skip("MCS_IMAGES is not set: run make image-test")
 	}
 	w := want{version: os.Getenv("MCS_IMAGE_VERSION"), commit: os.Getenv("MCS_IMAGE_COMMIT"),
-		source: "https://github.com/mcsannotations/mcsannotations", archs: []string{"amd64", "arm64"}}
+		source: os.Getenv("MCS_IMAGE_SOURCE"), archs: []string{"amd64", "arm64"}}
 	for _, img := range Images {
 		t.Run(img.Name, func(t *testing.T) {
 			idx, ref, cleanup, err := ReadArchive(filepath.Join(dir, archiveName(img)))
@@ -185,8 +185,9 @@ func TestArchives(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cleanup()
-			if !strings.HasSuffix(ref, "/"+img.Name+":"+w.version) && !strings.Contains(ref, "/"+img.Name+":") {
-				t.Errorf("name %q, want REGISTRY/%s:TAG", ref, img.Name)
+			// MCS_IMAGE_REF is REGISTRY/NAME:TAG as make image names them.
+			if want := strings.Replace(os.Getenv("MCS_IMAGE_REF"), "/NAME:", "/"+img.Name+":", 1); ref != want {
+				t.Errorf("name in the archive %q, want %q", ref, want)
 			}
 			images := readIndex(t, idx, img, w)
 			host, ok := images[runtime.GOARCH]
