@@ -208,7 +208,11 @@ func TestNonRootSnapshot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs processes as the Deployment's users")
 	}
-	prepare := filepath.Join(filepath.Dir(tools.CoreDNS), "mcs-snapshot-dir")
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prepare := filepath.Join(root, "bin", "mcs-snapshot-dir")
 	if _, err := os.Stat(prepare); err != nil {
 		t.Fatalf("%v (make build)", err)
 	}
@@ -259,11 +263,32 @@ func TestNonRootSnapshot(t *testing.T) {
 		return string(out), err
 	}
 	snapshot := filepath.Join(hostPath, "table.db")
+	// corednsFor runs CoreDNS as the image's user until it has either
+	// created its snapshot or logged that it cannot (bounded), and returns
+	// its log.
 	corednsFor := func() string {
-		// CoreDNS keeps running: let it start (the kubernetes plugin waits
-		// 5 s for its API server) and open the snapshot, then stop it.
-		out, _ := run(8*time.Second, imageUID, imageGID, tools.CoreDNS, "-conf", corefile)
-		return out
+		log := filepath.Join(top, "coredns.log")
+		f, err := os.Create(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd := exec.Command(tools.CoreDNS, "-conf", corefile)
+		cmd.Stdout, cmd.Stderr = f, f
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: imageUID, Gid: imageGID}, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		harness.Eventually(t, 60*time.Second, func() error {
+			b, _ := os.ReadFile(log)
+			if _, err := os.Stat(snapshot); err == nil || strings.Contains(string(b), "permission denied") {
+				return nil
+			}
+			return fmt.Errorf("CoreDNS as %d: no snapshot and no refusal yet; log:\n%s", imageUID, b)
+		})
+		b, _ := os.ReadFile(log)
+		return string(b)
 	}
 
 	out := corednsFor()
