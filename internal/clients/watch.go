@@ -1,55 +1,55 @@
 package clients
 
 import (
-	"context"
 	"errors"
 	"hash/fnv"
 	"net/netip"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/internal/podinformer"
-	"github.com/mcsannotations/mcsannotations/internal/slimmeta"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 )
 
-// Watcher feeds an Index from the local cluster's Pods: only the Pods
-// labelled as importers, or every Pod when all is set (for imports enforce,
-// which must know every client's namespace).
+// Options tune a Watcher; zero values take the defaults.
+type Options struct {
+	// All indexes every Pod of the cluster, not only those labelled as
+	// importers (for imports enforce, which must know every client's
+	// namespace).
+	All bool
+	// Rejected, if set, hears of bad import annotations once per change.
+	Rejected func(namespace, name string, rej []annotation.Rejection)
+	// Dropped, if set, hears how many clients remembered from the snapshot
+	// the first list did not mention (and the index forgot).
+	Dropped func(n int)
+	// Ingest tunes the reflector.
+	Ingest ingest.Options
+}
+
+// Watcher feeds an Index from the local cluster's Pods.
 type Watcher struct {
-	client   kubernetes.Interface
-	idx      *Index
-	all      bool
-	rejected func(namespace, name string, rej []annotation.Rejection)
-	dropped  func(n int)        // hears how many remembered clients the first list dropped
-	informer podinformer.Events // hears what the Pod informer reports
-	stopWait time.Duration
+	client kubernetes.Interface
+	idx    *Index
+	opts   Options
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	factory informers.SharedInformerFactory
-	synced  cache.InformerSynced
+	mu    sync.Mutex // serialises Start and Stop; guards run and store
+	run   *ingest.Run
+	store *clientStore
 }
 
-// NewWatcher returns a watcher; rejected (may be nil) hears of bad import
-// annotations once per change.
-func NewWatcher(client kubernetes.Interface, idx *Index, all bool, rejected func(namespace, name string, rej []annotation.Rejection)) *Watcher {
-	return &Watcher{client: client, idx: idx, all: all, rejected: rejected, stopWait: informerstop.Wait}
+// NewWatcher returns a watcher; Start starts it.
+func NewWatcher(client kubernetes.Interface, idx *Index, opts Options) *Watcher {
+	return &Watcher{client: client, idx: idx, opts: opts}
 }
 
-// slimClient is what the informer keeps of a Pod.
+// slimClient is what the store keeps of a Pod.
 type slimClient struct {
-	slimmeta.Meta
+	ingest.Meta
 	client   *Client
 	ips      []netip.Addr // nil when the Pod must not be indexed
 	annoHash uint64       // of the raw import annotation, to report each change once
@@ -63,13 +63,11 @@ func (p *slimClient) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-func toSlim(obj any) (any, error) {
-	pod, ok := obj.(*v1.Pod)
-	if !ok {
-		return obj, nil
-	}
+func (p *slimClient) key() string { return p.Namespace + "/" + p.Name }
+
+func toSlim(pod *v1.Pod) *slimClient {
 	s := &slimClient{
-		Meta:   slimmeta.Of(pod),
+		Meta:   ingest.MetaOf(pod),
 		client: &Client{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)},
 	}
 	if pod.Labels[annotation.ImporterLabel] == annotation.LabelValue {
@@ -90,125 +88,161 @@ func toSlim(obj any) (any, error) {
 			}
 		}
 	}
-	return s, nil
+	return s
 }
 
-// OnDropped registers f to hear how many clients remembered from the
-// snapshot the first list did not mention (and the index forgot). Set it
-// before Start.
-func (w *Watcher) OnDropped(f func(n int)) { w.dropped = f }
-
-// OnInformer registers what the Pod informer reports (a malformed list, an
-// expired watch, each list of every Pod after the first; the index stays as
-// it was meanwhile). Set it before Start.
-func (w *Watcher) OnInformer(ev podinformer.Events) { w.informer = ev }
-
-// SetStopWait bounds how long Stop waits for the informer to end (default
-// informerstop.Wait). Set it before Start.
-func (w *Watcher) SetStopWait(d time.Duration) {
-	if d > 0 {
-		w.stopWait = d
-	}
-}
-
-// Start starts the informer in the background and returns at once.
+// Start starts the reflector in the background and returns at once.
 func (w *Watcher) Start() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.cancel != nil {
+	if w.run != nil {
 		return errors.New("watcher already started")
 	}
 	sel := ""
-	if !w.all {
+	if !w.opts.All {
 		sel = labels.Set{annotation.ImporterLabel: annotation.LabelValue}.AsSelector().String()
 	}
-	// With imports enforce, the informer holds every Pod of the cluster.
-	factory, inf, err := podinformer.New(w.client, sel, toSlim, w.informer)
-	if err != nil {
-		return err
-	}
-	w.factory = factory
-	ctx, cancel := context.WithCancel(context.Background())
-	reg, err := inf.AddEventHandler(informerstop.Handlers(ctx, cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.apply(nil, obj) },
-		UpdateFunc: w.apply,
-		DeleteFunc: w.onDelete,
-	}))
-	if err != nil {
-		cancel()
-		return err
-	}
-	w.synced = reg.HasSynced
-	w.cancel = cancel
-	w.factory.Start(ctx.Done())
-	go func() {
-		// The first list is applied: clients remembered from the snapshot
-		// that it did not mention are gone.
-		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-			if n := w.idx.DropSeeded(); n > 0 && w.dropped != nil {
-				w.dropped(n)
-			}
-		}
-	}()
+	w.store = &clientStore{w: w, pods: map[string]*slimClient{}}
+	w.run = ingest.Start(ingest.Pods(w.client, sel, w.store.slim), w.store, w.opts.Ingest)
 	return nil
 }
 
 // HasSynced reports whether the first list has been indexed.
 func (w *Watcher) HasSynced() bool {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.synced != nil && w.synced()
+	st := w.store
+	w.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.listed
 }
 
-// Stop stops the informer and waits for it, at most the stop wait (see
-// SetStopWait): the error (wrapping informerstop.ErrSlow) says it is still
-// ending in the background, harmless.
+// Stop stops the reflector and waits for it, at most its StopWait: the
+// error (wrapping ingest.ErrSlow) says it is still ending in the
+// background, harmless.
 func (w *Watcher) Stop() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.cancel == nil {
+	if w.run == nil {
 		return nil
 	}
-	w.cancel()
-	err := informerstop.Shutdown(w.factory, w.stopWait)
-	w.cancel, w.factory, w.synced = nil, nil, nil
+	w.store.close()
+	err := w.run.Stop()
+	w.run, w.store = nil, nil
 	return err
 }
 
-func (w *Watcher) apply(oldObj, obj any) {
+// clientStore is the store the watcher's reflector writes into: it keeps
+// the slim Pods by key and hands each change to the index.
+type clientStore struct {
+	w      *Watcher
+	mu     sync.Mutex // guards the fields below; held while the index changes
+	closed bool       // the run is stopped: the index is left alone
+	listed bool       // a complete list was indexed
+	pods   map[string]*slimClient
+}
+
+func (st *clientStore) close() {
+	st.mu.Lock()
+	st.closed = true
+	st.mu.Unlock()
+}
+
+// slim is the reflector's transform: a Pod held at the same version keeps
+// its slim object.
+func (st *clientStore) slim(pod *v1.Pod) (runtime.Object, error) {
+	st.mu.Lock()
+	old := st.pods[pod.Namespace+"/"+pod.Name]
+	st.mu.Unlock()
+	if old != nil && old.Same(ingest.MetaOf(pod)) {
+		return old, nil
+	}
+	return toSlim(pod), nil
+}
+
+func (st *clientStore) Add(obj any) error { return st.Update(obj) }
+
+func (st *clientStore) Update(obj any) error {
 	p, ok := obj.(*slimClient)
 	if !ok {
-		return
+		return nil
 	}
-	old, _ := oldObj.(*slimClient)
-	if old != nil && old.ResourceVersion == p.ResourceVersion {
-		return
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil
 	}
-	if len(p.rejected) > 0 && w.rejected != nil && (old == nil || old.annoHash != p.annoHash) {
-		w.rejected(p.Namespace, p.Name, p.rejected)
+	old := st.pods[p.key()]
+	st.pods[p.key()] = p
+	st.apply(old, p)
+	return nil
+}
+
+func (st *clientStore) Delete(obj any) error {
+	p, ok := obj.(*slimClient)
+	if !ok {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil
+	}
+	delete(st.pods, p.key())
+	st.w.idx.Remove(p.Namespace, p.Name)
+	return nil
+}
+
+// Replace indexes a complete list: Pods it lacks are forgotten, and after
+// the first, so are the clients remembered from the snapshot that it did
+// not mention.
+func (st *clientStore) Replace(items []any, _ string) error {
+	pods := make(map[string]*slimClient, len(items))
+	for _, obj := range items {
+		if p, ok := obj.(*slimClient); ok {
+			pods[p.key()] = p
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil
+	}
+	for k, o := range st.pods {
+		if pods[k] == nil {
+			st.w.idx.Remove(o.Namespace, o.Name)
+		}
+	}
+	old := st.pods
+	st.pods = pods
+	for k, p := range pods {
+		st.apply(old[k], p)
+	}
+	if !st.listed {
+		st.listed = true
+		if n := st.w.idx.DropSeeded(); n > 0 && st.w.opts.Dropped != nil {
+			st.w.opts.Dropped(n)
+		}
+	}
+	return nil
+}
+
+func (st *clientStore) Resync() error { return nil }
+
+// apply indexes p, held before as old (nil if not); st.mu is held.
+func (st *clientStore) apply(old, p *slimClient) {
+	if old == p {
+		return // the same version, reused by slim
+	}
+	if len(p.rejected) > 0 && st.w.opts.Rejected != nil && (old == nil || old.annoHash != p.annoHash) {
+		st.w.opts.Rejected(p.Namespace, p.Name, p.rejected)
 	}
 	if len(p.ips) == 0 {
-		w.idx.Remove(p.Namespace, p.Name)
+		st.w.idx.Remove(p.Namespace, p.Name)
 		return
 	}
-	w.idx.Set(p.client, p.ips)
-}
-
-func (w *Watcher) onDelete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if m, err := meta(obj); err == nil {
-		w.idx.Remove(m.GetNamespace(), m.GetName())
-	}
-}
-
-func meta(obj any) (metav1.Object, error) {
-	switch o := obj.(type) {
-	case *slimClient:
-		return o, nil
-	case metav1.Object:
-		return o, nil
-	}
-	return nil, errors.New("not an object")
+	st.w.idx.Set(p.client, p.ips)
 }

@@ -60,12 +60,23 @@ type clientset struct {
 // as the server sends it, gzipped when it is large (client-go's transport
 // asks for gzip and unzips as it reads).
 func (c clientset) ListPods(ctx context.Context, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error) {
+	ctx = context.WithValue(ctx, streamedKey{}, true)
 	body, err := c.core.RESTClient().Get().Resource("pods").VersionedParams(&opts, scheme.ParameterCodec).Stream(ctx)
 	if err != nil {
 		return metav1.ListMeta{}, err
 	}
 	defer body.Close()
 	return c.lists.List(body, each)
+}
+
+type streamedKey struct{}
+
+// Streamed reports whether ctx is that of a ListPods request: its reply, in
+// protobuf, is read one field at a time, each at most MaxField bytes, so a
+// transport need not bound it whole.
+func Streamed(ctx context.Context) bool {
+	v, _ := ctx.Value(streamedKey{}).(bool)
+	return v
 }
 
 func (c clientset) CoreV1() corev1.CoreV1Interface { return c.core }

@@ -18,27 +18,23 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
-// An API server that answers 429 to everything puts client-go's informers
-// into their watch-list retry, which sleeps out its backoff (0.8 s doubling
-// to 30 s) without looking at its context. CoreDNS's shutdown (and a reload)
-// must not wait for that: the plugin stops both informers in parallel, waits
-// stopWait at most (50 ms here, informerstop.Wait by default), and logs and
-// counts the ones left to end on their own.
-func TestStopDoesNotWaitForInformerBackoff(t *testing.T) {
-	stopAfter429s(t, func(host string) (kubernetes.Interface, error) {
-		return kubernetes.NewForConfig(&rest.Config{Host: host})
-	}, 50*time.Millisecond, 1)
-}
-
-// The plugin's own clients list Pods as a stream (podinformer), not with
-// client-go's watch-list, and the reflector's list path sleeps its backoff
-// watching its context: a stop while both informers sleep after their 429s
-// ends within stopWait (here 500 ms, under the 0.8 s that the watch-list
-// retry sleeps at the least), with no informer left behind.
-func TestStopIsPromptWithStreamedLists(t *testing.T) {
-	stopAfter429s(t, func(host string) (kubernetes.Interface, error) {
-		return podproto.NewClient(&rest.Config{Host: host, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}}, podproto.Plugin)
-	}, 500*time.Millisecond, 0)
+// An API server that answers 429 to everything puts the reflectors into
+// their retry backoff, which they sleep out watching their context (client-go's
+// watch-list retry, which does not, is off): CoreDNS's shutdown (and a
+// reload) ends within stopWait (500 ms here), with no reflector left behind,
+// whether the client lists as a stream (podproto) or not.
+func TestStopIsPrompt(t *testing.T) {
+	clients := map[string]func(host string) (kubernetes.Interface, error){
+		"podproto": func(host string) (kubernetes.Interface, error) {
+			return podproto.NewClient(&rest.Config{Host: host, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}}, podproto.Plugin)
+		},
+		"client-go": func(host string) (kubernetes.Interface, error) {
+			return kubernetes.NewForConfig(&rest.Config{Host: host})
+		},
+	}
+	for name, newClient := range clients {
+		t.Run(name, func(t *testing.T) { stopAfter429s(t, newClient, 500*time.Millisecond, 0) })
+	}
 }
 
 // stopAfter429s starts CoreDNS with clients from newClient against an API
