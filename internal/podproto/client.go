@@ -60,7 +60,7 @@ type clientset struct {
 // as the server sends it, gzipped when it is large (client-go's transport
 // asks for gzip and unzips as it reads).
 func (c clientset) ListPods(ctx context.Context, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error) {
-	ctx = context.WithValue(ctx, streamedKey{}, true)
+	ctx = WithStreamed(ctx)
 	body, err := c.core.RESTClient().Get().Resource("pods").VersionedParams(&opts, scheme.ParameterCodec).Stream(ctx)
 	if err != nil {
 		return metav1.ListMeta{}, err
@@ -70,6 +70,11 @@ func (c clientset) ListPods(ctx context.Context, opts metav1.ListOptions, each f
 }
 
 type streamedKey struct{}
+
+// WithStreamed marks ctx as that of a list read as ListPods reads it.
+func WithStreamed(ctx context.Context) context.Context {
+	return context.WithValue(ctx, streamedKey{}, true)
+}
 
 // Streamed reports whether ctx is that of a ListPods request: its reply, in
 // protobuf, is read one field at a time, each at most MaxField bytes, so a
