@@ -14,7 +14,7 @@ import (
 
 // NewClient returns kubernetes.NewForConfig(rc), except that its CoreV1
 // client decodes Pods with a Decoder keeping keep: its Pods, and so its Pod
-// informers' Pods, carry only the fields listed in the package comment. Give
+// reflectors' Pods, carry only the fields listed in the package comment. Give
 // rc protobuf as its content type, or nothing changes.
 func NewClient(rc *rest.Config, keep Keep) (kubernetes.Interface, error) {
 	httpClient, err := rest.HTTPClientFor(rc)
