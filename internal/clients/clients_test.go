@@ -176,7 +176,7 @@ func TestWatcher(t *testing.T) {
 func TestHostNetworkNotIndexed(t *testing.T) {
 	x := NewIndex()
 	w := NewWatcher(nil, x, Options{All: true})
-	st := &clientStore{w: w, pods: map[string]*slimClient{}}
+	st := w.newStore()
 	for _, name := range []string{"agent", "cache"} {
 		p := importer(name, "192.168.0.10", `{"services":[{"name":"backend","namespace":"default","alias":"be"}]}`)
 		p.Spec.HostNetwork = true

@@ -39,7 +39,7 @@ type Watcher struct {
 
 	mu    sync.Mutex // serialises Start and Stop; guards run and store
 	run   *ingest.Run
-	store *clientStore
+	store *ingest.Store[*slimClient]
 }
 
 // NewWatcher returns a watcher; Start starts it.
@@ -62,8 +62,6 @@ func (p *slimClient) DeepCopyObject() runtime.Object {
 	c := *p
 	return &c
 }
-
-func (p *slimClient) key() string { return p.Namespace + "/" + p.Name }
 
 func toSlim(pod *v1.Pod) *slimClient {
 	s := &slimClient{
@@ -102,8 +100,16 @@ func (w *Watcher) Start() error {
 	if !w.opts.All {
 		sel = labels.Set{annotation.ImporterLabel: annotation.LabelValue}.AsSelector().String()
 	}
-	w.store = &clientStore{w: w, pods: map[string]*slimClient{}}
-	w.run = ingest.Start(ingest.Pods(w.client, sel, w.store.slim), w.store, w.opts.Ingest)
+	w.store = w.newStore()
+	st := w.store
+	slim := func(pod *v1.Pod) (runtime.Object, error) {
+		// A Pod held at the same version keeps its slim object.
+		if old, ok := st.Get(pod.Namespace + "/" + pod.Name); ok && old.Same(ingest.MetaOf(pod)) {
+			return old, nil
+		}
+		return toSlim(pod), nil
+	}
+	w.run = ingest.Start(ingest.Pods(w.client, sel, slim), st, w.opts.Ingest)
 	return nil
 }
 
@@ -112,12 +118,7 @@ func (w *Watcher) HasSynced() bool {
 	w.mu.Lock()
 	st := w.store
 	w.mu.Unlock()
-	if st == nil {
-		return false
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.listed
+	return st != nil && st.Listed()
 }
 
 // Stop stops the reflector and waits for it, at most its StopWait: the
@@ -129,120 +130,47 @@ func (w *Watcher) Stop() error {
 	if w.run == nil {
 		return nil
 	}
-	w.store.close()
+	w.store.Close()
 	err := w.run.Stop()
 	w.run, w.store = nil, nil
 	return err
 }
 
-// clientStore is the store the watcher's reflector writes into: it keeps
-// the slim Pods by key and hands each change to the index.
-type clientStore struct {
-	w      *Watcher
-	mu     sync.Mutex // guards the fields below; held while the index changes
-	closed bool       // the run is stopped: the index is left alone
-	listed bool       // a complete list was indexed
-	pods   map[string]*slimClient
-}
-
-func (st *clientStore) close() {
-	st.mu.Lock()
-	st.closed = true
-	st.mu.Unlock()
-}
-
-// slim is the reflector's transform: a Pod held at the same version keeps
-// its slim object.
-func (st *clientStore) slim(pod *v1.Pod) (runtime.Object, error) {
-	st.mu.Lock()
-	old := st.pods[pod.Namespace+"/"+pod.Name]
-	st.mu.Unlock()
-	if old != nil && old.Same(ingest.MetaOf(pod)) {
-		return old, nil
-	}
-	return toSlim(pod), nil
-}
-
-func (st *clientStore) Add(obj any) error { return st.Update(obj) }
-
-func (st *clientStore) Update(obj any) error {
-	p, ok := obj.(*slimClient)
-	if !ok {
-		return nil
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed {
-		return nil
-	}
-	old := st.pods[p.key()]
-	st.pods[p.key()] = p
-	st.apply(old, p)
-	return nil
-}
-
-func (st *clientStore) Delete(obj any) error {
-	p, ok := obj.(*slimClient)
-	if !ok {
-		return nil
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed {
-		return nil
-	}
-	delete(st.pods, p.key())
-	st.w.idx.Remove(p.Namespace, p.Name)
-	return nil
-}
-
-// Replace indexes a complete list: Pods it lacks are forgotten, and after
-// the first, so are the clients remembered from the snapshot that it did
-// not mention.
-func (st *clientStore) Replace(items []any, _ string) error {
-	pods := make(map[string]*slimClient, len(items))
-	for _, obj := range items {
-		if p, ok := obj.(*slimClient); ok {
-			pods[p.key()] = p
+// newStore returns the store of a run: it hands each change to the index.
+// A complete list forgets the Pods it lacks and, the first time, the
+// clients remembered from the snapshot that it did not mention.
+func (w *Watcher) newStore() *ingest.Store[*slimClient] {
+	st := &ingest.Store[*slimClient]{Changed: w.apply}
+	st.Deleted = func(p *slimClient) { w.idx.Remove(p.Namespace, p.Name) }
+	st.Replaced = func(old, pods map[string]*slimClient) {
+		for k, o := range old {
+			if pods[k] == nil {
+				w.idx.Remove(o.Namespace, o.Name)
+			}
+		}
+		for k, p := range pods {
+			w.apply(old[k], p)
+		}
+		if old == nil {
+			if n := w.idx.DropSeeded(); n > 0 && w.opts.Dropped != nil {
+				w.opts.Dropped(n)
+			}
 		}
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed {
-		return nil
-	}
-	for k, o := range st.pods {
-		if pods[k] == nil {
-			st.w.idx.Remove(o.Namespace, o.Name)
-		}
-	}
-	old := st.pods
-	st.pods = pods
-	for k, p := range pods {
-		st.apply(old[k], p)
-	}
-	if !st.listed {
-		st.listed = true
-		if n := st.w.idx.DropSeeded(); n > 0 && st.w.opts.Dropped != nil {
-			st.w.opts.Dropped(n)
-		}
-	}
-	return nil
+	return st
 }
 
-func (st *clientStore) Resync() error { return nil }
-
-// apply indexes p, held before as old (nil if not); st.mu is held.
-func (st *clientStore) apply(old, p *slimClient) {
+// apply indexes p, held before as old (nil if not).
+func (w *Watcher) apply(old, p *slimClient) {
 	if old == p {
-		return // the same version, reused by slim
+		return // the same version, reused by the transform
 	}
-	if len(p.rejected) > 0 && st.w.opts.Rejected != nil && (old == nil || old.annoHash != p.annoHash) {
-		st.w.opts.Rejected(p.Namespace, p.Name, p.rejected)
+	if len(p.rejected) > 0 && w.opts.Rejected != nil && (old == nil || old.annoHash != p.annoHash) {
+		w.opts.Rejected(p.Namespace, p.Name, p.rejected)
 	}
 	if len(p.ips) == 0 {
-		st.w.idx.Remove(p.Namespace, p.Name)
+		w.idx.Remove(p.Namespace, p.Name)
 		return
 	}
-	st.w.idx.Set(p.client, p.ips)
+	w.idx.Set(p.client, p.ips)
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"sync"
@@ -110,11 +111,9 @@ type Watcher struct {
 type run struct {
 	gvr    schema.GroupVersionResource
 	refl   *ingest.Run
-	closed bool             // the run is stopped: it hands over nothing more; under Watcher.pushMu
-	synced bool             // a complete list is in; under Watcher.pushMu
-	pushed bool             // Changed heard this run's set once; under Watcher.pushMu
-	items  map[string]*Slim // by namespace/name; under Watcher.pushMu
-	w      *Watcher
+	store  *ingest.Store[*Slim]
+	synced bool // a complete list is in; under the store's lock
+	pushed bool // Changed heard this run's set once; under Watcher.pushMu
 }
 
 // New returns a watcher; Start starts it.
@@ -205,9 +204,7 @@ func (w *Watcher) check(ctx context.Context) {
 func (w *Watcher) stopRun() error {
 	r := w.run
 	w.run = nil
-	w.pushMu.Lock()
-	r.closed = true
-	w.pushMu.Unlock()
+	r.store.Close()
 	return r.refl.Stop()
 }
 
@@ -231,79 +228,40 @@ func (w *Watcher) start(gvr schema.GroupVersionResource) *run {
 		WatchFunc: ri.Watch,
 		Transform: Transform,
 	}
-	r := &run{gvr: gvr, items: map[string]*Slim{}, w: w}
-	r.refl = ingest.Start(lw, r, w.opts.Ingest)
+	r := w.newRun(gvr)
+	r.refl = ingest.Start(lw, r.store, w.opts.Ingest)
 	return r
 }
 
-// Add, Update, Delete and Replace make a run the store of its reflector:
-// each change hands the set over (what changed matters only for the log of
-// rejections).
-
-func (r *run) Add(obj any) error { return r.Update(obj) }
-
-func (r *run) Update(obj any) error {
-	s, ok := obj.(*Slim)
-	if !ok {
-		return nil
+// newRun returns a run on gvr with its store, not started.
+func (w *Watcher) newRun(gvr schema.GroupVersionResource) *run {
+	r := &run{gvr: gvr}
+	r.store = &ingest.Store[*Slim]{
+		Changed: func(old, s *Slim) {
+			w.reject(old, s)
+			w.push(r, r.store)
+		},
+		Deleted: func(*Slim) { w.push(r, r.store) },
+		Replaced: func(old, items map[string]*Slim) {
+			for k, s := range items {
+				w.reject(old[k], s)
+			}
+			r.synced = true
+			w.push(r, r.store)
+		},
 	}
-	r.w.pushMu.Lock()
-	defer r.w.pushMu.Unlock()
-	if r.closed {
-		return nil
-	}
-	k := s.Namespace + "/" + s.Name
-	old := r.items[k]
-	r.items[k] = s
-	r.w.reject(old, s)
-	r.w.push(r)
-	return nil
+	return r
 }
 
-func (r *run) Delete(obj any) error {
-	s, ok := obj.(*Slim)
-	if !ok {
-		return nil
-	}
-	r.w.pushMu.Lock()
-	defer r.w.pushMu.Unlock()
-	if r.closed {
-		return nil
-	}
-	delete(r.items, s.Namespace+"/"+s.Name)
-	r.w.push(r)
-	return nil
-}
-
-func (r *run) Replace(objs []any, _ string) error {
-	items := make(map[string]*Slim, len(objs))
-	for _, obj := range objs {
-		if s, ok := obj.(*Slim); ok {
-			items[s.Namespace+"/"+s.Name] = s
-		}
-	}
-	r.w.pushMu.Lock()
-	defer r.w.pushMu.Unlock()
-	if r.closed {
-		return nil
-	}
-	for k, s := range items {
-		r.w.reject(r.items[k], s)
-	}
-	r.items, r.synced = items, true
-	r.w.push(r)
-	return nil
-}
-
-func (r *run) Resync() error { return nil }
-
-// push hands the run's ClusterSetIP services to Changed, once its first list
-// is in; w.pushMu is held.
-func (w *Watcher) push(r *run) {
+// push hands the ClusterSetIP services of the run's store to Changed, once
+// its first list is in; it runs under the store's lock.
+func (w *Watcher) push(r *run, st *ingest.Store[*Slim]) {
 	if !r.synced {
 		return
 	}
-	list := Collect(r.items)
+	list := Collect(st.Items())
+	w.pushMu.Lock()
+	defer w.pushMu.Unlock()
 	// Most events change no ClusterSetIP (a headless import, a status
 	// update): the table and the snapshot hear only of a changed set. A
 	// run's first set always goes through: it replaces what the snapshot
@@ -321,9 +279,9 @@ func sameClusterSetIP(a, b table.ClusterSetIP) bool {
 
 // Collect returns the ClusterSetIP services among items, sorted by
 // namespace and name.
-func Collect(items map[string]*Slim) []table.ClusterSetIP {
+func Collect(items iter.Seq[*Slim]) []table.ClusterSetIP {
 	var out []table.ClusterSetIP
-	for _, s := range items {
+	for s := range items {
 		if s.ClusterSetIP != nil {
 			out = append(out, *s.ClusterSetIP)
 		}
@@ -355,6 +313,9 @@ type Slim struct {
 	ClusterSetIP *table.ClusterSetIP
 	Rejected     []Rejection
 }
+
+// Key is the store key: namespace/name.
+func (s *Slim) Key() string { return s.Namespace + "/" + s.Name }
 
 // GetObjectKind and DeepCopyObject make Slim a runtime.Object for the
 // reflector (it is never copied: the store's objects are not changed).

@@ -244,46 +244,46 @@ func TestWatcher(t *testing.T) {
 	rec.waitFor(t)
 }
 
-// The run is its reflector's store: nothing is handed over before the first
-// complete list, then the set after each change; a delete hands over the set
-// without the object, an update at the same version nothing.
+// A run's store hands nothing over before the first complete list, then the
+// set after each change; a delete hands over the set without the object, an
+// update at the same version nothing, a closed store nothing more.
 func TestRunStore(t *testing.T) {
 	var rec recorder
 	w := New(nil, nil, rec.events(), Options{})
-	r := &run{items: map[string]*Slim{}, w: w}
+	st := w.newRun(schema.GroupVersionResource{}).store
 	a := FromUnstructured(serviceImport("v1beta1", "default", "a", "ClusterSetIP", []any{"10.96.0.1"}))
 	b := FromUnstructured(serviceImport("v1beta1", "default", "b", "ClusterSetIP", []any{"10.96.0.2"}))
-	if err := r.Add(a); err != nil {
+	if err := st.Add(a); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := rec.last(); ok {
 		t.Fatal("handed over before the first list was in")
 	}
-	if err := r.Replace([]any{a}, "5"); err != nil {
+	if err := st.Replace([]any{a}, "5"); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, "default/a=10.96.0.1")
-	if err := r.Add(b); err != nil {
+	if err := st.Add(b); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, "default/a=10.96.0.1", "default/b=10.96.0.2")
-	if err := r.Delete(a); err != nil {
+	if err := st.Delete(a); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, "default/b=10.96.0.2")
 	n := len(rec.sets)
-	if err := r.Update(b); err != nil {
+	if err := st.Update(b); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.sets) != n {
 		t.Error("an unchanged version was handed over")
 	}
-	r.closed = true
-	if err := r.Delete(b); err != nil {
+	st.Close()
+	if err := st.Delete(b); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.sets) != n {
-		t.Error("a closed run handed over")
+		t.Error("a closed store handed over")
 	}
 	if rec.rejected != nil {
 		t.Errorf("rejected %q", rec.rejected)

@@ -76,8 +76,6 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 	}
 }
 
-func (p *slimPod) key() string { return p.Namespace + "/" + p.Name }
-
 // parseCache remembers the parse of recent export annotations, so that the
 // Pods of one service, which carry the same annotation, share one
 // table.Common (records are immutable) and each annotation is parsed once.

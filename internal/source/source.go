@@ -89,15 +89,11 @@ type Source struct {
 	expired     atomic.Bool  // records dropped by Expire; cleared by the next complete list
 	started     atomic.Int64 // unix nanoseconds of the last start of the reflector
 
-	// evMu orders the store's writes to the table against Expire's drop and
-	// Stop: a store closed under it writes nothing more.
-	evMu sync.Mutex
-
-	mu     sync.Mutex         // serialises Start, Stop and Expire; guards cancel, run and store
-	cancel context.CancelFunc // of the check loop
-	run    *ingest.Run        // the running reflector; nil when stopped
-	store  *podStore          // the run's store
-	wg     sync.WaitGroup     // the check loop
+	mu     sync.Mutex              // serialises Start, Stop and Expire; guards cancel, run and store
+	cancel context.CancelFunc      // of the check loop
+	run    *ingest.Run             // the running reflector; nil when stopped
+	store  *ingest.Store[*slimPod] // the run's store
+	wg     sync.WaitGroup          // the check loop
 }
 
 // New returns a source for cluster; Start starts it.
@@ -204,7 +200,7 @@ func (s *Source) Start() error {
 // is held.
 func (s *Source) startRun() {
 	s.started.Store(time.Now().UnixNano())
-	s.store = &podStore{s: s, transform: toSlim(s.cluster, s.opts.Key), pods: map[string]*slimPod{}}
+	s.store = s.newStore()
 	opts := s.opts.Ingest
 	failed := opts.Events.Failed
 	opts.Events.Failed = func(err error) {
@@ -214,7 +210,7 @@ func (s *Source) startRun() {
 		}
 	}
 	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	s.run = ingest.Start(ingest.Pods(s.client, selector, s.store.slim), s.store, opts)
+	s.run = ingest.Start(ingest.Pods(s.client, selector, slimFor(s.store, toSlim(s.cluster, s.opts.Key))), s.store, opts)
 }
 
 // stopRun closes the store and stops the reflector; s.mu is held.
@@ -222,9 +218,7 @@ func (s *Source) stopRun() error {
 	if s.run == nil {
 		return nil
 	}
-	s.evMu.Lock()
-	s.store.closed = true
-	s.evMu.Unlock()
+	s.store.Close()
 	err := s.run.Stop()
 	s.run, s.store = nil, nil
 	return err
@@ -246,7 +240,7 @@ func (s *Source) Stop() error {
 	return err
 }
 
-// listed records a complete list applied by the store; s.evMu is held.
+// listed records a complete list applied by the store.
 func (s *Source) listed(first bool) {
 	s.lastSync.Store(time.Now().UnixNano())
 	s.synced.Store(true)

@@ -272,10 +272,8 @@ func TestRelistKeepsUnchangedObjects(t *testing.T) {
 		s.mu.Lock()
 		st := s.store
 		s.mu.Unlock()
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		p := st.pods["default/"+name]
-		if p == nil {
+		p, ok := st.Get("default/" + name)
+		if !ok {
 			t.Fatalf("%s not in the store", name)
 		}
 		return p
