@@ -11,9 +11,9 @@ import (
 )
 
 // BenchmarkSlimClientMemory reports the heap that the all-Pods watch of
-// imports enforce keeps per Pod: the informer's slim object plus the index
+// imports enforce keeps per Pod: the store's slim object plus the index
 // entry. Full Pods (with a container spec, labels, status) go through the
-// transform, as they do in the informer.
+// transform, as they do in the store.
 func BenchmarkSlimClientMemory(b *testing.B) {
 	const n = 10000
 	for b.Loop() {

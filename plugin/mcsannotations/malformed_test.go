@@ -29,7 +29,7 @@ import (
 
 // An API server whose lists of Pods break off (here 10 bytes short, inside
 // the list) costs nothing that was held: the records from the snapshot keep
-// answering, and each informer's malformed list is logged and counted in
+// answering, and each reflector's malformed list is logged and counted in
 // malformed_lists_total.
 func TestMalformedListKeepsRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.db")
