@@ -91,36 +91,36 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "informer_slow_stops_total",
-		Help:      "Informer stops (shutdown, reload, expiry) not waited for to the end: client-go was sleeping out a retry backoff against an unreachable API server.",
+		Help:      "Reflector stops (shutdown, reload, expiry) not waited for to the end; each ends on its own in the background.",
 	}, []string{"informer"})
 
 	malformedLists = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "malformed_lists_total",
-		Help:      "Lists of Pods that broke off or did not decode; what the informer held stays, and it lists again.",
+		Help:      "Lists of Pods that broke off, did not decode or were over their size bound; what was held stays, and the list is made again.",
 	}, []string{"informer"})
 
 	watchExpirations = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "watch_expirations_total",
-		Help:      "Times an informer's watch of Pods expired (410), after which it lists every Pod again.",
+		Help:      "Times a reflector's watch expired (410), after which it lists every object again.",
 	}, []string{"informer"})
 
 	relistSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "relist_seconds",
-		Help:      "Time each list of every Pod after an informer's first took to arrive, from its start (from the watch's expiry for a list started then).",
+		Help:      "Time each list of every object after a reflector's first took to arrive, from its start.",
 		Buckets:   []float64{0.25, 0.5, 1, 2, 5, 10, 30, 60, 120},
 	}, []string{"informer"})
 
-	watchesWaiting = promauto.NewGauge(prometheus.GaugeOpts{
+	oversizedReplies = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
-		Name:      "watches_waiting",
-		Help:      "Watch requests waiting for an API server that refuses connections (tried again every 250 ms).",
+		Name:      "oversized_replies_total",
+		Help:      "Replies from an API server refused at their size bound (64 MiB for a reply read whole, 16 MiB for one object); what was held stays.",
 	})
 
 	serviceImports = promauto.NewGauge(prometheus.GaugeOpts{
