@@ -9,11 +9,49 @@ CACHE := $(ROOT)/.cache
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
+# Version and commit stamped into both binaries (-version) and the images'
+# labels. Static binaries (no cgo): the images hold nothing but the binary,
+# CA certificates and /etc/passwd. `make build` and the host's image share
+# one build: same flags, same output.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE ?= https://github.com/mcsannotations/mcsannotations
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+GOBUILD = CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)'
+
 .PHONY: build
-build: ## Build bin/coredns (stock CoreDNS plus mcsannotations, before kubernetes) and bin/mcs-annotator
-	cd coredns-build && $(GO) build -o $(BIN)/coredns .
-	$(GO) build -o $(BIN)/mcs-annotator ./cmd/mcs-annotator
-	$(GO) build -o $(BIN)/mcsctl ./cmd/mcsctl
+build: ## Build bin/coredns (stock CoreDNS plus mcsannotations, before kubernetes), bin/mcs-annotator, bin/mcsctl, bin/mcs-snapshot-dir
+	cd coredns-build && $(GOBUILD) -o $(BIN)/coredns .
+	$(GOBUILD) -o $(BIN)/mcs-annotator ./cmd/mcs-annotator
+	$(GOBUILD) -o $(BIN)/mcsctl ./cmd/mcsctl
+	$(GOBUILD) -o $(BIN)/mcs-snapshot-dir ./cmd/mcs-snapshot-dir
+
+# --- images (tools/image: go-containerregistry, no Docker, no base image) ----
+# One OCI archive per image in bin/images/, each an index of IMAGE_ARCHS.
+# The host's architecture reuses `make build`'s binaries; each other one is
+# cross-compiled into bin/linux_<arch>/.
+REGISTRY ?= localhost/mcsannotations
+IMAGE_TAG ?= $(VERSION)
+IMAGE_ARCHS ?= amd64 arm64
+HOST_ARCH := $(shell $(GO) env GOARCH)
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+archbin = $(if $(filter $(1),$(HOST_ARCH)),$(BIN),$(BIN)/linux_$(1))
+IMAGE_FLAGS = -out $(BIN)/images -registry $(REGISTRY) -tag $(IMAGE_TAG) -version $(VERSION) -commit $(COMMIT) \
+	-source $(SOURCE) -ca-bundle $(CA_BUNDLE) $(foreach a,$(IMAGE_ARCHS),-platform linux/$(a)=$(call archbin,$(a)))
+
+.PHONY: image push image-test
+image: build ## OCI archives of our CoreDNS and the annotator (linux/amd64 and arm64) in bin/images/
+	@test -r $(CA_BUNDLE) || { echo "no $(CA_BUNDLE): apt-get install ca-certificates" >&2; exit 1; }
+	$(foreach a,$(filter-out $(HOST_ARCH),$(IMAGE_ARCHS)),\
+		cd $(ROOT)/coredns-build && GOOS=linux GOARCH=$(a) $(GOBUILD) -o $(BIN)/linux_$(a)/coredns . && \
+		cd $(ROOT) && GOOS=linux GOARCH=$(a) $(GOBUILD) -o $(BIN)/linux_$(a)/mcs-annotator ./cmd/mcs-annotator && \
+		GOOS=linux GOARCH=$(a) $(GOBUILD) -o $(BIN)/linux_$(a)/mcs-snapshot-dir ./cmd/mcs-snapshot-dir &&) true
+	cd tools/image && $(GO) run . build $(IMAGE_FLAGS)
+push: ## Push bin/images/*.oci.tar to REGISTRY (make push REGISTRY=registry.example/team; docker/podman credentials)
+	cd tools/image && $(GO) run . push -registry $(REGISTRY) -tag $(IMAGE_TAG) $(BIN)/images/*.oci.tar
+image-test: image ## Read the archives back: entrypoint, user, platforms, labels, -version of the binaries inside
+	cd tools/image && MCS_IMAGES=$(BIN)/images MCS_IMAGE_VERSION=$(VERSION) MCS_IMAGE_COMMIT=$(COMMIT) \
+		MCS_IMAGE_SOURCE=$(SOURCE) MCS_IMAGE_REF=$(REGISTRY)/NAME:$(IMAGE_TAG) $(GO) test -count=1 ./...
 
 .PHONY: unit
 unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
@@ -21,7 +59,17 @@ unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
 	cd coredns-build && $(GO) test -count=1 ./...
 
 .PHONY: test
-test: unit e2e bench-smoke ## All tests: unit, end-to-end and the benchmark program's smoke run
+test: unit fuzz e2e bench-smoke image-test ## All tests: unit, fuzz (short), end-to-end, the benchmark program's smoke run, the images
+
+# Each fuzz target runs FUZZTIME (a soak runs them longer: make fuzz FUZZTIME=10m).
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./annotation:FuzzParseExports ./annotation:FuzzParseImports ./internal/table:FuzzDecodePod \
+	./internal/table:FuzzLookup ./plugin/mcsannotations:FuzzServeDNS
+.PHONY: fuzz
+fuzz: ## Each fuzz target for FUZZTIME (10s): annotation parsers, snapshot records, lookups, ServeDNS with any message
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 # --- tools, e2e and demo (real etcd + kube-apiserver, no Docker) -------------
 # (owned by the e2e harness work: see test/README.md)

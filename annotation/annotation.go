@@ -2,6 +2,19 @@
 // multi-cluster service membership: the export-services annotation on backing
 // Pods and the import-services annotation on consumer Pods (SPEC section 2).
 //
+// # Access decided by the exporter
+//
+// An export entry may carry "allowedNamespaces": the other namespaces whose
+// Pods may resolve the service under the plugin's `imports enforce`, each a
+// namespace name, or "*" for every namespace. The Pods of the service's own
+// namespace may always resolve it; an entry without the field (as older
+// annotators write it) allows its own namespace only. The annotator copies the
+// list from AllowedNamespacesAnnotation on the exported Service or its
+// ServiceExport (comma-separated, the ServiceExport's when both have it), and
+// the signature covers it with the rest of the annotation's bytes. A service
+// backed by several Pods (or clusters) allows what every one of its entries
+// allows. An import annotation never grants access: it only names aliases.
+//
 // It has no CoreDNS dependency: the plugin, the sources and the annotator all
 // share it. Parsing never fails as a whole because of one bad entry: every
 // entry is decoded and validated on its own, good entries are returned, and
@@ -20,6 +33,13 @@ const (
 	// annotator to export it (as a ServiceExport of the same name does).
 	ExportServiceAnnotation = "multicluster.kubernetes.io/export"
 
+	// AllowedNamespacesAnnotation on an exported Service or its ServiceExport
+	// names the other namespaces that may import it: "ns1,ns2", or "*".
+	AllowedNamespacesAnnotation = "multicluster.kubernetes.io/allowed-namespaces"
+
+	// AllNamespaces in an allowed list allows every namespace.
+	AllNamespaces = "*"
+
 	// ExporterLabel and ImporterLabel mark Pods that carry the annotations, so
 	// that watches are filtered on the API server.
 	ExporterLabel = "multicluster.kubernetes.io/exporter"
@@ -34,6 +54,7 @@ const (
 	MaxServices       = 64       // entries in one annotation
 	MaxPortsPerExport = 64
 	MaxClusterIDLen   = 127 // "cluster: subdomain < 128 chars"
+	MaxAllowed        = 64  // allowed namespaces in one entry
 )
 
 // Protocols a port may name.
@@ -61,6 +82,23 @@ type Export struct {
 	Cluster   string `json:"cluster"`
 	Ports     []Port `json:"ports,omitempty"`
 	Service          // what the entry says of the exported Service (service.go)
+	// Allowed lists the other namespaces allowed to import the service,
+	// sorted, without duplicates, or just AllNamespaces; nil: its own
+	// namespace only (see the package documentation).
+	Allowed []string `json:"allowedNamespaces,omitempty"`
+}
+
+// Allows reports whether the entry lets Pods of namespace resolve it.
+func (e *Export) Allows(namespace string) bool {
+	if namespace == e.Namespace {
+		return true
+	}
+	for _, a := range e.Allowed {
+		if a == namespace || a == AllNamespaces {
+			return true
+		}
+	}
+	return false
 }
 
 // Import is one validated entry of the import-services annotation. An empty

@@ -8,10 +8,11 @@ import (
 // The JSON shapes as the annotator writes them: cluster is left out when
 // empty (the reader defaults it to the cluster it read the Pod from).
 type outExport struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	Cluster   string `json:"cluster,omitempty"`
-	Ports     []Port `json:"ports,omitempty"`
+	Name      string   `json:"name"`
+	Namespace string   `json:"namespace"`
+	Cluster   string   `json:"cluster,omitempty"`
+	Ports     []Port   `json:"ports,omitempty"`
+	Allowed   []string `json:"allowedNamespaces,omitempty"`
 	Service
 }
 
@@ -38,7 +39,7 @@ func FormatExports(exports []Export, podNamespace, sourceCluster string) (string
 func MarshalExports(exports []Export) (string, error) {
 	env := outEnvelope{Services: make([]outExport, len(exports))}
 	for i, e := range exports {
-		env.Services[i] = outExport{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: e.Ports, Service: e.Service}
+		env.Services[i] = outExport{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: e.Ports, Allowed: e.Allowed, Service: e.Service}
 	}
 	b, err := json.Marshal(env)
 	return string(b), err

@@ -10,13 +10,13 @@ import (
 func TestFormatExports(t *testing.T) {
 	in := []Export{
 		{Name: "backend", Namespace: "ns", Ports: []Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: TCP}}},
-		{Name: "db", Namespace: "ns", Cluster: "edge-a"},
+		{Name: "db", Namespace: "ns", Cluster: "edge-a", Allowed: []string{"api", "web"}},
 	}
 	got, err := FormatExports(in, "ns", "edge-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]},{"name":"db","namespace":"ns","cluster":"edge-a"}]}`
+	want := `{"services":[{"name":"backend","namespace":"ns","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]},{"name":"db","namespace":"ns","cluster":"edge-a","allowedNamespaces":["api","web"]}]}`
 	if got != want {
 		t.Errorf("\n got %s\nwant %s", got, want)
 	}

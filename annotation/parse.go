@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -29,6 +30,7 @@ type rawExport struct {
 	Namespace string    `json:"namespace"`
 	Cluster   string    `json:"cluster"`
 	Ports     []rawPort `json:"ports"`
+	Allowed   []string  `json:"allowedNamespaces"`
 	Service
 }
 
@@ -91,13 +93,18 @@ func ParseExports(raw, podNamespace, sourceCluster string) ([]Export, []Rejectio
 			rej = append(rej, r)
 			continue
 		}
+		allowed, err := CheckAllowed(e.Allowed)
+		if err != nil {
+			rej = append(rej, Rejection{i, ReasonNamespace, "service " + e.Namespace + "/" + e.Name + ": " + err.Error()})
+			continue
+		}
 		key := e.Namespace + "/" + e.Name
 		if _, dup := seen[key]; dup {
 			rej = append(rej, Rejection{i, ReasonDuplicate, "service " + key + " is listed more than once"})
 			continue
 		}
 		seen[key] = struct{}{}
-		out = append(out, Export{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: ports, Service: e.Service})
+		out = append(out, Export{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Ports: ports, Allowed: allowed, Service: e.Service})
 	}
 	return out, rej
 }
@@ -134,7 +141,7 @@ func ParseImports(raw, podNamespace string) ([]Import, []Rejection) {
 		}
 		if e.Alias != "" {
 			if errs := validation.IsDNS1123Label(e.Alias); len(errs) > 0 {
-				rej = append(rej, Rejection{i, ReasonName, fmt.Sprintf("alias %q: %s", clip(e.Alias), strings.Join(errs, "; "))})
+				rej = append(rej, Rejection{i, ReasonName, fmt.Sprintf("alias %q: %s", Clip(e.Alias), strings.Join(errs, "; "))})
 				continue
 			}
 			if _, dup := aliases[e.Alias]; dup {
@@ -154,6 +161,30 @@ func ParseImports(raw, podNamespace string) ([]Import, []Rejection) {
 		out = append(out, Import{Name: e.Name, Namespace: e.Namespace, Cluster: e.Cluster, Alias: e.Alias})
 	}
 	return out, rej
+}
+
+// CheckAllowed checks a list of allowed namespaces (namespace names, or "*")
+// and returns it in its normal form: sorted, without duplicates, just "*"
+// when it holds "*", nil when empty.
+func CheckAllowed(in []string) ([]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	if len(in) > MaxAllowed {
+		return nil, fmt.Errorf("%d allowed namespaces is more than the limit of %d", len(in), MaxAllowed)
+	}
+	out := make([]string, 0, len(in))
+	for _, ns := range in {
+		if ns == AllNamespaces {
+			return []string{AllNamespaces}, nil
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("allowed namespace %q: %s", Clip(ns), strings.Join(errs, "; "))
+		}
+		out = append(out, ns)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // split checks the size and the envelope and returns the raw entries. A nil
@@ -180,7 +211,7 @@ func split(raw string) ([]json.RawMessage, []Rejection) {
 func decodeStrict(b []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(b))
 	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("invalid JSON: %s", clip(err.Error()))
+		return fmt.Errorf("invalid JSON: %s", Clip(err.Error()))
 	}
 	if d.More() {
 		return fmt.Errorf("invalid JSON: data after the value")
@@ -190,13 +221,13 @@ func decodeStrict(b []byte, v any) error {
 
 func checkService(name, namespace, cluster string) (Rejection, bool) {
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return Rejection{Reason: ReasonName, Detail: fmt.Sprintf("service name %q: %s", clip(name), strings.Join(errs, "; "))}, true
+		return Rejection{Reason: ReasonName, Detail: fmt.Sprintf("service name %q: %s", Clip(name), strings.Join(errs, "; "))}, true
 	}
 	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
-		return Rejection{Reason: ReasonNamespace, Detail: fmt.Sprintf("namespace %q: %s", clip(namespace), strings.Join(errs, "; "))}, true
+		return Rejection{Reason: ReasonNamespace, Detail: fmt.Sprintf("namespace %q: %s", Clip(namespace), strings.Join(errs, "; "))}, true
 	}
 	if !ValidClusterID(cluster) {
-		return Rejection{Reason: ReasonCluster, Detail: fmt.Sprintf("cluster %q: must be an RFC 1123 subdomain of at most %d characters", clip(cluster), MaxClusterIDLen)}, true
+		return Rejection{Reason: ReasonCluster, Detail: fmt.Sprintf("cluster %q: must be an RFC 1123 subdomain of at most %d characters", Clip(cluster), MaxClusterIDLen)}, true
 	}
 	return Rejection{}, false
 }
@@ -208,8 +239,11 @@ func ValidClusterID(id string) bool {
 }
 
 // checkPorts validates ports and applies the defaults: protocol TCP,
-// targetPort = port. Port names, when given, are RFC 1123 labels (they become
-// the _<port> label of SRV names) and unique; (port, protocol) pairs are unique.
+// targetPort = port. Port names, when given, follow the IANA service-name rule
+// Kubernetes applies to container ports (at most 15 characters, lower case
+// letters, digits and single inner dashes, at least one letter: they become
+// the _<port> label of SRV names, RFC 6335) and are unique; (port, protocol)
+// pairs are unique.
 func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
 	if len(in) > MaxPortsPerExport {
 		return nil, Rejection{Reason: ReasonTooMany, Detail: fmt.Sprintf("%d ports is more than the limit of %d", len(in), MaxPortsPerExport)}, true
@@ -231,16 +265,16 @@ func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
 		case p.TargetPort < 1 || p.TargetPort > 65535:
 			return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("targetPort %d: must be 1-65535", p.TargetPort)}, true
 		case p.Protocol != TCP && p.Protocol != UDP && p.Protocol != SCTP:
-			return nil, Rejection{Reason: ReasonProtocol, Detail: fmt.Sprintf("protocol %q: must be TCP, UDP or SCTP", clip(p.Protocol))}, true
+			return nil, Rejection{Reason: ReasonProtocol, Detail: fmt.Sprintf("protocol %q: must be TCP, UDP or SCTP", Clip(p.Protocol))}, true
 		}
 		if p.Name != "" {
-			if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
-				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port name %q: %s", clip(p.Name), strings.Join(errs, "; "))}, true
+			if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
+				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port name %q: %s", Clip(p.Name), strings.Join(errs, "; "))}, true
 			}
 		}
 		if p.AppProtocol != "" {
 			if errs := validation.IsQualifiedName(p.AppProtocol); len(errs) > 0 {
-				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("appProtocol %q: %s", clip(p.AppProtocol), strings.Join(errs, "; "))}, true
+				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("appProtocol %q: %s", Clip(p.AppProtocol), strings.Join(errs, "; "))}, true
 			}
 		}
 		for _, q := range out[:j] {
@@ -253,8 +287,8 @@ func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
 	return out, Rejection{}, false
 }
 
-// clip shortens a hostile value before it reaches a log line.
-func clip(s string) string {
+// Clip shortens a hostile value before it reaches a log line.
+func Clip(s string) string {
 	const max = 80
 	if len(s) <= max {
 		return s

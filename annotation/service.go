@@ -70,17 +70,17 @@ func checkServiceFields(s *Service) (Rejection, bool) {
 	switch s.Type {
 	case "", TypeClusterSetIP, TypeHeadless:
 	default:
-		return bad("type %q: must be %s or %s", clip(s.Type), TypeClusterSetIP, TypeHeadless)
+		return bad("type %q: must be %s or %s", Clip(s.Type), TypeClusterSetIP, TypeHeadless)
 	}
 	if s.ExportedAt != "" {
 		if _, err := time.Parse(time.RFC3339, s.ExportedAt); err != nil {
-			return bad("exportedAt %q: not an RFC 3339 time", clip(s.ExportedAt))
+			return bad("exportedAt %q: not an RFC 3339 time", Clip(s.ExportedAt))
 		}
 	}
 	switch s.SessionAffinity {
 	case "", "None", "ClientIP":
 	default:
-		return bad("sessionAffinity %q: must be None or ClientIP", clip(s.SessionAffinity))
+		return bad("sessionAffinity %q: must be None or ClientIP", Clip(s.SessionAffinity))
 	}
 	if t := s.SessionAffinityTimeoutSeconds; t < 0 || t > MaxAffinityTimeout || (t != 0 && s.SessionAffinity != "ClientIP") {
 		return bad("sessionAffinityTimeoutSeconds %d: must be 1-%d, with sessionAffinity ClientIP", t, MaxAffinityTimeout)
@@ -88,21 +88,21 @@ func checkServiceFields(s *Service) (Rejection, bool) {
 	switch s.InternalTrafficPolicy {
 	case "", "Cluster", "Local":
 	default:
-		return bad("internalTrafficPolicy %q: must be Cluster or Local", clip(s.InternalTrafficPolicy))
+		return bad("internalTrafficPolicy %q: must be Cluster or Local", Clip(s.InternalTrafficPolicy))
 	}
 	if d := s.TrafficDistribution; d != "" {
 		if errs := validation.IsQualifiedName(d); len(errs) > 0 {
-			return bad("trafficDistribution %q: %s", clip(d), strings.Join(errs, "; "))
+			return bad("trafficDistribution %q: %s", Clip(d), strings.Join(errs, "; "))
 		}
 	}
 	for k, v := range s.Labels {
 		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
-			return bad("label %q: %s", clip(k), strings.Join(errs, "; "))
+			return bad("label %q: %s", Clip(k), strings.Join(errs, "; "))
 		}
 	}
 	for k := range s.Annotations {
 		if errs := validation.IsQualifiedName(strings.ToLower(k)); len(errs) > 0 {
-			return bad("annotation %q: %s", clip(k), strings.Join(errs, "; "))
+			return bad("annotation %q: %s", Clip(k), strings.Join(errs, "; "))
 		}
 	}
 	return Rejection{}, false

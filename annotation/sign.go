@@ -65,11 +65,11 @@ func Verify(key ed25519.PublicKey, sig, cluster, namespace, name, uid, value str
 	}
 	b64, ok := strings.CutPrefix(sig, SignaturePrefix)
 	if !ok {
-		return Rejection{-1, ReasonBadSignature, fmt.Sprintf("%q: not %s<base64>", clip(sig), SignaturePrefix)}, false
+		return Rejection{-1, ReasonBadSignature, fmt.Sprintf("%q: not %s<base64>", Clip(sig), SignaturePrefix)}, false
 	}
 	raw, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil || len(raw) != ed25519.SignatureSize {
-		return Rejection{-1, ReasonBadSignature, fmt.Sprintf("%q: not a base64 ed25519 signature", clip(sig))}, false
+		return Rejection{-1, ReasonBadSignature, fmt.Sprintf("%q: not a base64 ed25519 signature", Clip(sig))}, false
 	}
 	if !ed25519.Verify(key, SignedMessage(cluster, namespace, name, uid, value), raw) {
 		return Rejection{-1, ReasonBadSignature, "does not verify with cluster " + cluster + "'s key: the export annotation is ignored"}, false

@@ -175,9 +175,12 @@ func sameButVersion(a, b any) bool {
 		y.ResourceVersion = x.ResourceVersion
 		return reflect.DeepEqual(x, &y)
 	case *unstructured.Unstructured:
-		// A ServiceExport: its spec (the generation) is all that matters;
-		// its status is what the annotator itself writes.
-		return x.GetGeneration() == b.(*unstructured.Unstructured).GetGeneration()
+		// A ServiceExport: its spec (the generation) and its allowed
+		// namespaces are all that matter; its status is what the annotator
+		// itself writes.
+		y := b.(*unstructured.Unstructured)
+		return x.GetGeneration() == y.GetGeneration() &&
+			x.GetAnnotations()[annotation.AllowedNamespacesAnnotation] == y.GetAnnotations()[annotation.AllowedNamespacesAnnotation]
 	}
 	return false
 }
@@ -324,8 +327,12 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 		}
 	}
 	exportOf := make(map[string]*unstructured.Unstructured, len(ses))
+	seAllowed := map[string]string{}
 	for _, u := range ses {
 		exportOf[u.GetName()] = u
+		if v, ok := u.GetAnnotations()[annotation.AllowedNamespacesAnnotation]; ok {
+			seAllowed[u.GetName()] = v
+		}
 	}
 
 	skipped := map[string]skip{}
@@ -339,7 +346,16 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			skipped[k.reason+"/"+k.key] = k
 			continue
 		}
-		exportedSvcs = append(exportedSvcs, newExported(s, exportOf[s.Name]))
+		e := newExported(s, exportOf[s.Name])
+		raw, fromExport := seAllowed[s.Name]
+		if !fromExport {
+			raw = s.Annotations[annotation.AllowedNamespacesAnnotation]
+		}
+		if e.allowed, err = parseAllowed(raw); err != nil {
+			k := skip{skipAllowed, s.Name, fmt.Sprintf("Service %s/%s: %s %q ignored (own namespace only): %v", ns, s.Name, annotation.AllowedNamespacesAnnotation, annotation.Clip(raw), err)}
+			skipped[k.reason+"/"+k.key] = k
+		}
+		exportedSvcs = append(exportedSvcs, e)
 	}
 	sortServices(exportedSvcs)
 

@@ -10,21 +10,24 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 // Reasons an export (or a port of one) is left out; metric label values.
 const (
-	skipExternalName    = "external_name"     // an ExternalName Service has no Pods to export
-	skipPortUnresolved  = "port_unresolved"   // a named targetPort the Pod does not declare
-	skipTooManyServices = "too_many_services" // more exported Services select the Pod than an annotation may list
-	skipTooManyPorts    = "too_many_ports"    // a Service has more ports than an entry may list
-	skipTooLarge        = "too_large"         // the annotation would pass the readers' size limit
-	skipInvalid         = "invalid"           // a reader would reject what would be written
+	skipExternalName    = "external_name"      // an ExternalName Service has no Pods to export
+	skipPortUnresolved  = "port_unresolved"    // a named targetPort the Pod does not declare
+	skipPortName        = "port_name"          // a Service port name that is no IANA service name: exported unnamed (no SRV name)
+	skipTooManyServices = "too_many_services"  // more exported Services select the Pod than an annotation may list
+	skipTooManyPorts    = "too_many_ports"     // a Service has more ports than an entry may list
+	skipTooLarge        = "too_large"          // the annotation would pass the readers' size limit
+	skipInvalid         = "invalid"            // a reader would reject what would be written
+	skipAllowed         = "allowed_namespaces" // an allowed-namespaces annotation that does not parse: own namespace only
 )
 
-var skipReasons = []string{skipExternalName, skipPortUnresolved, skipTooManyServices, skipTooManyPorts, skipTooLarge, skipInvalid}
+var skipReasons = []string{skipExternalName, skipPortUnresolved, skipPortName, skipTooManyServices, skipTooManyPorts, skipTooLarge, skipInvalid, skipAllowed}
 
 // skip is one thing left out of a Pod's annotation, for the log and the metric.
 type skip struct {
@@ -38,6 +41,20 @@ type exported struct {
 	svc      *corev1.Service
 	selector labels.Selector    // nil: the Service selects no Pods
 	fields   annotation.Service // what each entry says of the Service (fields.go)
+	allowed  []string           // other namespaces allowed to import it (annotation.Export.Allowed)
+}
+
+// parseAllowed reads an allowed-namespaces annotation: namespaces separated
+// by commas (spaces around them ignored), or "*". An error leaves nil: the
+// service's own namespace only.
+func parseAllowed(raw string) ([]string, error) {
+	var list []string
+	for _, ns := range strings.Split(raw, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			list = append(list, ns)
+		}
+	}
+	return annotation.CheckAllowed(list)
 }
 
 // newExported prepares svc, exported by se (nil: by annotation).
@@ -112,7 +129,7 @@ func desired(pod *corev1.Pod, services []exported, cluster string, chk *checker)
 		}
 		ports, pskips := exportPorts(pod, e.svc)
 		skips = append(skips, pskips...)
-		exports = append(exports, annotation.Export{Name: e.svc.Name, Namespace: pod.Namespace, Cluster: cluster, Ports: ports, Service: e.fields})
+		exports = append(exports, annotation.Export{Name: e.svc.Name, Namespace: pod.Namespace, Cluster: cluster, Ports: ports, Allowed: e.allowed, Service: e.fields})
 		names = append(names, e.svc.Name)
 	}
 	if len(exports) == 0 {
@@ -160,7 +177,16 @@ func exportPorts(pod *corev1.Pod, svc *corev1.Service) ([]annotation.Port, []ski
 				fmt.Sprintf("Pod %s/%s: port %q of Service %s left out: the Pod declares no %s container port named %q", pod.Namespace, pod.Name, sp.Name, svc.Name, proto, sp.TargetPort.StrVal)})
 			continue
 		}
-		out = append(out, annotation.Port{Name: sp.Name, Port: sp.Port, TargetPort: target, Protocol: proto, AppProtocol: ptrString(sp.AppProtocol)})
+		name := sp.Name
+		if name != "" && len(validation.IsValidPortName(name)) > 0 {
+			// Service port names are DNS labels; SRV names take IANA service
+			// names (readers refuse others), so the port goes without one.
+			skips = append(skips, skip{skipPortName, pod.Name + "/" + svc.Name + "/" + sp.Name,
+				fmt.Sprintf("Pod %s/%s: port %q of Service %s exported without its name (no SRV name): %s", pod.Namespace, pod.Name, sp.Name, svc.Name,
+					strings.Join(validation.IsValidPortName(name), "; "))})
+			name = ""
+		}
+		out = append(out, annotation.Port{Name: name, Port: sp.Port, TargetPort: target, Protocol: proto, AppProtocol: ptrString(sp.AppProtocol)})
 	}
 	return out, skips
 }

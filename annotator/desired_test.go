@@ -73,6 +73,26 @@ func TestDesired(t *testing.T) {
 			skipped: []string{skipPortUnresolved, skipPortUnresolved},
 		},
 		{
+			name: "Service port names that are no IANA service name go unnamed",
+			pod:  pod("p", app),
+			services: []*corev1.Service{svc("backend", app,
+				sport("123", 80, intstr.FromInt32(80), corev1.ProtocolTCP),
+				sport("a-very-long-port-name", 81, intstr.FromInt32(81), corev1.ProtocolTCP),
+				sport("http", 82, intstr.FromInt32(82), corev1.ProtocolTCP))},
+			want:    `{"services":[{"name":"backend","namespace":"ns","ports":[{"port":80,"targetPort":80,"protocol":"TCP"},{"port":81,"targetPort":81,"protocol":"TCP"},{"name":"http","port":82,"targetPort":82,"protocol":"TCP"}],"type":"ClusterSetIP"}]}`,
+			skipped: []string{skipPortName, skipPortName},
+		},
+		{
+			name: "allowed namespaces travel in the entry, sorted",
+			pod:  pod("p", app),
+			services: []*corev1.Service{func() *corev1.Service {
+				s := svc("backend", app)
+				s.Annotations[annotation.AllowedNamespacesAnnotation] = "web, api"
+				return s
+			}()},
+			want: `{"services":[{"name":"backend","namespace":"ns","allowedNamespaces":["api","web"],"type":"ClusterSetIP"}]}`,
+		},
+		{
 			name:     "sidecar ports resolve, ports of init containers that end do not",
 			pod:      sidecar,
 			services: []*corev1.Service{svc("backend", app, sport("metrics", 9901, intstr.FromString("metrics"), corev1.ProtocolTCP))},
@@ -98,6 +118,9 @@ func TestDesired(t *testing.T) {
 			var ex []exported
 			for _, s := range tc.services {
 				ex = append(ex, newExported(s, nil))
+			}
+			for i := range ex {
+				ex[i].allowed, _ = parseAllowed(ex[i].svc.Annotations[annotation.AllowedNamespacesAnnotation])
 			}
 			sortServices(ex)
 			got, names, skips := desired(tc.pod, ex, tc.cluster, newChecker("ns", tc.cluster))
@@ -221,6 +244,21 @@ func TestWritable(t *testing.T) {
 		tc.mod(p)
 		if got := writable(p); got != tc.want {
 			t.Errorf("writable(phase %q, deleting %v) = %v", p.Status.Phase, p.DeletionTimestamp != nil, got)
+		}
+	}
+}
+
+func TestParseAllowed(t *testing.T) {
+	for raw, want := range map[string][]string{
+		"": nil, "web": {"web"}, " web , api,web ": {"api", "web"}, "*": {"*"}, "web,*": {"*"}, ",,": nil,
+	} {
+		if got, err := parseAllowed(raw); err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: %v, %v; want %v", raw, got, err, want)
+		}
+	}
+	for _, raw := range []string{"Web", "a b", "web;api"} {
+		if got, err := parseAllowed(raw); err == nil {
+			t.Errorf("%q accepted as %v", raw, got)
 		}
 	}
 }

@@ -89,8 +89,13 @@ func slimService(obj any) (any, error) {
 			ClusterIP: svc.Spec.ClusterIP, SessionAffinity: svc.Spec.SessionAffinity, SessionAffinityConfig: svc.Spec.SessionAffinityConfig,
 			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution},
 	}
-	if v, ok := svc.Annotations[annotation.ExportServiceAnnotation]; ok {
-		out.Annotations = map[string]string{annotation.ExportServiceAnnotation: v}
+	for _, k := range []string{annotation.ExportServiceAnnotation, annotation.AllowedNamespacesAnnotation} {
+		if v, ok := svc.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
 	}
 	return out, nil
 }

@@ -54,6 +54,7 @@ type options struct {
 	mcsController  bool
 	peers          peerFlags
 	peerExpire     time.Duration
+	version        bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -75,6 +76,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.mcsController, "mcs-controller", false, "also run the MCS controller: ServiceImports, derived Services and EndpointSlices from every cluster's export annotations (needs --cluster)")
 	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a cluster's share of the imports when its API server has not answered for this long (0: never)")
+	fs.BoolVar(&o.version, "version", false, "print the version and commit, and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.Var(klogVerbosity{klogFlags}, "v", "log verbosity (2 logs every Pod write)")
@@ -128,6 +130,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcs-annotator:", err)
 		os.Exit(2)
+	}
+	if o.version {
+		fmt.Print(versionString())
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -19,6 +19,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -90,7 +91,7 @@ func main() {
 
 	switch code {
 	case 0:
-		fmt.Println("== step 7: clean up: stop every process by PID, remove the temporary folders")
+		fmt.Println("== step 8: clean up: stop every process by PID, remove the temporary folders")
 		r.SetStep(" at clean-up")
 	case 130:
 		fmt.Println("== interrupted: stop every process by PID, remove the temporary folders")
@@ -116,7 +117,7 @@ func main() {
 	fmt.Printf("== demo passed in %s\n", time.Since(start).Round(100*time.Millisecond))
 }
 
-// demo runs steps 1 to 6; any failure ends it through r.Fatalf.
+// demo runs steps 1 to 7; any failure ends it through r.Fatalf.
 func demo(r *harness.Program) {
 	harness.RequireTools(r) // every tool, or a clear failure
 	dig, err := exec.LookPath("dig")
@@ -189,6 +190,38 @@ func demo(r *harness.Program) {
 		fmt.Println("   log: " + l)
 	}
 	showAll(r, dig, d, checks)
+
+	step(r, 7, "what an operator sees while still cut off: bin/mcsctl snapshot %s", filepath.Join(d.Dir, "table.db"))
+	showSnapshot(r, filepath.Join(d.Dir, "table.db"), world.checks(watched))
+}
+
+// showSnapshot runs bin/mcsctl (built beside bin/coredns by make build) on
+// CoreDNS's snapshot file while CoreDNS holds it, prints the table, and
+// fails unless every service the checks ask for is in it.
+func showSnapshot(r *harness.Program, path string, checks []check) {
+	mcsctl := filepath.Join(filepath.Dir(harness.FindTools().CoreDNS), "mcsctl")
+	if _, err := os.Stat(mcsctl); err != nil {
+		r.Fatalf("%s: %v (make build builds it)", mcsctl, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, mcsctl, "snapshot", path).CombinedOutput()
+	fmt.Println(harness.Indent(strings.TrimRight(string(out), "\n"), "   | "))
+	if err != nil {
+		r.Fatalf("mcsctl snapshot %s: %v", path, err)
+	}
+	for _, c := range checks {
+		prefix, _, ok := strings.Cut(c.name, ".svc.")
+		labels := strings.Split(prefix, ".")
+		if !ok || c.rcode != dns.RcodeSuccess || len(labels) < 2 {
+			continue // not an answered service name
+		}
+		svc := labels[len(labels)-2] + "." + labels[len(labels)-1] // name.namespace
+		name, ns, _ := strings.Cut(svc, ".")
+		if !strings.Contains(string(out), ns+"/"+name) {
+			r.Fatalf("mcsctl snapshot does not show service %s/%s (asked as %s)", ns, name, c.name)
+		}
+	}
 }
 
 // step prints one line per step and names it in failure messages.

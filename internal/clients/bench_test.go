@@ -11,9 +11,9 @@ import (
 )
 
 // BenchmarkSlimClientMemory reports the heap that the all-Pods watch of
-// imports enforce keeps per Pod: the informer's slim object plus the index
+// imports enforce keeps per Pod: the store's slim object plus the index
 // entry. Full Pods (with a container spec, labels, status) go through the
-// transform, as they do in the informer.
+// transform, as they do in the store.
 func BenchmarkSlimClientMemory(b *testing.B) {
 	const n = 10000
 	for b.Loop() {
@@ -21,7 +21,7 @@ func BenchmarkSlimClientMemory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		x := NewIndex()
-		kept := make([]any, n) // what the informer's store would hold
+		kept := make([]any, n) // what the store would hold
 		for i := range kept {
 			p := &v1.Pod{ // a full Pod arrives, is cut down, and is dropped
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d-7c9f8d6b5-x2x9z", i), Namespace: fmt.Sprintf("ns-%d", i%50),
@@ -30,9 +30,8 @@ func BenchmarkSlimClientMemory(b *testing.B) {
 				Spec:   v1.PodSpec{Containers: []v1.Container{{Name: "app", Image: "registry.example/app:1.2.3"}}},
 				Status: v1.PodStatus{Phase: v1.PodRunning, PodIPs: []v1.PodIP{{IP: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)}}},
 			}
-			obj, _ := toSlim(p)
-			kept[i] = obj
-			s := obj.(*slimClient)
+			s := toSlim(p)
+			kept[i] = s
 			x.Set(s.client, s.ips)
 		}
 		runtime.GC()

@@ -1,6 +1,6 @@
 // Package clients knows which local Pod sends a query: an index from Pod IP
 // to the Pod's namespace and its imports (the import-services annotation),
-// fed by an informer of the local cluster's Pods.
+// fed by a reflector of the local cluster's Pods.
 //
 // Only the IPs of Pods that are running (not Succeeded or Failed, whose IPs
 // the node may hand out again) are indexed. An IP belongs to the Pod that

@@ -11,7 +11,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
@@ -86,13 +85,13 @@ func TestWatcher(t *testing.T) {
 	var rejected []annotation.Reason
 	for _, all := range []bool{false, true} {
 		x := NewIndex()
-		w := NewWatcher(client, x, all, func(ns, name string, rej []annotation.Rejection) {
+		w := NewWatcher(client, x, Options{All: all, Rejected: func(ns, name string, rej []annotation.Rejection) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, r := range rej {
 				rejected = append(rejected, r.Reason)
 			}
-		})
+		}})
 		if err := w.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -111,13 +110,13 @@ func TestWatcher(t *testing.T) {
 	mu.Lock()
 	rejected = nil
 	mu.Unlock()
-	w := NewWatcher(client, x, false, func(ns, name string, rej []annotation.Rejection) {
+	w := NewWatcher(client, x, Options{Rejected: func(ns, name string, rej []annotation.Rejection) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, r := range rej {
 			rejected = append(rejected, r.Reason)
 		}
-	})
+	}})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -166,29 +165,28 @@ func TestWatcher(t *testing.T) {
 		t.Errorf("rejections %v, want one invalid_name", rejected)
 	}
 	mu.Unlock()
-	// A delete whose final state was missed arrives as a tombstone.
-	obj, _ := toSlim(importer("c", "10.0.0.3", `{}`))
-	w.onDelete(cache.DeletedFinalStateUnknown{Key: "web/c", Obj: obj})
-	if x.Lookup(netip.MustParseAddr("10.0.0.3")) != nil {
-		t.Error("tombstone not applied")
+	if err := pods.Delete(ctx, "c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	w.onDelete("garbage")
+	eventually(t, "pod c deleted", func() bool { return x.Lookup(netip.MustParseAddr("10.0.0.3")) == nil })
 }
 
 // A hostNetwork Pod's IP is the node's: it identifies no Pod, so neither of
 // two hostNetwork Pods on one node is indexed, whatever their imports.
 func TestHostNetworkNotIndexed(t *testing.T) {
 	x := NewIndex()
-	w := NewWatcher(nil, x, true, nil)
+	w := NewWatcher(nil, x, Options{All: true})
+	st := w.newStore()
 	for _, name := range []string{"agent", "cache"} {
 		p := importer(name, "192.168.0.10", `{"services":[{"name":"backend","namespace":"default","alias":"be"}]}`)
 		p.Spec.HostNetwork = true
-		obj, _ := toSlim(p)
-		w.apply(nil, obj)
+		if err := st.Add(toSlim(p)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	plain := importer("plain", "10.0.0.1", `{}`)
-	obj, _ := toSlim(plain)
-	w.apply(nil, obj)
+	if err := st.Add(toSlim(importer("plain", "10.0.0.1", `{}`))); err != nil {
+		t.Fatal(err)
+	}
 	if c := x.Lookup(netip.MustParseAddr("192.168.0.10")); c != nil {
 		t.Fatalf("node IP indexed as Pod %s/%s", c.Namespace, c.Name)
 	}
@@ -224,13 +222,9 @@ func TestToSlimThroughPodproto(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err1 := toSlim(whole)
-			b, err2 := toSlim(trimmed)
-			if err1 != nil || err2 != nil {
-				t.Fatal(err1, err2)
-			}
+			a, b := toSlim(whole), toSlim(trimmed)
 			if !reflect.DeepEqual(a, b) {
-				t.Errorf("whole Pod: %+v (client %+v)\ndecoded:    %+v (client %+v)", a, a.(*slimClient).client, b, b.(*slimClient).client)
+				t.Errorf("whole Pod: %+v (client %+v)\ndecoded:    %+v (client %+v)", a, a.client, b, b.client)
 			}
 		})
 	}

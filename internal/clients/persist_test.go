@@ -80,9 +80,8 @@ func TestWatcherDropsSeededAfterSync(t *testing.T) {
 		Status: v1.PodStatus{Phase: v1.PodRunning, PodIPs: []v1.PodIP{{IP: "10.0.0.9"}}}}
 	x := NewIndex()
 	x.Seed(&Client{Namespace: "web", Name: "deleted-while-offline"}, []netip.Addr{ipA})
-	w := NewWatcher(fake.NewClientset(pod), x, true, nil)
 	dropped := make(chan int, 1)
-	w.OnDropped(func(n int) { dropped <- n })
+	w := NewWatcher(fake.NewClientset(pod), x, Options{All: true, Dropped: func(n int) { dropped <- n }})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,55 +1,55 @@
 package clients
 
 import (
-	"context"
 	"errors"
 	"hash/fnv"
 	"net/netip"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/internal/podinformer"
-	"github.com/mcsannotations/mcsannotations/internal/slimmeta"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 )
 
-// Watcher feeds an Index from the local cluster's Pods: only the Pods
-// labelled as importers, or every Pod when all is set (for imports enforce,
-// which must know every client's namespace).
+// Options tune a Watcher; zero values take the defaults.
+type Options struct {
+	// All indexes every Pod of the cluster, not only those labelled as
+	// importers (for imports enforce, which must know every client's
+	// namespace).
+	All bool
+	// Rejected, if set, hears of bad import annotations once per change.
+	Rejected func(namespace, name string, rej []annotation.Rejection)
+	// Dropped, if set, hears how many clients remembered from the snapshot
+	// the first list did not mention (and the index forgot).
+	Dropped func(n int)
+	// Ingest tunes the reflector.
+	Ingest ingest.Options
+}
+
+// Watcher feeds an Index from the local cluster's Pods.
 type Watcher struct {
-	client   kubernetes.Interface
-	idx      *Index
-	all      bool
-	rejected func(namespace, name string, rej []annotation.Rejection)
-	dropped  func(n int)        // hears how many remembered clients the first list dropped
-	informer podinformer.Events // hears what the Pod informer reports
-	stopWait time.Duration
+	client kubernetes.Interface
+	idx    *Index
+	opts   Options
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	factory informers.SharedInformerFactory
-	synced  cache.InformerSynced
+	mu    sync.Mutex // serialises Start and Stop; guards run and store
+	run   *ingest.Run
+	store *ingest.Store[*slimClient]
 }
 
-// NewWatcher returns a watcher; rejected (may be nil) hears of bad import
-// annotations once per change.
-func NewWatcher(client kubernetes.Interface, idx *Index, all bool, rejected func(namespace, name string, rej []annotation.Rejection)) *Watcher {
-	return &Watcher{client: client, idx: idx, all: all, rejected: rejected, stopWait: informerstop.Wait}
+// NewWatcher returns a watcher; Start starts it.
+func NewWatcher(client kubernetes.Interface, idx *Index, opts Options) *Watcher {
+	return &Watcher{client: client, idx: idx, opts: opts}
 }
 
-// slimClient is what the informer keeps of a Pod.
+// slimClient is what the store keeps of a Pod.
 type slimClient struct {
-	slimmeta.Meta
+	ingest.Meta
 	client   *Client
 	ips      []netip.Addr // nil when the Pod must not be indexed
 	annoHash uint64       // of the raw import annotation, to report each change once
@@ -63,13 +63,9 @@ func (p *slimClient) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-func toSlim(obj any) (any, error) {
-	pod, ok := obj.(*v1.Pod)
-	if !ok {
-		return obj, nil
-	}
+func toSlim(pod *v1.Pod) *slimClient {
 	s := &slimClient{
-		Meta:   slimmeta.Of(pod),
+		Meta:   ingest.MetaOf(pod),
 		client: &Client{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID)},
 	}
 	if pod.Labels[annotation.ImporterLabel] == annotation.LabelValue {
@@ -90,125 +86,91 @@ func toSlim(obj any) (any, error) {
 			}
 		}
 	}
-	return s, nil
+	return s
 }
 
-// OnDropped registers f to hear how many clients remembered from the
-// snapshot the first list did not mention (and the index forgot). Set it
-// before Start.
-func (w *Watcher) OnDropped(f func(n int)) { w.dropped = f }
-
-// OnInformer registers what the Pod informer reports (a malformed list, an
-// expired watch, each list of every Pod after the first; the index stays as
-// it was meanwhile). Set it before Start.
-func (w *Watcher) OnInformer(ev podinformer.Events) { w.informer = ev }
-
-// SetStopWait bounds how long Stop waits for the informer to end (default
-// informerstop.Wait). Set it before Start.
-func (w *Watcher) SetStopWait(d time.Duration) {
-	if d > 0 {
-		w.stopWait = d
-	}
-}
-
-// Start starts the informer in the background and returns at once.
+// Start starts the reflector in the background and returns at once.
 func (w *Watcher) Start() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.cancel != nil {
+	if w.run != nil {
 		return errors.New("watcher already started")
 	}
 	sel := ""
-	if !w.all {
+	if !w.opts.All {
 		sel = labels.Set{annotation.ImporterLabel: annotation.LabelValue}.AsSelector().String()
 	}
-	// With imports enforce, the informer holds every Pod of the cluster.
-	factory, inf, err := podinformer.New(w.client, sel, toSlim, w.informer)
-	if err != nil {
-		return err
-	}
-	w.factory = factory
-	ctx, cancel := context.WithCancel(context.Background())
-	reg, err := inf.AddEventHandler(informerstop.Handlers(ctx, cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.apply(nil, obj) },
-		UpdateFunc: w.apply,
-		DeleteFunc: w.onDelete,
-	}))
-	if err != nil {
-		cancel()
-		return err
-	}
-	w.synced = reg.HasSynced
-	w.cancel = cancel
-	w.factory.Start(ctx.Done())
-	go func() {
-		// The first list is applied: clients remembered from the snapshot
-		// that it did not mention are gone.
-		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-			if n := w.idx.DropSeeded(); n > 0 && w.dropped != nil {
-				w.dropped(n)
-			}
+	w.store = w.newStore()
+	st := w.store
+	slim := func(pod *v1.Pod) (runtime.Object, error) {
+		// A Pod held at the same version keeps its slim object.
+		if old, ok := st.Get(pod.Namespace + "/" + pod.Name); ok && old.Same(ingest.MetaOf(pod)) {
+			return old, nil
 		}
-	}()
+		return toSlim(pod), nil
+	}
+	w.run = ingest.Start(ingest.Pods(w.client, sel, slim), st, w.opts.Ingest)
 	return nil
 }
 
 // HasSynced reports whether the first list has been indexed.
 func (w *Watcher) HasSynced() bool {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.synced != nil && w.synced()
+	st := w.store
+	w.mu.Unlock()
+	return st != nil && st.Listed()
 }
 
-// Stop stops the informer and waits for it, at most the stop wait (see
-// SetStopWait): the error (wrapping informerstop.ErrSlow) says it is still
-// ending in the background, harmless.
+// Stop stops the reflector and waits for it, at most its StopWait: the
+// error (wrapping ingest.ErrSlow) says it is still ending in the
+// background, harmless.
 func (w *Watcher) Stop() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.cancel == nil {
+	if w.run == nil {
 		return nil
 	}
-	w.cancel()
-	err := informerstop.Shutdown(w.factory, w.stopWait)
-	w.cancel, w.factory, w.synced = nil, nil, nil
+	w.store.Close()
+	err := w.run.Stop()
+	w.run, w.store = nil, nil
 	return err
 }
 
-func (w *Watcher) apply(oldObj, obj any) {
-	p, ok := obj.(*slimClient)
-	if !ok {
-		return
+// newStore returns the store of a run: it hands each change to the index.
+// A complete list forgets the Pods it lacks and, the first time, the
+// clients remembered from the snapshot that it did not mention.
+func (w *Watcher) newStore() *ingest.Store[*slimClient] {
+	st := &ingest.Store[*slimClient]{Changed: w.apply}
+	st.Deleted = func(p *slimClient) { w.idx.Remove(p.Namespace, p.Name) }
+	st.Replaced = func(old, pods map[string]*slimClient) {
+		for k, o := range old {
+			if pods[k] == nil {
+				w.idx.Remove(o.Namespace, o.Name)
+			}
+		}
+		for k, p := range pods {
+			w.apply(old[k], p)
+		}
+		if old == nil {
+			if n := w.idx.DropSeeded(); n > 0 && w.opts.Dropped != nil {
+				w.opts.Dropped(n)
+			}
+		}
 	}
-	old, _ := oldObj.(*slimClient)
-	if old != nil && old.ResourceVersion == p.ResourceVersion {
-		return
+	return st
+}
+
+// apply indexes p, held before as old (nil if not).
+func (w *Watcher) apply(old, p *slimClient) {
+	if old == p {
+		return // the same version, reused by the transform
 	}
-	if len(p.rejected) > 0 && w.rejected != nil && (old == nil || old.annoHash != p.annoHash) {
-		w.rejected(p.Namespace, p.Name, p.rejected)
+	if len(p.rejected) > 0 && w.opts.Rejected != nil && (old == nil || old.annoHash != p.annoHash) {
+		w.opts.Rejected(p.Namespace, p.Name, p.rejected)
 	}
 	if len(p.ips) == 0 {
 		w.idx.Remove(p.Namespace, p.Name)
 		return
 	}
 	w.idx.Set(p.client, p.ips)
-}
-
-func (w *Watcher) onDelete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if m, err := meta(obj); err == nil {
-		w.idx.Remove(m.GetNamespace(), m.GetName())
-	}
-}
-
-func meta(obj any) (metav1.Object, error) {
-	switch o := obj.(type) {
-	case *slimClient:
-		return o, nil
-	case metav1.Object:
-		return o, nil
-	}
-	return nil, errors.New("not an object")
 }

@@ -14,7 +14,7 @@ import (
 
 // NewClient returns kubernetes.NewForConfig(rc), except that its CoreV1
 // client decodes Pods with a Decoder keeping keep: its Pods, and so its Pod
-// informers' Pods, carry only the fields listed in the package comment. Give
+// reflectors' Pods, carry only the fields listed in the package comment. Give
 // rc protobuf as its content type, or nothing changes.
 func NewClient(rc *rest.Config, keep Keep) (kubernetes.Interface, error) {
 	httpClient, err := rest.HTTPClientFor(rc)
@@ -60,12 +60,28 @@ type clientset struct {
 // as the server sends it, gzipped when it is large (client-go's transport
 // asks for gzip and unzips as it reads).
 func (c clientset) ListPods(ctx context.Context, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error) {
+	ctx = WithStreamed(ctx)
 	body, err := c.core.RESTClient().Get().Resource("pods").VersionedParams(&opts, scheme.ParameterCodec).Stream(ctx)
 	if err != nil {
 		return metav1.ListMeta{}, err
 	}
 	defer body.Close()
 	return c.lists.List(body, each)
+}
+
+type streamedKey struct{}
+
+// WithStreamed marks ctx as that of a list read as ListPods reads it.
+func WithStreamed(ctx context.Context) context.Context {
+	return context.WithValue(ctx, streamedKey{}, true)
+}
+
+// Streamed reports whether ctx is that of a ListPods request: its reply, in
+// protobuf, is read one field at a time, each at most MaxField bytes, so a
+// transport need not bound it whole.
+func Streamed(ctx context.Context) bool {
+	v, _ := ctx.Value(streamedKey{}).(bool)
+	return v
 }
 
 func (c clientset) CoreV1() corev1.CoreV1Interface { return c.core }

@@ -106,7 +106,7 @@ func (d *Decoder) List(r io.Reader, each func(*v1.Pod) error) (metav1.ListMeta, 
 	case !listed:
 		// A PodList always has its metadata field, so its bytes are never
 		// empty: a stream that ends before them was cut, and is not a list
-		// with no Pods (which would empty the informer).
+		// with no Pods (which would empty the store).
 		return meta, s.fail(errors.New("no list after the type"))
 	case encoding != "":
 		// Never sent by an API server; the Pods read were plain protobuf.

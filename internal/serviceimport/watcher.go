@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"sync"
@@ -24,12 +25,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
@@ -85,8 +85,9 @@ type Options struct {
 	// Recheck is how often discovery is asked again (default 30s): for the
 	// CRD when it is absent, or for a change of the served version.
 	Recheck time.Duration
-	// StopWait bounds the wait for a stopping informer (default 2s).
-	StopWait time.Duration
+	// Ingest tunes the reflector; its StopWait also bounds the wait for a
+	// pending discovery request on Stop.
+	Ingest ingest.Options
 }
 
 // Watcher watches the ServiceImports of one cluster.
@@ -99,23 +100,20 @@ type Watcher struct {
 	mu     sync.Mutex // serialises Start, Stop and the checks; guards the fields below
 	cancel context.CancelFunc
 	loop   sync.WaitGroup
-	run    *run
+	run    *run // nil while none runs
 	absent bool // the last check found no ServiceImports served
 
 	pushMu sync.Mutex           // one Changed at a time, each from the store as it is then
 	last   []table.ClusterSetIP // the set Changed last heard; under pushMu
 }
 
-// run is one informer on one resource.
+// run is one reflector on one resource, and its store.
 type run struct {
-	gvr     schema.GroupVersionResource
-	ctx     context.Context // cancelled when the run stops: it hands over nothing more
-	cancel  context.CancelFunc
-	factory dynamicinformer.DynamicSharedInformerFactory
-	store   cache.Store
-	synced  bool // under Watcher.pushMu
-	pushed  bool // Changed heard this run's set once; under Watcher.pushMu
-	wg      sync.WaitGroup
+	gvr    schema.GroupVersionResource
+	refl   *ingest.Run
+	store  *ingest.Store[*Slim]
+	synced bool // a complete list is in; under the store's lock
+	pushed bool // Changed heard this run's set once; under Watcher.pushMu
 }
 
 // New returns a watcher; Start starts it.
@@ -123,8 +121,8 @@ func New(disc discovery.DiscoveryInterface, dyn dynamic.Interface, ev Events, op
 	if opts.Recheck <= 0 {
 		opts.Recheck = 30 * time.Second
 	}
-	if opts.StopWait <= 0 {
-		opts.StopWait = 2 * time.Second
+	if opts.Ingest.StopWait <= 0 {
+		opts.Ingest.StopWait = ingest.StopWait
 	}
 	return &Watcher{disc: disc, dyn: dyn, ev: ev, opts: opts}
 }
@@ -139,22 +137,11 @@ func (w *Watcher) Start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
-	w.loop.Go(func() {
-		t := time.NewTicker(w.opts.Recheck)
-		defer t.Stop()
-		for {
-			w.check(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	})
+	w.loop.Go(func() { wait.UntilWithContext(ctx, w.check, w.opts.Recheck) })
 }
 
-// Stop stops the checks and the informer, waiting for the informer at most
-// Options.StopWait (the error then says it ends in the background).
+// Stop stops the checks and the reflector, waiting for each at most
+// Options.Ingest.StopWait (the error then says it ends in the background).
 func (w *Watcher) Stop() error {
 	w.mu.Lock()
 	cancel := w.cancel
@@ -168,19 +155,18 @@ func (w *Watcher) Stop() error {
 	// bounds that at 32 s): it is not waited for. Once it returns it sees
 	// the cancel, under mu, and starts nothing.
 	var errs []error
-	if !informerstop.Bounded(w.loop.Wait, w.opts.StopWait) {
-		errs = append(errs, fmt.Errorf("%w: a discovery request still pending after %s; it ends on its own", informerstop.ErrSlow, w.opts.StopWait))
+	if !ingest.Bounded(w.loop.Wait, w.opts.Ingest.StopWait) {
+		errs = append(errs, fmt.Errorf("%w: a discovery request still pending after %s; it ends on its own", ingest.ErrSlow, w.opts.Ingest.StopWait))
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.run != nil {
-		errs = append(errs, w.run.stop(w.opts.StopWait))
-		w.run = nil
+		errs = append(errs, w.stopRun())
 	}
 	return errors.Join(errs...)
 }
 
-// check starts, replaces or stops the informer after what discovery says.
+// check starts, replaces or stops the reflector after what discovery says.
 func (w *Watcher) check(ctx context.Context) {
 	gvr, found, err := mcsapi.Find(w.disc, mcsapi.ServiceImports)
 	w.mu.Lock()
@@ -190,8 +176,7 @@ func (w *Watcher) check(ctx context.Context) {
 	}
 	if !found {
 		if w.run != nil {
-			_ = w.run.stop(w.opts.StopWait)
-			w.run = nil
+			_ = w.stopRun()
 		}
 		if !w.absent {
 			w.absent = true
@@ -210,9 +195,17 @@ func (w *Watcher) check(ctx context.Context) {
 		return
 	}
 	if w.run != nil {
-		_ = w.run.stop(w.opts.StopWait)
+		_ = w.stopRun()
 	}
 	w.run = w.start(gvr)
+}
+
+// stopRun closes the run's store and stops its reflector; w.mu is held.
+func (w *Watcher) stopRun() error {
+	r := w.run
+	w.run = nil
+	r.store.Close()
+	return r.refl.Stop()
 }
 
 func (w *Watcher) changed(list []table.ClusterSetIP) {
@@ -221,68 +214,54 @@ func (w *Watcher) changed(list []table.ClusterSetIP) {
 	}
 }
 
-// start runs an informer on gvr. Until its first complete list the table
-// keeps what it held; from then on the informer's store is the truth.
+// start runs a reflector on gvr. Until its first complete list the table
+// keeps what it held; from then on the run's store is the truth.
 func (w *Watcher) start(gvr schema.GroupVersionResource) *run {
 	if w.ev.Watching != nil {
 		w.ev.Watching(gvr)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f := dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, 0)
-	inf := f.ForResource(gvr).Informer()
-	_ = inf.SetTransform(Transform)
-	r := &run{gvr: gvr, ctx: ctx, cancel: cancel, factory: f, store: inf.GetStore()}
-	_, _ = inf.AddEventHandler(w.handlers(ctx, r))
-	f.Start(ctx.Done())
-	r.wg.Go(func() {
-		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			return
-		}
-		w.pushMu.Lock()
-		r.synced = true
-		w.pushMu.Unlock()
-		if ctx.Err() == nil {
-			w.push(r)
-		}
-	})
+	ri := w.dyn.Resource(gvr)
+	lw := &ingest.ListerWatcher{
+		ListFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return ri.List(ctx, opts)
+		},
+		WatchFunc: ri.Watch,
+		Transform: Transform,
+	}
+	r := w.newRun(gvr)
+	r.refl = ingest.Start(lw, r.store, w.opts.Ingest)
 	return r
 }
 
-// handlers hand the store's set over after every change, once the first
-// list is in; what changed matters only for the log of rejections.
-func (w *Watcher) handlers(ctx context.Context, r *run) cache.ResourceEventHandlerFuncs {
-	push := func() {
-		if ctx.Err() == nil {
-			w.push(r)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			w.reject(nil, obj)
-			push()
+// newRun returns a run on gvr with its store, not started.
+func (w *Watcher) newRun(gvr schema.GroupVersionResource) *run {
+	r := &run{gvr: gvr}
+	r.store = &ingest.Store[*Slim]{
+		Changed: func(old, s *Slim) {
+			w.reject(old, s)
+			w.push(r, r.store)
 		},
-		UpdateFunc: func(oldObj, newObj any) {
-			if rv(oldObj) == rv(newObj) {
-				return // a relist's copy of what is held
+		Deleted: func(*Slim) { w.push(r, r.store) },
+		Replaced: func(old, items map[string]*Slim) {
+			for k, s := range items {
+				w.reject(old[k], s)
 			}
-			w.reject(oldObj, newObj)
-			push()
+			r.synced = true
+			w.push(r, r.store)
 		},
-		// The store no longer holds it (a tombstone, when the delete was
-		// missed, included): push reads the store.
-		DeleteFunc: func(any) { push() },
 	}
+	return r
 }
 
-// push hands the store's ClusterSetIP services to Changed, once the run's
-// first list is in.
-func (w *Watcher) push(r *run) {
-	w.pushMu.Lock()
-	defer w.pushMu.Unlock()
-	if !r.synced || r.ctx.Err() != nil {
+// push hands the ClusterSetIP services of the run's store to Changed, once
+// its first list is in; it runs under the store's lock.
+func (w *Watcher) push(r *run, st *ingest.Store[*Slim]) {
+	if !r.synced {
 		return
 	}
-	list := Collect(r.store.List())
+	list := Collect(st.Items())
+	w.pushMu.Lock()
+	defer w.pushMu.Unlock()
 	// Most events change no ClusterSetIP (a headless import, a status
 	// update): the table and the snapshot hear only of a changed set. A
 	// run's first set always goes through: it replaces what the snapshot
@@ -298,12 +277,12 @@ func sameClusterSetIP(a, b table.ClusterSetIP) bool {
 	return a.Namespace == b.Namespace && a.Name == b.Name && slices.Equal(a.IPs, b.IPs) && slices.Equal(a.Ports, b.Ports)
 }
 
-// Collect returns the ClusterSetIP services among objects (as Transform
-// leaves them), sorted by namespace and name.
-func Collect(objs []any) []table.ClusterSetIP {
+// Collect returns the ClusterSetIP services among items, sorted by
+// namespace and name.
+func Collect(items iter.Seq[*Slim]) []table.ClusterSetIP {
 	var out []table.ClusterSetIP
-	for _, obj := range objs {
-		if s, ok := obj.(*Slim); ok && s.ClusterSetIP != nil {
+	for s := range items {
+		if s.ClusterSetIP != nil {
 			out = append(out, *s.ClusterSetIP)
 		}
 	}
@@ -313,35 +292,19 @@ func Collect(objs []any) []table.ClusterSetIP {
 	return out
 }
 
-// reject reports what newObj's ServiceImport had ignored, unless oldObj had
-// the same.
-func (w *Watcher) reject(oldObj, newObj any) {
-	s, ok := newObj.(*Slim)
-	if !ok || len(s.Rejected) == 0 || w.ev.Rejected == nil {
+// reject reports what s's ServiceImport had ignored, unless old (the version
+// held before it, or nil) had the same.
+func (w *Watcher) reject(old, s *Slim) {
+	if len(s.Rejected) == 0 || w.ev.Rejected == nil {
 		return
 	}
-	if o, ok := oldObj.(*Slim); ok && slices.Equal(o.Rejected, s.Rejected) {
+	if old != nil && (old.ResourceVersion == s.ResourceVersion || slices.Equal(old.Rejected, s.Rejected)) {
 		return
 	}
 	w.ev.Rejected(s.Namespace, s.Name, s.Rejected)
 }
 
-func rv(obj any) string {
-	if s, ok := obj.(*Slim); ok {
-		return s.ResourceVersion
-	}
-	return ""
-}
-
-func (r *run) stop(within time.Duration) error {
-	r.cancel()
-	if informerstop.Bounded(func() { r.factory.Shutdown(); r.wg.Wait() }, within) {
-		return nil
-	}
-	return fmt.Errorf("%w: gave up waiting after %s; it ends on its own", informerstop.ErrSlow, within)
-}
-
-// Slim is what the informer stores of a ServiceImport: its name, version and
+// Slim is what the store keeps of a ServiceImport: its name, version and
 // what DNS needs.
 type Slim struct {
 	metav1.ObjectMeta // name, namespace, resourceVersion only
@@ -351,19 +314,21 @@ type Slim struct {
 	Rejected     []Rejection
 }
 
+// Key is the store key: namespace/name.
+func (s *Slim) Key() string { return s.Namespace + "/" + s.Name }
+
 // GetObjectKind and DeepCopyObject make Slim a runtime.Object for the
-// informer's store (it is never copied: the store's objects are not changed).
+// reflector (it is never copied: the store's objects are not changed).
 func (s *Slim) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject implements runtime.Object.
 func (s *Slim) DeepCopyObject() runtime.Object { c := *s; return &c }
 
-// Transform cuts a ServiceImport (unstructured) down to a Slim; other objects
-// (tombstones included) pass unchanged.
-func Transform(obj any) (any, error) {
+// Transform cuts a ServiceImport (unstructured) down to a Slim.
+func Transform(obj runtime.Object) (runtime.Object, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return obj, nil
+		return nil, fmt.Errorf("a %T where a ServiceImport was expected", obj)
 	}
 	return FromUnstructured(u), nil
 }

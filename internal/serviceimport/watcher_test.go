@@ -17,9 +17,8 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 
-	"github.com/mcsannotations/mcsannotations/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
@@ -245,42 +244,47 @@ func TestWatcher(t *testing.T) {
 	rec.waitFor(t)
 }
 
-// A delete the informer missed arrives as a tombstone: the handlers hand
-// over the store, which no longer holds it, and log nothing for it.
-func TestDeleteTombstone(t *testing.T) {
+// A run's store hands nothing over before the first complete list, then the
+// set after each change; a delete hands over the set without the object, an
+// update at the same version nothing, a closed store nothing more.
+func TestRunStore(t *testing.T) {
 	var rec recorder
 	w := New(nil, nil, rec.events(), Options{})
-	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	st := w.newRun(schema.GroupVersionResource{}).store
 	a := FromUnstructured(serviceImport("v1beta1", "default", "a", "ClusterSetIP", []any{"10.96.0.1"}))
 	b := FromUnstructured(serviceImport("v1beta1", "default", "b", "ClusterSetIP", []any{"10.96.0.2"}))
-	for _, s := range []*Slim{a, b} {
-		if err := store.Add(s); err != nil {
-			t.Fatal(err)
-		}
+	if err := st.Add(a); err != nil {
+		t.Fatal(err)
 	}
-	r := &run{ctx: context.Background(), store: store}
-	h := w.handlers(context.Background(), r)
-	h.OnAdd(a, true)
 	if _, ok := rec.last(); ok {
 		t.Fatal("handed over before the first list was in")
 	}
-	r.synced = true
-	h.OnAdd(b, false)
-	rec.waitFor(t, "default/a=10.96.0.1", "default/b=10.96.0.2")
-	if err := store.Delete(a); err != nil {
+	if err := st.Replace([]any{a}, "5"); err != nil {
 		t.Fatal(err)
 	}
-	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "default/a", Obj: a})
+	rec.waitFor(t, "default/a=10.96.0.1")
+	if err := st.Add(b); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, "default/a=10.96.0.1", "default/b=10.96.0.2")
+	if err := st.Delete(a); err != nil {
+		t.Fatal(err)
+	}
 	rec.waitFor(t, "default/b=10.96.0.2")
-	// An update with the same version (a relist's copy) hands over nothing.
 	n := len(rec.sets)
-	h.OnUpdate(b, b)
+	if err := st.Update(b); err != nil {
+		t.Fatal(err)
+	}
 	if len(rec.sets) != n {
 		t.Error("an unchanged version was handed over")
 	}
-	// A tombstone of an unconverted object is harmless too.
-	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "x/y", Obj: "junk"})
-	rec.waitFor(t, "default/b=10.96.0.2")
+	st.Close()
+	if err := st.Delete(b); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.sets) != n {
+		t.Error("a closed store handed over")
+	}
 	if rec.rejected != nil {
 		t.Errorf("rejected %q", rec.rejected)
 	}
@@ -302,7 +306,7 @@ func TestStopWithHungDiscovery(t *testing.T) {
 	d := &hungDisco{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}, release: make(chan struct{})}
 	defer close(d.release)
 	var rec recorder
-	w := New(d, fakeDynamic(), rec.events(), Options{StopWait: 100 * time.Millisecond})
+	w := New(d, fakeDynamic(), rec.events(), Options{Ingest: ingest.Options{StopWait: 100 * time.Millisecond}})
 	w.Start()
 	time.Sleep(50 * time.Millisecond)
 	start := time.Now()
@@ -310,7 +314,7 @@ func TestStopWithHungDiscovery(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("Stop took %s", took)
 	}
-	if !errors.Is(err, informerstop.ErrSlow) {
+	if !errors.Is(err, ingest.ErrSlow) {
 		t.Errorf("Stop: %v, want ErrSlow", err)
 	}
 	if _, ok := rec.last(); ok {

@@ -14,7 +14,6 @@ import (
 // signature check (with a non-nil key) rejected. It is the informer's own
 // transform, for tools that explain an answer (mcsctl).
 func Record(cluster string, key ed25519.PublicKey, pod *v1.Pod) (*table.Pod, []annotation.Rejection) {
-	obj, _ := toSlim(cluster, key)(pod)
-	p := obj.(*slimPod)
+	p := toSlim(cluster, key)(pod)
 	return p.rec, p.rejected
 }

@@ -2,6 +2,8 @@ package source
 
 import (
 	"crypto/ed25519"
+	"encoding/binary"
+	"hash/fnv"
 	"net/netip"
 	"sync"
 
@@ -10,15 +12,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/slimmeta"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
-// slimPod is what the informer keeps instead of a v1.Pod: enough metadata for
-// the informer's keys and resource-version checks, the parsed record, and the
-// parse result. A full Pod costs kilobytes; this keeps about a hundred bytes.
+// slimPod is what the store keeps instead of a v1.Pod: its key and version,
+// the parsed record, and the parse result. A full Pod costs kilobytes; this
+// keeps about a hundred bytes.
 type slimPod struct {
-	slimmeta.Meta
+	ingest.Meta
 	rec      *table.Pod
 	annoHash uint64 // of the raw export annotation (and signature, when verified), to log each change once
 	rejected []annotation.Rejection
@@ -32,9 +34,8 @@ func (p *slimPod) DeepCopyObject() runtime.Object {
 	return &c // rec and rejected are never mutated after the transform
 }
 
-// toSlim is the informer's transform: it runs before anything is stored, so
-// the full Pod is dropped at once. Objects that are already slim, and
-// tombstones, pass through.
+// toSlim is the reflector's transform: it runs before anything is stored, so
+// the full Pod is dropped at once.
 //
 // With a key, an export annotation counts only when the Pod's signature
 // annotation verifies with it, over the cluster, the Pod's namespace, name
@@ -42,13 +43,9 @@ func (p *slimPod) DeepCopyObject() runtime.Object {
 // nothing and the one rejection says why. The check is per Pod (the
 // signature covers its name and UID), before the parse cache, which a
 // verified Pod shares with the others. A nil key verifies nothing.
-func toSlim(cluster string, key ed25519.PublicKey) func(any) (any, error) {
+func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 	parsed := newParseCache(cluster)
-	return func(obj any) (any, error) {
-		pod, ok := obj.(*v1.Pod)
-		if !ok {
-			return obj, nil
-		}
+	return func(pod *v1.Pod) *slimPod {
 		raw, present := pod.Annotations[annotation.ExportAnnotation]
 		var common *table.Common
 		var rejected []annotation.Rejection
@@ -71,11 +68,11 @@ func toSlim(cluster string, key ed25519.PublicKey) func(any) (any, error) {
 			Ready:    podReady(pod),
 		}
 		return &slimPod{
-			Meta:     slimmeta.Of(pod),
+			Meta:     ingest.MetaOf(pod),
 			rec:      rec,
 			annoHash: annoHash,
 			rejected: rejected,
-		}, nil
+		}
 	}
 }
 
@@ -191,16 +188,12 @@ func podIPs(pod *v1.Pod) []netip.Addr {
 // hash is FNV-1a (64 bits) of strs, each after its length, so that moving
 // bytes from one to the next changes it.
 func hash(strs ...string) uint64 {
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
+	h := fnv.New64a()
+	var n [4]byte
 	for _, s := range strs {
-		n := len(s)
-		for _, b := range [...]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)} {
-			h = (h ^ uint64(b)) * prime
-		}
-		for i := 0; i < len(s); i++ {
-			h = (h ^ uint64(s[i])) * prime
-		}
+		binary.BigEndian.PutUint32(n[:], uint32(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
 	}
-	return h
+	return h.Sum64()
 }

@@ -1,6 +1,6 @@
 // Package source feeds the table from one cluster's API server: a
-// label-filtered Pod informer whose objects are cut down to slim records
-// before they are stored. Each source connects, fails and recovers on its
+// reflector of the exported Pods (see ingest) whose store holds slim
+// records and hands every change to the table. Each source connects, fails and recovers on its
 // own, and nothing here ever blocks start-up or a DNS answer.
 package source
 
@@ -12,15 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/internal/podinformer"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -49,12 +46,9 @@ type Events struct {
 	Rejected func(cluster, namespace, name string, rej []annotation.Rejection)
 	// StateChanged reports a transition, with the error that caused it if any.
 	StateChanged func(cluster string, from, to State, err error)
-	// Synced reports that a complete list has replaced the cluster's records.
+	// Synced reports that the first complete list of a reflector (after
+	// Start or Expire) has replaced the cluster's records.
 	Synced func(cluster string)
-	// Informer is what the source's Pod informer reports (a malformed list,
-	// an expired watch, each list of every Pod after the first; the records
-	// stay as they were meanwhile), for this source's cluster.
-	Informer podinformer.Events
 }
 
 // Options tune a source; zero values take the defaults.
@@ -66,9 +60,6 @@ type Options struct {
 	// last check failed (default 500ms), so that contact is seen soon after
 	// it comes back.
 	ReconnectInterval time.Duration
-	// StopWait bounds how long Stop and Expire wait for the informer to end
-	// (default informerstop.Wait).
-	StopWait time.Duration
 	// Check replaces the /readyz check (for tests: fake clientsets have no
 	// REST client).
 	Check func(context.Context) error
@@ -78,6 +69,9 @@ type Options struct {
 	// Events.Rejected (annotation.ReasonUnsigned, ReasonBadSignature). Nil:
 	// no verification.
 	Key ed25519.PublicKey
+	// Ingest tunes the reflector; its Failed event is the source's too (the
+	// state turns Disconnected).
+	Ingest ingest.Options
 }
 
 // Source is one cluster's feed into the table.
@@ -93,30 +87,13 @@ type Source struct {
 	lastSync    atomic.Int64 // unix nanoseconds of the last complete list
 	synced      atomic.Bool  // a complete list was applied once; never reset
 	expired     atomic.Bool  // records dropped by Expire; cleared by the next complete list
-	started     atomic.Int64 // unix nanoseconds of the last start of the informer
+	started     atomic.Int64 // unix nanoseconds of the last start of the reflector
 
-	// evMu orders the event handlers against the first list's swap, so that
-	// an event the swap's list missed is applied after it, not before.
-	evMu sync.Mutex
-
-	mu     sync.Mutex         // serialises Start, Stop and Expire; guards cancel and inf
-	cancel context.CancelFunc // of the check loop
-	inf    *informer          // the running informer; nil when stopped
-	wg     sync.WaitGroup     // the check loop
-}
-
-// informer is one run of the Pod informer; Expire replaces it.
-type informer struct {
-	cancel  context.CancelFunc
-	factory informers.SharedInformerFactory
-	store   cache.Store
-	swap    sync.WaitGroup // the goroutine that applies the first complete list
-	// live is set (under Source.evMu) once the first complete list is in the
-	// table. Until then the handlers leave the table alone and the swap
-	// applies the informer's whole store in one step: applied one by one, a
-	// first list over a snapshot's records would show, for a moment, the
-	// Pods created meanwhile beside those deleted meanwhile.
-	live bool
+	mu     sync.Mutex              // serialises Start, Stop and Expire; guards cancel, run and store
+	cancel context.CancelFunc      // of the check loop
+	run    *ingest.Run             // the running reflector; nil when stopped
+	store  *ingest.Store[*slimPod] // the run's store
+	wg     sync.WaitGroup          // the check loop
 }
 
 // New returns a source for cluster; Start starts it.
@@ -129,9 +106,6 @@ func New(cluster string, client kubernetes.Interface, t *table.Table, ev Events,
 	}
 	if opts.ReconnectInterval <= 0 {
 		opts.ReconnectInterval = 500 * time.Millisecond
-	}
-	if opts.StopWait <= 0 {
-		opts.StopWait = informerstop.Wait
 	}
 	return &Source{cluster: cluster, client: client, table: t, ev: ev, opts: opts}
 }
@@ -185,35 +159,29 @@ func (s *Source) SeedLastFullSync(t time.Time) {
 // has restored them yet.
 func (s *Source) Expired() bool { return s.expired.Load() }
 
-// Started returns when the informer was last started (by Start or Expire).
+// Started returns when the reflector was last started (by Start or Expire).
 func (s *Source) Started() time.Time { return time.Unix(0, s.started.Load()) }
 
 // Expire drops every record of the cluster from the table and restarts the
-// informer from scratch, so that the next complete list, whenever the API
-// server answers again, restores them (a running informer's relist would
-// look unchanged and restore nothing).
+// reflector with an empty store, so that the next complete list, whenever
+// the API server answers again, restores them.
 //
-// Its error may wrap informerstop.ErrSlow: the old informer is still ending
-// in the background; the records are dropped and the new one runs all the same.
+// Its error may wrap ingest.ErrSlow: the old reflector is still ending in
+// the background; the records are dropped and the new one runs all the same.
 func (s *Source) Expire() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancel == nil {
 		return errors.New("source not started")
 	}
-	var stopErr error
-	if s.inf != nil {
-		stopErr = s.inf.stop(s.opts.StopWait)
-		s.inf = nil
-	}
+	err := s.stopRun()
 	s.table.ReplaceCluster(s.cluster, nil)
 	s.expired.Store(true)
-	inf, err := s.startInformer()
-	s.inf = inf
-	return errors.Join(stopErr, err)
+	s.startRun()
+	return err
 }
 
-// Start starts the informer and the contact check in the background and
+// Start starts the reflector and the contact check in the background and
 // returns at once.
 func (s *Source) Start() error {
 	s.mu.Lock()
@@ -221,90 +189,44 @@ func (s *Source) Start() error {
 	if s.cancel != nil {
 		return errors.New("source already started")
 	}
-	inf, err := s.startInformer()
-	if err != nil {
-		return err
-	}
+	s.startRun()
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.inf = cancel, inf
+	s.cancel = cancel
 	s.wg.Go(func() { s.check(ctx) })
 	return nil
 }
 
-// startInformer starts a new run of the Pod informer.
-func (s *Source) startInformer() (*informer, error) {
-	ctx, cancel := context.WithCancel(context.Background())
+// startRun starts a reflector of the exported Pods into a new store; s.mu
+// is held.
+func (s *Source) startRun() {
 	s.started.Store(time.Now().UnixNano())
-
+	s.store = s.newStore()
+	opts := s.opts.Ingest
+	failed := opts.Events.Failed
+	opts.Events.Failed = func(err error) {
+		s.setState(Disconnected, err)
+		if failed != nil {
+			failed(err)
+		}
+	}
 	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	factory, inf, err := podinformer.New(s.client, selector, toSlim(s.cluster, s.opts.Key), s.ev.Informer)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
-		if ctx.Err() == nil {
-			s.setState(Disconnected, err)
-		}
-	}); err != nil {
-		cancel()
-		return nil, err
-	}
-	run := &informer{cancel: cancel, factory: factory, store: inf.GetStore()}
-	reg, err := inf.AddEventHandler(informerstop.Handlers(ctx, cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { s.onAdd(run, obj) },
-		UpdateFunc: func(oldObj, newObj any) { s.onUpdate(run, oldObj, newObj) },
-		DeleteFunc: func(obj any) { s.onDelete(run, obj) },
-	}))
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	factory.Start(ctx.Done())
-
-	run.swap.Go(func() {
-		if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-			return
-		}
-		s.evMu.Lock()
-		defer s.evMu.Unlock()
-		if ctx.Err() != nil {
-			return // replaced or stopped meanwhile: its list is not the newest
-		}
-		// The first complete list is the truth for this cluster: drop every
-		// record (from a snapshot, or from before a restart) that it lacks.
-		var recs []*table.Pod
-		for _, obj := range run.store.List() {
-			if p, ok := obj.(*slimPod); ok {
-				recs = append(recs, p.rec)
-			}
-		}
-		s.table.ReplaceCluster(s.cluster, recs)
-		run.live = true
-		s.lastSync.Store(time.Now().UnixNano())
-		s.synced.Store(true)
-		s.expired.Store(false)
-		s.touch()
-		if s.ev.Synced != nil {
-			s.ev.Synced(s.cluster)
-		}
-	})
-	return run, nil
+	s.run = ingest.Start(ingest.Pods(s.client, selector, slimFor(s.store, toSlim(s.cluster, s.opts.Key))), s.store, opts)
 }
 
-// stop cancels the run and waits up to within for its informer to end; the
-// error (wrapping informerstop.ErrSlow) says it is still ending in the
-// background, harmless.
-func (r *informer) stop(within time.Duration) error {
-	r.cancel()
-	err := informerstop.Shutdown(r.factory, within)
-	r.swap.Wait()
+// stopRun closes the store and stops the reflector; s.mu is held.
+func (s *Source) stopRun() error {
+	if s.run == nil {
+		return nil
+	}
+	s.store.Close()
+	err := s.run.Stop()
+	s.run, s.store = nil, nil
 	return err
 }
 
-// Stop stops the informer and the check and waits for them, for the informer
-// at most Options.StopWait: the error (wrapping informerstop.ErrSlow) says it
-// is still ending in the background, harmless.
+// Stop stops the reflector and the check and waits for them, for the
+// reflector at most its StopWait: the error (wrapping ingest.ErrSlow) says
+// it is still ending in the background, harmless.
 func (s *Source) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -312,70 +234,20 @@ func (s *Source) Stop() error {
 		return nil
 	}
 	s.cancel()
-	var err error
-	if s.inf != nil {
-		err = s.inf.stop(s.opts.StopWait)
-	}
+	err := s.stopRun()
 	s.wg.Wait()
-	s.cancel, s.inf = nil, nil
+	s.cancel = nil
 	return err
 }
 
-// event holds evMu for an event's handler; the returned func releases it.
-func (s *Source) event() func() {
-	s.evMu.Lock()
-	return s.evMu.Unlock
-}
-
-// The handlers apply a change to the table once run is live (see
-// informer.live); before, the swap will.
-
-func (s *Source) onAdd(run *informer, obj any) {
-	defer s.event()()
-	p, ok := obj.(*slimPod)
-	if !ok {
-		return
-	}
+// listed records a complete list applied by the store.
+func (s *Source) listed(first bool) {
+	s.lastSync.Store(time.Now().UnixNano())
+	s.synced.Store(true)
+	s.expired.Store(false)
 	s.touch()
-	s.reject(p)
-	if run.live {
-		s.table.Upsert(p.rec)
-	}
-}
-
-func (s *Source) onUpdate(run *informer, oldObj, newObj any) {
-	defer s.event()()
-	o, ok1 := oldObj.(*slimPod)
-	n, ok2 := newObj.(*slimPod)
-	if !ok1 || !ok2 {
-		return
-	}
-	s.touch()
-	if o.ResourceVersion == n.ResourceVersion {
-		return // a relist or resync: nothing changed
-	}
-	if o.annoHash != n.annoHash {
-		s.reject(n)
-	}
-	if !run.live || o.rec.Equal(n.rec) {
-		return
-	}
-	s.table.Upsert(n.rec)
-}
-
-func (s *Source) onDelete(run *informer, obj any) {
-	defer s.event()()
-	if !run.live {
-		return
-	}
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	switch p := obj.(type) {
-	case *slimPod:
-		s.table.Delete(p.rec.Key())
-	case *v1.Pod: // a tombstone that was never transformed
-		s.table.Delete(table.Key{Cluster: s.cluster, Namespace: p.Namespace, Name: p.Name})
+	if first && s.ev.Synced != nil {
+		s.ev.Synced(s.cluster)
 	}
 }
 
@@ -400,35 +272,30 @@ func (s *Source) setState(to State, err error) {
 	}
 }
 
-// check looks at /readyz on an interval, so that contact is tracked (and a
-// hung API server is noticed) even when no Pod changes: at once on start,
-// then every ProbeInterval, and every ReconnectInterval while the last check
-// failed.
+// check looks at /readyz so that contact is tracked (and a hung API server
+// is noticed) even when no Pod changes: at once on start, then every
+// ProbeInterval, and every ReconnectInterval while the last check failed.
 func (s *Source) check(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	var last time.Time
+	failing := true
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if !failing && time.Since(last) < s.opts.ProbeInterval {
 			return
-		case <-t.C:
 		}
+		last = time.Now()
 		err := s.checkOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, errNoCheck) {
-			t.Reset(s.opts.ProbeInterval)
-			continue
-		}
-		if err != nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errNoCheck):
+			failing = false
+		case err != nil:
+			failing = true
 			s.setState(Disconnected, err)
-			t.Reset(s.opts.ReconnectInterval)
-			continue
+		default:
+			failing = false
+			s.touch()
 		}
-		s.touch()
-		t.Reset(s.opts.ProbeInterval)
-	}
+	}, min(s.opts.ReconnectInterval, s.opts.ProbeInterval))
 }
 
 // errNoCheck: the client cannot be checked (a fake clientset without

@@ -2,7 +2,6 @@ package source
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,15 +18,15 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/informerstop"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
@@ -184,43 +183,17 @@ func TestSourceLifecycle(t *testing.T) {
 	}
 }
 
-// A delete whose final state was missed arrives as a tombstone.
-func TestOnDeleteTombstone(t *testing.T) {
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	s := New("edge-a", fake.NewClientset(), tb, Events{}, Options{})
-	slim, _ := toSlim("edge-a", nil)(newPod("a", "10.0.0.1", backend, true))
-	run := &informer{live: true}
-	s.onAdd(run, slim)
-	if got := answer(tb, "backend.default.svc."); len(got) != 1 {
-		t.Fatalf("add: %v", got)
-	}
-	s.onDelete(run, cache.DeletedFinalStateUnknown{Key: "default/a", Obj: slim})
-	if got := answer(tb, "backend.default.svc."); got != nil {
-		t.Fatalf("slim tombstone: %v", got)
-	}
-	s.onAdd(run, slim)
-	s.onDelete(run, cache.DeletedFinalStateUnknown{Key: "default/a", Obj: newPod("a", "10.0.0.1", backend, true)})
-	if got := answer(tb, "backend.default.svc."); got != nil {
-		t.Fatalf("raw tombstone: %v", got)
-	}
-	s.onDelete(run, "garbage") // ignored, no panic
-}
-
 func TestToSlim(t *testing.T) {
 	p := newPod("a", "10.0.0.1", backend, true)
 	p.Spec.Hostname = "web-0"
 	p.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}, {IP: "not-an-ip"}, {IP: "10.0.0.1"}}
 	p.Spec.Containers = []v1.Container{{Name: "big", Image: "x"}}
-	obj, err := toSlim("edge-a", nil)(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := obj.(*slimPod)
+	s := toSlim("edge-a", nil)(p)
 	r := s.rec
 	if r.Hostname != "web-0" || !r.Ready || len(r.IPs) != 2 || r.IPs[1] != netip.MustParseAddr("fd00::1") || len(r.Exports) != 1 || r.Exports[0].Cluster != "edge-a" {
 		t.Errorf("record %+v", r)
 	}
-	if s.Name != "a" || s.ResourceVersion != "1" || s.UID != p.UID || s.GetAnnotations() != nil || s.GetLabels() != nil {
+	if s.Name != "a" || s.ResourceVersion != "1" || s.UID != p.UID || s.GetObjectMeta().GetResourceVersion() != "1" {
 		t.Errorf("slim metadata %+v", s.Meta)
 	}
 	if c := s.DeepCopyObject().(*slimPod); c.rec != s.rec || c.Name != "a" {
@@ -235,21 +208,15 @@ func TestToSlim(t *testing.T) {
 	} {
 		q := newPod("a", "10.0.0.1", backend, true)
 		mut(q)
-		obj, _ := toSlim("edge-a", nil)(q)
-		if obj.(*slimPod).rec.Ready {
+		if toSlim("edge-a", nil)(q).rec.Ready {
 			t.Errorf("%+v must not be ready", q.Status)
 		}
 	}
 	// Only podIP set (old API servers).
 	q := newPod("a", "10.0.0.1", backend, true)
 	q.Status.PodIPs = nil
-	obj, _ = toSlim("edge-a", nil)(q)
-	if ips := obj.(*slimPod).rec.IPs; len(ips) != 1 {
+	if ips := toSlim("edge-a", nil)(q).rec.IPs; len(ips) != 1 {
 		t.Errorf("podIP fallback: %v", ips)
-	}
-	// Non-Pod objects pass through.
-	if o, _ := toSlim("edge-a", nil)("x"); o != "x" {
-		t.Error("passthrough")
 	}
 }
 
@@ -267,7 +234,7 @@ func startSynced(t *testing.T, client kubernetes.Interface) (*Source, *table.Tab
 	return s, tb
 }
 
-// Expire drops the records, and the restarted informer's first list brings
+// Expire drops the records, and the restarted reflector's first list brings
 // them back as soon as the API server answers.
 func TestExpireRestoresOnNextList(t *testing.T) {
 	s, tb := startSynced(t, fake.NewClientset(newPod("a", "10.0.0.1", backend, true)))
@@ -288,9 +255,9 @@ func TestExpireRestoresOnNextList(t *testing.T) {
 }
 
 // A relist (here after the watch ends with "too old resource version")
-// brings every Pod again: the ones at the version the informer holds keep
-// their slim objects (reuse.Unchanged is the informer's transform), and a
-// changed one is applied.
+// brings every Pod again: the ones at the version the store holds keep
+// their slim objects (the store's transform reuses them), and a changed one
+// is applied.
 func TestRelistKeepsUnchangedObjects(t *testing.T) {
 	b := newPod("b", "10.0.0.2", backend, true)
 	client := fake.NewClientset(newPod("a", "10.0.0.1", backend, true), b)
@@ -301,17 +268,20 @@ func TestRelistKeepsUnchangedObjects(t *testing.T) {
 		return true, w, nil
 	})
 	s, tb := startSynced(t, client)
-	stored := func(name string) any {
-		obj, ok, err := s.inf.store.GetByKey("default/" + name)
-		if err != nil || !ok {
-			t.Fatalf("%s not in the store: %v", name, err)
+	stored := func(name string) *slimPod {
+		s.mu.Lock()
+		st := s.store
+		s.mu.Unlock()
+		p, ok := st.Get("default/" + name)
+		if !ok {
+			t.Fatalf("%s not in the store", name)
 		}
-		return obj
+		return p
 	}
 	a := stored("a")
 
-	// b changes where the informer's watch does not see it; then the watch
-	// fails as after an API server restart, and the informer lists again.
+	// b changes where the watch does not see it; then the watch fails as
+	// after an API server restart, and the reflector lists again.
 	b = b.DeepCopy()
 	b.ResourceVersion = "2"
 	b.Status.PodIPs = []v1.PodIP{{IP: "10.0.0.9"}}
@@ -326,16 +296,16 @@ func TestRelistKeepsUnchangedObjects(t *testing.T) {
 	if stored("a") != a {
 		t.Error("the relist made a new object for a Pod whose version did not change")
 	}
-	if stored("b").(*slimPod).ResourceVersion != "2" {
+	if stored("b").ResourceVersion != "2" {
 		t.Error("the changed Pod kept its old object")
 	}
 }
 
-// An informer that does not end when stopped (client-go's watch-list retry
-// sleeps out its backoff, 0.8 s doubling to 30 s, without looking at its
-// context) holds neither Expire nor Stop longer than StopWait. The API
-// server here answers 429 to everything, which client-go retries that way.
-func TestExpireAndStopDoNotWaitForStuckInformer(t *testing.T) {
+// Against an API server that answers 429 to everything, the reflector sleeps
+// out its backoff watching its context: Expire and Stop end at once, within
+// StopWait, with nothing left behind (client-go's watch-list retry, which
+// sleeps without looking at its context, is off).
+func TestExpireAndStopArePrompt(t *testing.T) {
 	var requests atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "/pods") { // not the /readyz checks
@@ -353,42 +323,30 @@ func TestExpireAndStopDoNotWaitForStuckInformer(t *testing.T) {
 	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
 	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "a", Ready: true,
 		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
-	s := New("edge-a", client, tb, Events{}, Options{StopWait: 50 * time.Millisecond, ProbeInterval: time.Hour})
+	// A long backoff: the reflector sleeps through every stop below.
+	s := New("edge-a", client, tb, Events{}, Options{ProbeInterval: time.Hour,
+		Ingest: ingest.Options{StopWait: 500 * time.Millisecond, Backoff: &wait.Backoff{Duration: time.Minute}}})
 
-	// stuck waits for the informer's first request and a little more, so
-	// that the 429 has arrived and the informer sleeps (0.8 s at least), then
-	// stops it. A stop that came while the request was still in flight
-	// cancels it and ends at once: that try tells nothing, so the callers
-	// try again, three times at most; a stop that waits for the backoff
-	// fails every time.
-	stuck := func(stop func() error, what string) bool {
+	// asleep waits for the reflector's next request and a little more, so
+	// that the 429 has arrived and the reflector sleeps, then stops it.
+	asleep := func(stop func() error, what string) {
 		t.Helper()
 		n := requests.Load()
-		eventually(t, what+": informer's first request", func() bool { return requests.Load() > n })
+		eventually(t, what+": the reflector's request", func() bool { return requests.Load() > n })
 		time.Sleep(100 * time.Millisecond)
-		err := stop()
-		t.Logf("%s: %v", what, err)
-		return errors.Is(err, informerstop.ErrSlow)
+		start := time.Now()
+		if err := stop(); err != nil {
+			t.Errorf("%s after %s: %v", what, time.Since(start), err)
+		}
 	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; !stuck(s.Expire, "Expire"); i++ {
-		if i == 3 {
-			t.Fatal("Expire never gave up waiting for an informer asleep in its retry backoff")
-		}
-	}
+	asleep(s.Expire, "Expire")
 	if !s.Expired() || len(answer(tb, "backend.default.svc.")) != 0 {
 		t.Fatalf("Expire kept the records: expired %v, %v", s.Expired(), answer(tb, "backend.default.svc."))
 	}
-	for i := 0; !stuck(s.Stop, "Stop"); i++ {
-		if i == 3 {
-			t.Fatal("Stop never gave up waiting for an informer asleep in its retry backoff")
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	asleep(s.Stop, "Stop")
 }
 
 // Pods with the same export annotation in one namespace share one parse (one
@@ -396,9 +354,7 @@ func TestExpireAndStopDoNotWaitForStuckInformer(t *testing.T) {
 // result), and the cache stays bounded.
 func TestToSlimSharesParse(t *testing.T) {
 	f := toSlim("edge-a", nil)
-	a, _ := f(newPod("a", "10.0.0.1", backend, true))
-	b, _ := f(newPod("b", "10.0.0.2", backend, true))
-	ra, rb := a.(*slimPod).rec, b.(*slimPod).rec
+	ra, rb := f(newPod("a", "10.0.0.1", backend, true)).rec, f(newPod("b", "10.0.0.2", backend, true)).rec
 	if len(ra.Exports) != 1 || ra.Common != rb.Common || ra.Cluster != "edge-a" || ra.Namespace != "default" {
 		t.Fatalf("not shared: %+v %+v", ra.Common, rb.Common)
 	}
@@ -419,13 +375,9 @@ func TestToSlimSharesParse(t *testing.T) {
 	}
 }
 
-func mustSlim(t *testing.T, f func(any) (any, error), p *v1.Pod) *slimPod {
+func mustSlim(t *testing.T, f func(*v1.Pod) *slimPod, p *v1.Pod) *slimPod {
 	t.Helper()
-	obj, err := f(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return obj.(*slimPod)
+	return f(p)
 }
 
 // TestToSlimThroughPodproto: the transform makes the same slim object of a
@@ -459,13 +411,9 @@ func TestToSlimThroughPodproto(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err1 := toSlim("edge-a", nil)(whole)
-			b, err2 := toSlim("edge-a", nil)(trimmed)
-			if err1 != nil || err2 != nil {
-				t.Fatal(err1, err2)
-			}
+			a, b := toSlim("edge-a", nil)(whole), toSlim("edge-a", nil)(trimmed)
 			if !reflect.DeepEqual(a, b) {
-				t.Errorf("whole Pod: %+v (record %+v)\ndecoded:    %+v (record %+v)", a, a.(*slimPod).rec, b, b.(*slimPod).rec)
+				t.Errorf("whole Pod: %+v (record %+v)\ndecoded:    %+v (record %+v)", a, a.rec, b, b.rec)
 			}
 		})
 	}

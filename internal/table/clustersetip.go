@@ -97,6 +97,7 @@ func renderClusterSetIP(cfg Config, ci ClusterSetIP) *Service {
 		s.A, s.AAAA = appendAddr(s.A, s.AAAA, fqdn, cfg.TTL, net.IP(ip.AsSlice()))
 	}
 	all := &SRVSet{ExtraA: s.A, ExtraAAAA: s.AAAA}
+	allRoom := &srvRoom{owner: fqdn, srv: roomFor(fqdn), all: roomFor(fqdn)}
 	for _, p := range ci.Ports {
 		if p.Name == "" || p.Port == 0 {
 			continue // SRV names need a port name
@@ -107,10 +108,10 @@ func renderClusterSetIP(cfg Config, ci ClusterSetIP) *Service {
 			continue // a duplicate port name: the first one counts
 		}
 		set := &SRVSet{ExtraA: s.A, ExtraAAAA: s.AAAA}
-		addSRV(set, prefix+"."+fqdn, fqdn, p.Port, cfg.TTL, nil)
+		addSRV(set, fqdn, p.Port, cfg.TTL, nil, &srvRoom{owner: prefix + "." + fqdn, srv: roomFor(prefix + "." + fqdn), all: roomFor(prefix + "." + fqdn)})
 		set.SRV[0].Weight = 100
 		s.SRV[prefix] = set
-		addSRV(all, fqdn, fqdn, p.Port, cfg.TTL, nil) // identical ports collapse
+		addSRV(all, fqdn, p.Port, cfg.TTL, nil, allRoom) // identical ports collapse
 		if s.SRV[proto] == nil {
 			s.SRV[proto] = &SRVSet{} // the protocol label: an empty non-terminal
 		}

@@ -15,8 +15,9 @@ import (
 // A persisted record starts with a version byte: a codec change gets a new
 // one, and records with an unknown one are skipped rather than misread.
 const (
-	recordJSON   = 'j' // JSON of Pod; still read, no longer written
-	recordBinary = 'b' // the compact form below; about ten times faster to read
+	recordJSON    = 'j' // JSON of Pod; still read, no longer written
+	recordBinary  = 'b' // the compact form below; about ten times faster to read
+	recordAllowed = 'c' // the compact form with each export's allowed namespaces
 )
 
 // Limits that a decoded record must respect (a damaged or hostile file must
@@ -37,9 +38,18 @@ var protocols = [...]string{annotation.TCP, annotation.UDP, annotation.SCTP}
 //	n-exports { name namespace cluster n-ports { name port targetPort protocol(1 byte) } }
 //
 // Strings are a uvarint length and bytes; counts and ports are uvarints.
+// A record with allowed namespaces is 'c' and has, after each export's
+// ports, n-allowed { namespace }: records without any stay 'b', readable by
+// older versions.
 func EncodePod(p *Pod) ([]byte, error) {
 	b := make([]byte, 0, 128)
-	b = append(b, recordBinary)
+	version := byte(recordBinary)
+	for _, e := range p.Exports {
+		if len(e.Allowed) > 0 {
+			version = recordAllowed
+		}
+	}
+	b = append(b, version)
 	for _, s := range []string{p.Cluster, p.Namespace, p.Name, "", p.Hostname} {
 		b = appendString(b, s)
 	}
@@ -69,6 +79,12 @@ func EncodePod(p *Pod) ([]byte, error) {
 			b = binary.AppendUvarint(b, uint64(pt.Port))
 			b = binary.AppendUvarint(b, uint64(pt.TargetPort))
 			b = append(b, byte(proto))
+		}
+		if version == recordAllowed {
+			b = binary.AppendUvarint(b, uint64(len(e.Allowed)))
+			for _, ns := range e.Allowed {
+				b = appendString(b, ns)
+			}
 		}
 	}
 	return b, nil
@@ -180,8 +196,8 @@ func (s *Decoder) Decode(b []byte) (*Pod, error) {
 	}
 	var p *Pod
 	switch b[0] {
-	case recordBinary:
-		d := decoder{Reader: wire.Reader{B: b[1:]}, shared: s}
+	case recordBinary, recordAllowed:
+		d := decoder{Reader: wire.Reader{B: b[1:]}, shared: s, allowed: b[0] == recordAllowed}
 		p = d.pod()
 		if d.Err != nil {
 			return nil, d.Err
@@ -207,7 +223,8 @@ func (s *Decoder) Decode(b []byte) (*Pod, error) {
 // returns zero values.
 type decoder struct {
 	wire.Reader
-	shared *Decoder
+	shared  *Decoder
+	allowed bool // each export has its allowed namespaces
 }
 
 func (d *decoder) uvarint(max uint64) uint64 { return d.Uvarint(max) }
@@ -275,6 +292,14 @@ func (d *decoder) exports() []annotation.Export {
 					pt.Protocol = protocols[proto[0]]
 				}
 				e.Ports = append(e.Ports, pt)
+			}
+		}
+		if d.allowed {
+			if m := d.uvarint(annotation.MaxAllowed); m > 0 {
+				e.Allowed = make([]string, 0, m)
+				for range m {
+					e.Allowed = append(e.Allowed, d.sharedString())
+				}
 			}
 		}
 		if d.Err != nil {

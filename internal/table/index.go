@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"github.com/miekg/dns"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 // Index is an immutable view of the table with every answer precomputed as
@@ -25,6 +27,10 @@ type Index struct {
 	serial     uint32
 	services   map[string]*entry // "<svc>.<ns>"
 	namespaces map[string]struct{}
+	// visible holds, by namespace, the other namespaces allowed to resolve
+	// at least one of its services (namespaces none of whose services
+	// allows another are left out).
+	visible map[string]*access
 	// imports are the ClusterSetIP services, keyed as services are: their
 	// service and port names answer with the ClusterSetIP instead of the
 	// endpoints (which keep their own names). Shared with the table and
@@ -69,6 +75,7 @@ type Service struct {
 	split       sync.Once
 	cfg         *Config
 	pods        []*Pod // only until split
+	budget      int    // the entry's, for the split
 }
 
 // InCluster returns the service's answers limited to cluster's endpoints
@@ -89,13 +96,13 @@ func (s *Service) InCluster(cluster string) *Service {
 		one.Locality = Any
 		s.perCluster = map[string]*Service{}
 		sk := svcKey{s.Namespace, s.Name}
-		eps := endpoints(sk, s.pods)
+		eps := endpoints(sk, s.pods, one.Zone)
 		for start := 0; start < len(eps); {
 			end := start
 			for end < len(eps) && eps[end].cluster == eps[start].cluster {
 				end++
 			}
-			c := renderService(one, sk, eps[start:end])
+			c := renderService(one, sk, eps[start:end], s.budget)
 			c.onlyCluster = eps[start].cluster
 			c.FailOpen = s.FailOpen
 			s.perCluster[c.onlyCluster] = c
@@ -124,15 +131,21 @@ type Host struct {
 // changed and renders none of them, so loading a large snapshot or a burst of
 // changes costs no rendering until a name is asked for; every later query of
 // the entry finds it rendered.
+//
+// An entry keeps its Pods (the table's list, shared, so no cost of its own):
+// when the namespace's record cap shares out differently, an unchanged service
+// gets a new entry with its new budget (see Table.capNamespaces).
 type entry struct {
-	cfg  *Config // the table's, shared by every entry
-	sk   svcKey
-	pods []*Pod // immutable records, at least one of them ready
-	once sync.Once
+	cfg    *Config // the table's, shared by every entry
+	sk     svcKey
+	pods   []*Pod // immutable records, at least one of them ready (kept: a new cap renders them again)
+	access access // who else may resolve it
+	cost   int    // the records a full render holds (recordCost)
+	budget int    // the records it may hold; 0: no cap
+	once   sync.Once
 	// flags: entryFailOpen (pods are all of the service's, every ready one
 	// down), set before the index is published; entryQueued (the entry is on
-	// its index's demand list, linked by next). Bits of one word, so that an
-	// entry stays within its allocation size class.
+	// its index's demand list, linked by next).
 	flags atomic.Uint32
 	svc   *Service
 	next  *entry
@@ -145,13 +158,81 @@ const (
 
 func (e *entry) get() *Service {
 	e.once.Do(func() {
-		e.svc = buildService(e.cfg, e.sk, e.pods)
+		e.svc = buildService(e.cfg, e.sk, e.pods, e.budget)
 		if e.svc != nil {
 			e.svc.FailOpen = e.flags.Load()&entryFailOpen != 0
 		}
-		e.pods = nil // the rendered answers are all that is needed now
 	})
 	return e.svc
+}
+
+// Replies hold at most 65,535 octets (a DNS message's limit, over TCP too):
+// the header (12), the question (its name and 4) and the records. No answer
+// renders more records than fit there (roomFor). An address whose owner is the
+// name asked costs 16 octets (A) or 28 (AAAA): the owner is a 2-octet pointer
+// to the question. An SRV record costs its owner pointer, 16 octets of fixed
+// fields and its target in full (miekg/dns never compresses SRV targets, as
+// RFC 2782 asks). The additional addresses of SRV answers are counted with
+// their owner name in full (a name past the first 16 KB of a message cannot
+// be pointed to), in the room the SRV records leave: a server drops them
+// first when a reply is too large.
+const (
+	maxMsg   = 65535
+	sizeA    = 2 + 10 + 4
+	sizeAAAA = 2 + 10 + 16
+	sizeSRV  = 2 + 10 + 6 // and the target
+)
+
+// roomFor is the room for records in the largest reply to a question for
+// qname (fully qualified).
+func roomFor(qname string) int { return maxMsg - 12 - 4 - wireLen(qname) }
+
+// wireLen is the length on the wire of a fully qualified name without escapes.
+func wireLen(name string) int {
+	if name == "." {
+		return 1
+	}
+	return len(name) + 1
+}
+
+// maxSRV is the most SRV records of targets under fqdn (<host>.<cluster>.
+// fqdn, each label at least one octet) that fit a reply.
+func maxSRV(fqdn string) int { return roomFor(fqdn) / (sizeSRV + 4 + wireLen(fqdn)) }
+
+// recordCost is how many records a full render of sk's answers holds, at
+// most: each ready endpoint's addresses, and its SRV records (one per named
+// port under the bare name and one under the port's name), with each SRV
+// answer at most what fits a reply. It is what the per-namespace cap counts.
+func recordCost(cfg *Config, sk svcKey, pods []*Pod) int {
+	type portKey struct{ name, protocol string }
+	addrs, eps, named, ports := 0, 0, 0, map[portKey]int{}
+	for _, p := range pods {
+		if !p.Ready || len(p.IPs) == 0 {
+			continue
+		}
+		for _, e := range p.Exports {
+			if e.Namespace != sk.Namespace || e.Name != sk.Name {
+				continue
+			}
+			eps++
+			addrs += len(p.IPs)
+			for _, pt := range e.Ports {
+				if pt.Name != "" {
+					named++
+					ports[portKey{pt.Name, pt.Protocol}]++
+				}
+			}
+		}
+	}
+	if eps == 0 {
+		return 0
+	}
+	limit := maxSRV(sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone)
+	cost := addrs + min(named, limit)
+	for _, n := range ports {
+		cost += min(n, limit)
+	}
+	return cost
 }
 
 // serves reports whether any of pods is a ready endpoint of sk: whether the
@@ -192,6 +273,22 @@ func newIndex(cfg Config, services map[string]*entry, imports map[string]*Servic
 	}
 	for _, e := range ix.services {
 		ix.namespaces[e.sk.Namespace] = struct{}{}
+		if e.access.all || len(e.access.ns) > 0 {
+			if ix.visible == nil {
+				ix.visible = map[string]*access{}
+			}
+			v := ix.visible[e.sk.Namespace]
+			if v == nil {
+				v = &access{}
+				ix.visible[e.sk.Namespace] = v
+			}
+			v.all = v.all || e.access.all
+			v.ns = append(v.ns, e.access.ns...) // sorted and compacted below
+		}
+	}
+	for _, v := range ix.visible {
+		slices.Sort(v.ns)
+		v.ns = slices.Compact(v.ns)
 	}
 	for _, s := range ix.imports {
 		ix.namespaces[s.Namespace] = struct{}{}
@@ -212,9 +309,88 @@ func newIndex(cfg Config, services map[string]*entry, imports map[string]*Servic
 	return ix
 }
 
+// access says which namespaces besides its own may resolve a service
+// (imports enforce): every namespace, or the sorted ns.
+type access struct {
+	all bool
+	ns  []string
+}
+
+func (a *access) allows(namespace string) bool {
+	if a.all {
+		return true
+	}
+	_, found := slices.BinarySearch(a.ns, namespace)
+	return found
+}
+
+// accessOf is what every export of sk among pods allows: a service is open
+// to another namespace only when each of its Pods' entries (each cluster's,
+// each writer's) says so. The entries come normalised (annotation.CheckAllowed).
+func accessOf(sk svcKey, pods []*Pod) access {
+	var acc access
+	first := true
+	var last []string // the list seen before: the Pods of a service share it
+	for _, p := range pods {
+		for i := range p.Exports {
+			e := &p.Exports[i]
+			if e.Namespace != sk.Namespace || e.Name != sk.Name {
+				continue
+			}
+			if !first && slices.Equal(e.Allowed, last) {
+				continue
+			}
+			last = e.Allowed
+			a := access{ns: e.Allowed}
+			if len(e.Allowed) == 1 && e.Allowed[0] == annotation.AllNamespaces {
+				a = access{all: true}
+			}
+			switch {
+			case first:
+				acc, first = a, false
+			case a.all:
+			case acc.all:
+				acc = a
+			default:
+				var both []string
+				for _, ns := range acc.ns {
+					if _, ok := slices.BinarySearch(a.ns, ns); ok {
+						both = append(both, ns)
+					}
+				}
+				acc.ns = both
+			}
+		}
+	}
+	return acc
+}
+
+// Allowed reports whether Pods of namespace client may resolve the service
+// <name>.<namespace> and the names under it: always in its own namespace,
+// else when every export of it allows client. It does not allocate.
+func (ix *Index) Allowed(namespace, name, client string) bool {
+	if client == namespace {
+		return true
+	}
+	e := ix.services[name+"."+namespace]
+	return e != nil && e.access.allows(client)
+}
+
+// Visible reports whether Pods of namespace client may resolve at least one
+// service of namespace (then <namespace>.svc.<zone> exists for them).
+func (ix *Index) Visible(namespace, client string) bool {
+	if client == namespace {
+		_, ok := ix.namespaces[namespace]
+		return ok
+	}
+	v := ix.visible[namespace]
+	return v != nil && v.allows(client)
+}
+
 // endpoint is one ready Pod backing one service, with that service's ports.
 type endpoint struct {
 	cluster, hostname string
+	named             bool // its name can be encoded (EndpointNameFits): it has SRV records and an endpoint name
 	ips               []netip.Addr
 	ports             []portRef
 	raw               []net.IP // ips as record data, shared by every template
@@ -228,25 +404,25 @@ type portRef struct {
 
 // buildService renders one service from the Pods that export it; nil when
 // none of them is ready (the name then does not exist).
-func buildService(cfg *Config, sk svcKey, pods []*Pod) *Service {
-	eps := endpoints(sk, pods)
+func buildService(cfg *Config, sk svcKey, pods []*Pod, budget int) *Service {
+	eps := endpoints(sk, pods, cfg.Zone)
 	if len(eps) == 0 {
 		return nil
 	}
-	s := renderService(*cfg, sk, eps)
+	s := renderService(*cfg, sk, eps, budget)
 	if eps[0].cluster == eps[len(eps)-1].cluster { // sorted: one cluster
 		s.onlyCluster = eps[0].cluster
 	} else {
 		// Few names ask for one cluster's answers (imports that name a
 		// cluster): they are rendered when first asked (InCluster).
-		s.cfg, s.pods = cfg, pods
+		s.cfg, s.pods, s.budget = cfg, pods, budget
 	}
 	return s
 }
 
 // endpoints lists the ready endpoints of sk among pods, sorted by cluster,
 // hostname and address.
-func endpoints(sk svcKey, pods []*Pod) []endpoint {
+func endpoints(sk svcKey, pods []*Pod, zone string) []endpoint {
 	var eps []endpoint
 	for _, p := range pods {
 		if !p.Ready || len(p.IPs) == 0 {
@@ -257,6 +433,7 @@ func endpoints(sk svcKey, pods []*Pod) []endpoint {
 				continue
 			}
 			ep := endpoint{cluster: p.Cluster, hostname: p.EndpointHostname(), ips: p.IPs}
+			ep.named = EndpointNameFits(ep.hostname, ep.cluster, sk.Name, sk.Namespace, zone)
 			for _, pt := range e.Ports {
 				if pt.Name == "" {
 					continue // SRV names need a port name
@@ -274,9 +451,27 @@ func endpoints(sk svcKey, pods []*Pod) []endpoint {
 
 // renderService precomputes the answers of one service from its ready
 // endpoints, sorted by cluster.
-func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
+//
+// A budget above 0 caps the records it holds (the namespace's share, see
+// Table.capNamespaces): endpoints are taken in order while their addresses
+// fit it, and what is left is shared among the SRV answers. Whatever the
+// budget, no answer holds more than fits a reply.
+func renderService(cfg Config, sk svcKey, eps []endpoint, budget int) *Service {
 	fqdn := sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone
+	left := -1 // records still allowed; -1: no cap
+	if budget > 0 {
+		left = budget
+		n := 0
+		for n < len(eps) && len(eps[n].ips) <= left {
+			left -= len(eps[n].ips)
+			n++
+		}
+		eps = eps[:n]
+	}
 	s := &Service{Namespace: sk.Namespace, Name: sk.Name, SRV: map[string]*SRVSet{}, Hosts: make(map[string]*Host, len(eps)), Endpoints: len(eps)}
+	if len(eps) == 0 {
+		return s
+	}
 	shareData(eps, fqdn)
 
 	// Every endpoint's own records, in eps order, in one array per family,
@@ -287,6 +482,9 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 	hostA, hostAAAA := make([]dns.A, 0, all4), make([]dns.AAAA, 0, all6)
 	slab := make([]Host, 0, len(eps))
 	for _, ep := range eps {
+		if !ep.named {
+			continue // its addresses answer the service name only
+		}
 		key := hostKey(ep)
 		h := s.Hosts[key]
 		if h != nil {
@@ -331,10 +529,11 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 	if n6 > 0 {
 		s.AAAA = make([]dns.AAAA, 0, n6)
 	}
+	maxA, maxAAAA := roomFor(fqdn)/sizeA, roomFor(fqdn)/sizeAAAA
 	seen := make(map[netip.Addr]struct{}, n4+n6)
 	for _, ep := range selected {
 		for i, ip := range ep.ips {
-			if _, dup := seen[ip]; dup {
+			if _, dup := seen[ip]; dup || (len(ep.raw[i]) == net.IPv4len && len(s.A) == maxA) || (len(ep.raw[i]) != net.IPv4len && len(s.AAAA) == maxAAAA) {
 				continue
 			}
 			seen[ip] = struct{}{}
@@ -345,20 +544,45 @@ func renderService(cfg Config, sk svcKey, eps []endpoint) *Service {
 	s.A = cut(hostA, s.A, func(a, b *dns.A) bool { return bytes.Equal(a.A, b.A) })
 	s.AAAA = cut(hostAAAA, s.AAAA, func(a, b *dns.AAAA) bool { return bytes.Equal(a.AAAA, b.AAAA) })
 
+	// Each SRV answer holds at most what fits a reply (room, in octets) and,
+	// under a budget, its share of what is left: the bare name's answer and
+	// each port's get as much.
+	perSet := -1
+	if left >= 0 {
+		names := map[string]struct{}{}
+		for _, ep := range selected {
+			for _, pr := range ep.ports {
+				names[pr.prefix] = struct{}{}
+			}
+		}
+		perSet = left / (len(names) + 1)
+	}
+	room := map[*SRVSet]*srvRoom{}
 	for _, ep := range selected {
+		if !ep.named {
+			continue // a target that cannot be encoded would spoil the whole reply
+		}
 		target := ep.owner
 		for _, pr := range ep.ports {
 			for _, prefix := range []string{"", pr.prefix} {
 				set := s.SRV[prefix]
 				if set == nil {
-					set = &SRVSet{SRV: make([]dns.SRV, 0, len(selected)), ExtraA: make([]dns.A, 0, n4), ExtraAAAA: make([]dns.AAAA, 0, n6)}
+					n := len(selected)
+					if perSet >= 0 {
+						n = min(n, perSet)
+					}
+					set = &SRVSet{SRV: make([]dns.SRV, 0, n), ExtraA: make([]dns.A, 0, min(n4, n)), ExtraAAAA: make([]dns.AAAA, 0, min(n6, n))}
 					s.SRV[prefix] = set
+					owner := fqdn
+					if prefix != "" {
+						owner = prefix + "." + fqdn
+					}
+					room[set] = &srvRoom{owner: owner, srv: roomFor(owner), all: roomFor(owner)}
 				}
-				owner := fqdn
-				if prefix != "" {
-					owner = prefix + "." + fqdn
+				if perSet >= 0 && len(set.SRV) >= perSet {
+					continue
 				}
-				addSRV(set, owner, target, pr.target, cfg.TTL, s.Hosts[hostKey(ep)])
+				addSRV(set, target, pr.target, cfg.TTL, s.Hosts[hostKey(ep)], room[set])
 			}
 			// The protocol label alone ("_tcp") is an empty non-terminal.
 			if ent := pr.prefix[strings.IndexByte(pr.prefix, '.')+1:]; s.SRV[ent] == nil {
@@ -444,23 +668,41 @@ func sameSRV(a, b *SRVSet) bool {
 	return true
 }
 
-func addSRV(set *SRVSet, owner, target string, port uint16, ttl uint32, h *Host) {
+// srvRoom is what is left of a reply for an SRV answer: for its SRV records
+// alone, and for them with their additional addresses.
+type srvRoom struct {
+	owner    string
+	srv, all int
+}
+
+// addSRV adds the record (target, port) to set unless it is there already or
+// does not fit the room left, and the target's addresses to the additional
+// section while they fit. Endpoints come sorted, so a target's records are the
+// last ones added: the check for a duplicate looks at those only.
+func addSRV(set *SRVSet, target string, port uint16, ttl uint32, h *Host, room *srvRoom) {
 	newTarget := true
-	for _, r := range set.SRV {
-		if r.Target == target {
-			if r.Port == port {
-				return // identical (target, port) pairs collapse
-			}
-			newTarget = false
+	for i := len(set.SRV) - 1; i >= 0 && set.SRV[i].Target == target; i-- {
+		if set.SRV[i].Port == port {
+			return // identical (target, port) pairs collapse
 		}
+		newTarget = false
 	}
+	size := sizeSRV + wireLen(target)
+	if size > room.srv {
+		return
+	}
+	room.srv -= size
+	room.all -= size
 	set.SRV = append(set.SRV, dns.SRV{
-		Hdr:    dns.RR_Header{Name: owner, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl},
+		Hdr:    dns.RR_Header{Name: room.owner, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: ttl},
 		Target: target, Port: port,
 	})
 	if newTarget && h != nil {
-		set.ExtraA = append(set.ExtraA, h.A...)
-		set.ExtraAAAA = append(set.ExtraAAAA, h.AAAA...)
+		if extra := len(h.A)*(sizeA-2+wireLen(target)) + len(h.AAAA)*(sizeAAAA-2+wireLen(target)); extra <= room.all {
+			room.all -= extra
+			set.ExtraA = append(set.ExtraA, h.A...)
+			set.ExtraAAAA = append(set.ExtraAAAA, h.AAAA...)
+		}
 	}
 }
 
@@ -514,4 +756,52 @@ func appendAddr(as []dns.A, aaaas []dns.AAAA, owner string, ttl uint32, ip net.I
 		return append(as, dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: ip}), aaaas
 	}
 	return as, append(aaaas, dns.AAAA{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: ip})
+}
+
+// EndpointNameFits reports whether the endpoint name
+// <hostname>.<cluster>.<svc>.<ns>.svc.<zone> (zone fully qualified) can be
+// written in a DNS message: every label of 1 to 63 octets, at most 255
+// octets in all, no escapes. A longer cluster ID, hostname or service name
+// would make the packer refuse every record of the reply, or a resolver refuse
+// the whole reply. It does not allocate.
+func EndpointNameFits(hostname, cluster, svc, ns, zone string) bool {
+	n := 0 // octets on the wire: each label's length byte and bytes, then the root
+	for _, part := range [...]string{hostname, cluster, svc, ns, "svc"} {
+		if !labelsFit(part) {
+			return false
+		}
+		n += len(part) + 1
+	}
+	if zone != "." {
+		if !labelsFit(strings.TrimSuffix(zone, ".")) {
+			return false
+		}
+		n += len(zone)
+	}
+	return n+1 <= 255
+}
+
+// labelsFit reports whether s is one or more dot-separated labels of 1 to 63
+// octets with no escape.
+func labelsFit(s string) bool {
+	if s == "" || strings.IndexByte(s, '\\') >= 0 {
+		return false
+	}
+	for s != "" {
+		i := strings.IndexByte(s, '.')
+		if i < 0 {
+			i = len(s)
+		}
+		if i == 0 || i > 63 {
+			return false
+		}
+		if i < len(s) {
+			i++
+			if i == len(s) {
+				return false // a trailing dot: an empty label
+			}
+		}
+		s = s[i:]
+	}
+	return true
 }

@@ -110,6 +110,19 @@ func SplitServiceName(qname, zone string) (prefix, name, namespace string, ok bo
 	return prefix, key[:dot], key[dot+1:], true
 }
 
+// SplitNamespaceName returns ns of a name <ns>.svc.<zone> (qname lower
+// case, fully qualified, zone fully qualified).
+func SplitNamespaceName(qname, zone string) (string, bool) {
+	if len(qname) <= len(zone)+1 || !strings.HasSuffix(qname, zone) || qname[len(qname)-len(zone)-1] != '.' {
+		return "", false
+	}
+	ns, found := strings.CutSuffix(qname[:len(qname)-len(zone)-1], ".svc")
+	if !found || ns == "" || strings.IndexByte(ns, '.') >= 0 {
+		return "", false
+	}
+	return ns, true
+}
+
 // splitService returns the prefix, the index key "<name>.<namespace>" (a
 // substring of qname, so no allocation) and the position of its dot.
 func splitService(qname, zone string) (prefix, key string, dot int, ok bool) {

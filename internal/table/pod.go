@@ -3,7 +3,6 @@ package table
 import (
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 )
@@ -60,7 +59,8 @@ func (c *Common) Equal(o *Common) bool {
 	}
 	for i := range c.Exports {
 		a, b := c.Exports[i], o.Exports[i]
-		if a.Name != b.Name || a.Namespace != b.Namespace || a.Cluster != b.Cluster || !slices.Equal(a.Ports, b.Ports) || !a.Service.Equal(&b.Service) {
+		if a.Name != b.Name || a.Namespace != b.Namespace || a.Cluster != b.Cluster || !slices.Equal(a.Ports, b.Ports) ||
+			!slices.Equal(a.Allowed, b.Allowed) || !a.Service.Equal(&b.Service) {
 			return false
 		}
 	}
@@ -83,15 +83,31 @@ func (p *Pod) EndpointHostname() string {
 // DashedIP renders an address as a DNS label: 10.244.0.5 -> 10-244-0-5,
 // fd00::5 -> fd00--5 (a trailing dash gets a 0 so the label stays valid).
 func DashedIP(a netip.Addr) string {
-	if a.Is4() || a.Is4In6() {
-		return strings.ReplaceAll(a.Unmap().String(), ".", "-")
+	var buf [64]byte
+	return string(dashedInto(buf[:0], a))
+}
+
+// dashedInto appends DashedIP(a) to b.
+func dashedInto(b []byte, a netip.Addr) []byte {
+	a = a.Unmap().WithZone("")
+	start := len(b)
+	if a.Is6() {
+		b = append(b, '0') // dropped below unless the address starts with "::"
 	}
-	s := strings.ReplaceAll(a.WithZone("").String(), ":", "-")
-	if strings.HasPrefix(s, "-") {
-		s = "0" + s
+	at := len(b)
+	b = a.AppendTo(b)
+	for i := at; i < len(b); i++ {
+		if b[i] == '.' || b[i] == ':' {
+			b[i] = '-'
+		}
 	}
-	if strings.HasSuffix(s, "-") {
-		s += "0"
+	if a.Is6() {
+		if b[at] != '-' {
+			b = append(b[:start], b[at:]...)
+		}
+		if b[len(b)-1] == '-' {
+			b = append(b, '0')
+		}
 	}
-	return s
+	return b
 }

@@ -10,11 +10,15 @@
 package table
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 // Locality chooses which clusters' endpoints a service name answers with.
@@ -37,11 +41,18 @@ func (l Locality) String() string {
 
 // Config fixes how answers are rendered. Zone is the clusterset zone, fully
 // qualified and lower case ("clusterset.local.").
+//
+// NamespaceRecords caps the records the answers of one namespace's services
+// may hold (0: no cap): a tenant with many Pods backing many services with
+// many named ports cannot make the index grow past it. Over the cap, each
+// service of the namespace gets an equal share, and services that need less
+// leave theirs to the others (Table.capNamespaces).
 type Config struct {
-	Zone         string
-	TTL          uint32
-	LocalCluster string
-	Locality     Locality
+	Zone             string
+	TTL              uint32
+	LocalCluster     string
+	Locality         Locality
+	NamespaceRecords int
 }
 
 type svcKey struct{ Namespace, Name string }
@@ -87,6 +98,9 @@ type Table struct {
 	cur      atomic.Pointer[Index]
 	onChange func(*Index)
 	onPod    func(Key, *Pod)
+	onName   func(*Pod, annotation.Export)
+	onCapped func(namespace string, records, capped int)
+	capped   map[string]int // by namespace: records left out by the cap (the builder's)
 }
 
 // New returns an empty table serving an empty index.
@@ -117,6 +131,37 @@ func (t *Table) OnChange(f func(*Index)) { t.onChange = f }
 // the table's write lock held, so it must be quick and must not call back
 // into the table. Set it before any write.
 func (t *Table) OnPodChange(f func(Key, *Pod)) { t.onPod = f }
+
+// OnUnencodable registers f to be called once for each new or changed record
+// whose endpoint name under the service of export e cannot be encoded in DNS
+// (EndpointNameFits): that endpoint is left out of SRV answers and has no
+// endpoint name; its addresses still answer the service name. It is called
+// with the table's write lock held, as OnPodChange. Set it before any write.
+func (t *Table) OnUnencodable(f func(p *Pod, e annotation.Export)) { t.onName = f }
+
+// OnCapped registers f to be called (from the builder) when the records the
+// cap leaves out of a namespace's answers change: records is what its
+// services would hold, capped how many of them are left out (0: within the
+// cap again). Set it before Run.
+func (t *Table) OnCapped(f func(namespace string, records, capped int)) { t.onCapped = f }
+
+// checkNames reports p's exports whose endpoint name cannot be encoded.
+func (t *Table) checkNames(p *Pod) {
+	if t.onName == nil {
+		return
+	}
+	var buf [64]byte
+	host := p.Hostname
+	if host == "" && len(p.IPs) > 0 {
+		b := dashedInto(buf[:0], p.IPs[0])
+		host = unsafe.String(unsafe.SliceData(b), len(b)) // read below only, while buf lives
+	}
+	for _, e := range p.Exports {
+		if !EndpointNameFits(host, p.Cluster, e.Name, e.Namespace, t.cfg.Zone) {
+			t.onName(p, e)
+		}
+	}
+}
 
 // Upsert adds or replaces a Pod record.
 func (t *Table) Upsert(p *Pod) {
@@ -250,6 +295,7 @@ func (t *Table) linkLocked(p *Pod) {
 	if t.onPod != nil {
 		t.onPod(p.Key(), p)
 	}
+	t.checkNames(p)
 	for _, e := range p.Exports {
 		sk := svcKey{e.Namespace, e.Name}
 		l := t.bySvc[sk]
@@ -307,10 +353,11 @@ func (t *Table) linkAllLocked(ps []*Pod) {
 	}
 	for g, lo := range start {
 		run := runs[lo:end[g]]
-		if t.onPod != nil {
-			for _, p := range run {
+		for _, p := range run {
+			if t.onPod != nil {
 				t.onPod(p.Key(), p)
 			}
+			t.checkNames(p)
 		}
 		for _, e := range run[0].Exports {
 			sk := svcKey{e.Namespace, e.Name}
@@ -430,7 +477,7 @@ func (t *Table) Rebuild() *Index {
 	for sk, h := range members {
 		name := sk.Name + "." + sk.Namespace
 		if serves(sk, h.pods) {
-			e := &entry{cfg: &t.cfg, sk: sk, pods: h.pods}
+			e := &entry{cfg: &t.cfg, sk: sk, pods: h.pods, access: accessOf(sk, h.pods), cost: recordCost(&t.cfg, sk, h.pods)}
 			if h.failOpen {
 				e.flags.Store(entryFailOpen)
 			}
@@ -439,6 +486,7 @@ func (t *Table) Rebuild() *Index {
 			delete(services, name)
 		}
 	}
+	t.capNamespaces(services, members)
 	idx := newIndex(t.cfg, services, imports, uint32(time.Now().Unix()))
 	idx.demand = dem
 	t.cur.Store(idx)
@@ -447,4 +495,75 @@ func (t *Table) Rebuild() *Index {
 		t.onChange(idx)
 	}
 	return idx
+}
+
+// capNamespaces shares out the record cap among the services of each
+// namespace that members touch (water-filling: each service gets an equal
+// share, and services that need less leave the rest to the others), and
+// replaces the entries whose budget changed; they render again when asked.
+// It costs a pass over the services, as the index's namespace list does.
+func (t *Table) capNamespaces(services map[string]*entry, members map[svcKey]healthy) {
+	limit := t.cfg.NamespaceRecords
+	if limit <= 0 {
+		return
+	}
+	touched := map[string][]string{}
+	for sk := range members {
+		touched[sk.Namespace] = nil
+	}
+	for k, e := range services {
+		if names, ok := touched[e.sk.Namespace]; ok {
+			touched[e.sk.Namespace] = append(names, k)
+		}
+	}
+	if t.capped == nil {
+		t.capped = map[string]int{}
+	}
+	for ns, names := range touched {
+		total := 0
+		for _, k := range names {
+			total += services[k].cost
+		}
+		budgets := make(map[string]int, len(names))
+		if total > limit {
+			// The smallest first: each takes what it needs while that is
+			// at most an equal share of what is left.
+			slices.SortFunc(names, func(a, b string) int {
+				return cmp.Or(cmp.Compare(services[a].cost, services[b].cost), cmp.Compare(a, b))
+			})
+			left := limit
+			for i, k := range names {
+				share := left / (len(names) - i)
+				if c := services[k].cost; c <= share {
+					left -= c
+					continue
+				}
+				budgets[k] = max(share, 1) // 1: 0 means no cap
+				left -= share
+			}
+		}
+		capped := 0
+		for _, k := range names {
+			e := services[k]
+			b := budgets[k]
+			if b > 0 {
+				capped += e.cost - b
+			}
+			if b != e.budget {
+				ne := &entry{cfg: e.cfg, sk: e.sk, pods: e.pods, access: e.access, cost: e.cost, budget: b}
+				ne.flags.Store(e.flags.Load() & entryFailOpen)
+				services[k] = ne
+			}
+		}
+		if capped != t.capped[ns] {
+			if capped == 0 {
+				delete(t.capped, ns)
+			} else {
+				t.capped[ns] = capped
+			}
+			if t.onCapped != nil {
+				t.onCapped(ns, total, capped)
+			}
+		}
+	}
 }

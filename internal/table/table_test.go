@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -405,6 +406,13 @@ func TestOnPodChangeAndCodec(t *testing.T) {
 	if b[0] != 'b' {
 		t.Errorf("written as %q, want the binary form", b[0])
 	}
+	// Allowed namespaces make a 'c' record, read back whole.
+	c := pod("edge-a", "default", "c", "", true, []string{"10.0.0.3"}, annotation.Export{Name: "backend", Allowed: []string{"api", "web"}, Ports: []annotation.Port{httpPort}})
+	if cb, err := EncodePod(c); err != nil || cb[0] != 'c' {
+		t.Fatalf("allowed namespaces: %q, %v", cb, err)
+	} else if back, err := DecodePod(cb); err != nil || !back.Equal(c) || !slices.Equal(back.Exports[0].Allowed, []string{"api", "web"}) {
+		t.Fatalf("allowed namespaces round trip: %+v, %v", back, err)
+	}
 	// Records written as JSON (the first format) still read.
 	legacy := []byte(`j{"c":"edge-a","ns":"default","n":"a","h":"web-0","ips":["10.0.0.1","fd00::1"],"r":true,` +
 		`"e":[{"name":"backend","namespace":"default","cluster":"edge-a","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]}]}`)
@@ -429,6 +437,10 @@ func TestOnPodChangeAndCodec(t *testing.T) {
 func FuzzDecodePod(f *testing.F) {
 	for _, p := range benchPods(3, 1, 1) {
 		b, _ := EncodePod(p)
+		f.Add(b)
+	}
+	withAllowed := pod("edge-a", "default", "c", "", true, []string{"10.0.0.3"}, annotation.Export{Name: "backend", Allowed: []string{"web"}, Ports: []annotation.Port{httpPort}})
+	if b, err := EncodePod(withAllowed); err == nil {
 		f.Add(b)
 	}
 	f.Add([]byte(`j{"c":"a","ns":"b","n":"c"}`))
@@ -699,5 +711,35 @@ func TestRenderSharing(t *testing.T) {
 	}
 	if web.pods != nil || web.cfg != nil {
 		t.Error("the records are kept after the split")
+	}
+}
+
+// EndpointNameFits agrees with what miekg/dns can pack, at the limits.
+func TestEndpointNameFits(t *testing.T) {
+	r := func(c string, n int) string { return strings.Repeat(c, n) }
+	for _, c := range []struct {
+		host, cluster, svc string
+		want               bool
+	}{
+		{"web-0", "edge-a", "backend", true},
+		{r("h", 63), "edge-a", "backend", true},
+		{r("h", 64), "edge-a", "backend", false},
+		{"web-0", r("c", 100), "backend", false},                       // a valid cluster ID, one label of 100
+		{r("h", 63), r("d", 50) + "." + r("e", 49), r("s", 63), false}, // 259 octets
+		{r("h", 63), r("d", 50) + "." + r("e", 45), r("s", 63), true},  // 255 octets
+		{r("h", 63), r("d", 50) + "." + r("e", 46), r("s", 63), false}, // 256 octets
+		{"", "edge-a", "backend", false},
+		{"a..b", "edge-a", "backend", false},
+		{`a\046b`, "edge-a", "backend", false},
+	} {
+		got := EndpointNameFits(c.host, c.cluster, c.svc, "default", zone)
+		name := c.host + "." + c.cluster + "." + c.svc + ".default.svc." + zone
+		_, packs := dns.PackDomainName(name, make([]byte, 512), 0, nil, false)
+		if got != c.want || (got && packs != nil) {
+			t.Errorf("%d+%d+%d octets: %v, want %v (pack: %v)", len(c.host), len(c.cluster), len(c.svc), got, c.want, packs)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { EndpointNameFits("web-0", "edge-a", "backend", "default", zone) }); n != 0 {
+		t.Errorf("%v allocations", n)
 	}
 }

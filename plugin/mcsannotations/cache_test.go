@@ -54,7 +54,7 @@ func TestCacheKeepsAnswersPerClient(t *testing.T) {
 			Annotations: map[string]string{annotation.ImportAnnotation: `{"services":[{"name":"backend","namespace":"default","alias":"be"}]}`}},
 		Status: v1.PodStatus{Phase: v1.PodRunning, PodIPs: []v1.PodIP{{IP: consumer}}},
 	}
-	client := fake.NewClientset(exporter("b1", "10.0.0.1", `{"services":[{"name":"backend"}]}`), consumerPod)
+	client := fake.NewClientset(exporter("b1", "10.0.0.1", `{"services":[{"name":"backend","allowedNamespaces":["web"]}]}`), consumerPod)
 	withClient(t, func(string, string) (kubernetes.Interface, error) { return client, nil })
 	i, udp, _, err := coretest.CoreDNSServerAndPorts(cachedCorefile)
 	if err != nil {

@@ -41,8 +41,9 @@ func askFrom(t *testing.T, udp, src, qname string) *dns.Msg {
 }
 
 // After a restart while the API server is unreachable, the snapshot still
-// knows who imports what: an importing Pod's alias answers it from the
-// first query, and imports enforce still tells it from strangers.
+// knows who imports what and which namespaces a service allows: an importing
+// Pod's alias answers it from the first query, and imports enforce still
+// tells it from strangers.
 func TestSnapshotKeepsClientsForOfflineRestart(t *testing.T) {
 	const consumer = "127.0.0.5"
 	consumerPod := &v1.Pod{
@@ -52,7 +53,9 @@ func TestSnapshotKeepsClientsForOfflineRestart(t *testing.T) {
 		Status: v1.PodStatus{Phase: v1.PodRunning, PodIPs: []v1.PodIP{{IP: consumer}}},
 	}
 	path := filepath.Join(t.TempDir(), "table.db")
-	withClient(t, fakeAPI(exporter("b1", "10.0.0.1", backendAnno), consumerPod))
+	// backend allows web: the allowed list too must come back from the snapshot.
+	const allowsWeb = `{"services":[{"name":"backend","ports":[{"name":"http","port":80}],"allowedNamespaces":["web"]}]}`
+	withClient(t, fakeAPI(exporter("b1", "10.0.0.1", allowsWeb), consumerPod))
 	i, udp, _, err := coretest.CoreDNSServerAndPorts(enforcedSnapshotCorefile(path))
 	if err != nil {
 		t.Fatal(err)

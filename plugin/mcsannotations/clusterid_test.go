@@ -2,7 +2,7 @@ package mcsannotations
 
 import (
 	"context"
-	"net"
+
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/coredns/caddy"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -207,55 +206,4 @@ current-context: c
 		t.Fatal(err)
 	}
 	return path
-}
-
-// The real API client lets a watch wait for a server that refuses
-// connections (internal/redial), counted in watches_waiting, until
-// the watch's context ends; a list fails at once.
-func TestClientWatchWaitsForRefusingServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // now refused
-	client, err := clientFor(writeKubeconfig(t, "http://"+addr), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer lcancel()
-	if _, err := client.CoreV1().Pods("").List(lctx, metav1.ListOptions{}); err == nil || lctx.Err() != nil {
-		t.Fatalf("a list to a refusing server: %v (context %v), want a refusal at once", err, lctx.Err())
-	}
-
-	base := testutil.ToFloat64(watchesWaiting)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := client.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{})
-		done <- err
-	}()
-	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(watchesWaiting) != base+1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watch is not counted as waiting")
-		}
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("the watch ended while the server refuses: %v", err)
-	default:
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Error("a watch that never reached the server returned no error")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting watch did not end with its context")
-	}
-	if got := testutil.ToFloat64(watchesWaiting); got != base {
-		t.Errorf("watches_waiting %v after the watch ended, want %v", got, base)
-	}
 }

@@ -143,10 +143,10 @@ func TestAliasesClusterSetIP(t *testing.T) {
 	m = withClusterSetIPs(importsMCS(true))
 	nx := []dns.RR{test.SOA(soa)}
 	runClientCases(t, m, []clientCase{
-		{from: consumerIP, Case: test.Case{Qname: be, Qtype: dns.TypeA, Answer: []dns.RR{test.A(be + " 5 IN A 10.96.0.10")}}},
-		{from: consumerIP, Case: test.Case{Qname: "_http._tcp." + be, Qtype: dns.TypeSRV,
-			Answer: []dns.RR{test.SRV("_http._tcp." + be + " 5 IN SRV 0 100 80 " + be)},
-			Extra:  []dns.RR{test.A(be + " 5 IN A 10.96.0.10")}}},
+		// Imported, but backend allows no other namespace: refused.
+		{from: consumerIP, Case: test.Case{Qname: be, Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: nx}},
+		{from: consumerIP, Case: test.Case{Qname: "_http._tcp." + be, Qtype: dns.TypeSRV, Rcode: dns.RcodeNameError, Ns: nx}},
+		{from: defaultIP, Case: test.Case{Qname: be, Qtype: dns.TypeA, Answer: []dns.RR{test.A(be + " 5 IN A 10.96.0.10")}}},
 		{from: plainIP, Case: test.Case{Qname: be, Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: nx}},
 		{from: plainIP, Case: test.Case{Qname: "vip.default.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: nx}},
 		{from: defaultIP, Case: test.Case{Qname: "vip.default.svc.clusterset.local.", Qtype: dns.TypeA, Answer: []dns.RR{

@@ -32,7 +32,7 @@ func (m *MCS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 
 	// An alias answers only for the Pod that declared it, in either zone.
 	if m.clients.HasImporters() {
-		if ans, ok := m.alias(ix, state, qname, zone); ok {
+		if ans, ok := m.alias(ctx, ix, state, qname, zone); ok {
 			return m.respond(ctx, w, r, state, ix, zone, ans)
 		}
 	}
@@ -41,13 +41,14 @@ func (m *MCS) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 		// plugin untouched.
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
-	if m.enforce {
-		if reason := m.refusal(state, qname); reason != "" {
-			refused.WithLabelValues(metrics.WithServer(ctx), reason).Inc()
-			return m.respond(ctx, w, r, state, ix, zone, table.Answer{Kind: table.KindNXDomain})
-		}
+	var ans table.Answer
+	if reason := m.refusal(ix, state, qname); reason != "" {
+		// Exactly what a name that does not exist gets.
+		refused.WithLabelValues(metrics.WithServer(ctx), reason).Inc()
+		ans = table.Answer{Kind: table.KindNXDomain}
+	} else {
+		ans = ix.Lookup(qname, state.QType())
 	}
-	ans := ix.Lookup(qname, state.QType())
 	if ans.Kind == table.KindNXDomain && m.fall.Through(qname) {
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
@@ -92,7 +93,7 @@ func (m *MCS) clientIP(state request.Request) netip.Addr {
 // alias answers <alias>.<podns>.svc.<zone> (and names under it) for a client
 // Pod that imports a service under that alias. A target with no ready
 // endpoint is no answer: the name then resolves as if there were no alias.
-func (m *MCS) alias(ix *table.Index, state request.Request, qname, zone string) (table.Answer, bool) {
+func (m *MCS) alias(ctx context.Context, ix *table.Index, state request.Request, qname, zone string) (table.Answer, bool) {
 	prefix, name, ns, ok := table.SplitServiceName(qname, zone)
 	if !ok {
 		return table.Answer{}, false
@@ -105,18 +106,34 @@ func (m *MCS) alias(ix *table.Index, state request.Request, qname, zone string) 
 	if !ok {
 		return table.Answer{}, false
 	}
+	if m.enforce && !ix.Allowed(imp.Namespace, imp.Name, c.Namespace) {
+		// An import never grants access: the name resolves as if there
+		// were no alias.
+		refused.WithLabelValues(metrics.WithServer(ctx), "not_allowed").Inc()
+		return table.Answer{}, false
+	}
 	ans := ix.LookupService(imp.Namespace, imp.Name, imp.Cluster, prefix, state.QType())
 	return ans, ans.Kind != table.KindNXDomain
 }
 
 // refusal applies imports enforce to a clusterset name: a client may resolve
-// services of its own namespace and the ones it imports; clients that are not
-// known local Pods only from an allowed CIDR. It returns the reason for a
-// refusal, or "". Names that are not service names are never refused.
-func (m *MCS) refusal(state request.Request, qname string) string {
+// the services of its own namespace, and those of another namespace that allow
+// its namespace (annotation.Export.Allowed: the exporter decides, an import
+// never grants access); clients that are not known local Pods, only from an
+// allowed CIDR. <ns>.svc.<zone> exists for a client only when it may resolve
+// some service there, so a refusal reads as a name that does not exist. It
+// returns the reason for a refusal, or "" (always "" without enforce). Names
+// that are not service or namespace names are never refused.
+func (m *MCS) refusal(ix *table.Index, state request.Request, qname string) string {
+	if !m.enforce {
+		return ""
+	}
 	_, name, ns, ok := table.SplitServiceName(qname, m.zones[0])
 	if !ok {
-		return ""
+		ns, ok = table.SplitNamespaceName(qname, m.zones[0])
+		if !ok {
+			return ""
+		}
 	}
 	ip := m.clientIP(state)
 	for _, p := range m.allow {
@@ -128,10 +145,14 @@ func (m *MCS) refusal(state request.Request, qname string) string {
 	switch {
 	case c == nil:
 		return "unknown_client"
-	case c.Namespace == ns || c.Imported(ns, name):
+	case c.Namespace == ns:
+		return ""
+	case name == "" && ix.Visible(ns, c.Namespace):
+		return ""
+	case name != "" && ix.Allowed(ns, name, c.Namespace):
 		return ""
 	}
-	return "not_imported"
+	return "not_allowed"
 }
 
 // respond writes ans as the reply to r.

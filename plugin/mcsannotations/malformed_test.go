@@ -2,10 +2,13 @@ package mcsannotations
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,12 +23,13 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 // An API server whose lists of Pods break off (here 10 bytes short, inside
 // the list) costs nothing that was held: the records from the snapshot keep
-// answering, and each informer's malformed list is logged and counted in
+// answering, and each reflector's malformed list is logged and counted in
 // malformed_lists_total.
 func TestMalformedListKeepsRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "table.db")
@@ -72,4 +76,74 @@ func TestMalformedListKeepsRecords(t *testing.T) {
 	if got := addrsOf(exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) {
 		t.Errorf("after a malformed list: %v, want the snapshot's records", got)
 	}
+}
+
+// A hostile peer's list of Pods in JSON, far larger than any real one, is
+// read only up to ingest.MaxReply (1 MiB here, 64 MiB by default), through
+// the real client (clientFor): the reply is refused, logged and counted in
+// oversized_replies_total, and the snapshot's records keep answering.
+func TestOversizedListRefused(t *testing.T) {
+	real := clientFor // seedSnapshot replaces it
+	path := filepath.Join(t.TempDir(), "table.db")
+	seedSnapshot(t, path, []string{"10.0.0.1"}, exporter("a", "10.0.0.1", backendAnno))
+	old := ingest.MaxReply
+	ingest.MaxReply = 1 << 20
+	t.Cleanup(func() { ingest.MaxReply = old })
+	const offered = 64 << 20
+	var mu sync.Mutex
+	var most int64 // the most bytes one list got through
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/readyz":
+			w.Write([]byte("ok"))
+		case r.URL.Path == "/api/v1/pods" && r.URL.Query().Get("watch") == "":
+			w.Header().Set("Content-Type", "application/json")
+			n, _ := io.Copy(w, io.MultiReader(strings.NewReader(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"`),
+				io.LimitReader(zeros{}, offered)))
+			mu.Lock()
+			most = max(most, n)
+			mu.Unlock()
+		case r.URL.Path == "/api/v1/pods":
+			<-r.Context().Done()
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer func() { srv.CloseClientConnections(); srv.Close() }()
+	kubeconfig := writeKubeconfig(t, srv.URL)
+	withClient(t, func(string, string) (kubernetes.Interface, error) { return real(kubeconfig, "") })
+	logs := captureLog(t)
+	oversized0 := testutil.ToFloat64(oversizedReplies)
+	i, udp, _ := serveSnapshot(t, path)
+	defer stopServer(i)
+	// The source's list and the clients watcher's list are refused.
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(oversizedReplies)-oversized0 < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("oversized replies counted: %v, want 2 or more", testutil.ToFloat64(oversizedReplies)-oversized0)
+		}
+	}
+	if want := "refused a reply over its size bound"; !strings.Contains(logs(), want) {
+		t.Errorf("no log line %q", want)
+	}
+	if got := addrsOf(exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 0)); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Errorf("after an oversized list: %v, want the snapshot's records", got)
+	}
+	stopServer(i)
+	srv.CloseClientConnections()
+	mu.Lock()
+	defer mu.Unlock()
+	// What the kernel's socket buffers take besides the bound.
+	if most > ingest.MaxReply+8<<20 {
+		t.Errorf("a list got %d bytes through, over the bound of %d", most, ingest.MaxReply)
+	}
+}
+
+// zeros reads as an endless run of '0'.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = '0'
+	}
+	return len(p), nil
 }

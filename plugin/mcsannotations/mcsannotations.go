@@ -17,6 +17,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -24,16 +25,13 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
-	"github.com/mcsannotations/mcsannotations/internal/informerstop"
-	"github.com/mcsannotations/mcsannotations/internal/podinformer"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
 	"github.com/mcsannotations/mcsannotations/internal/probe"
-	"github.com/mcsannotations/mcsannotations/internal/redial"
 	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/table"
-	"github.com/mcsannotations/mcsannotations/internal/watchread"
 )
 
 // MCS is the plugin handler.
@@ -76,9 +74,9 @@ type MCS struct {
 // snapshotCheckEvery is how often a damaged snapshot store is looked for.
 var snapshotCheckEvery = 5 * time.Second
 
-// stopWait bounds the wait for each informer on shutdown, reload and expiry;
-// tests shorten it.
-var stopWait = informerstop.Wait
+// stopWait bounds the wait for each reflector on shutdown, reload and
+// expiry; tests shorten it.
+var stopWait = ingest.StopWait
 
 const protobuf = "application/vnd.kubernetes.protobuf"
 
@@ -92,20 +90,14 @@ func restConfigFor(kubeconfig, kubecontext string) (*rest.Config, error) {
 		&clientcmd.ConfigOverrides{CurrentContext: kubecontext}).ClientConfig()
 }
 
-// wrapTransport makes watches wait for an API server that refuses
-// connections instead of failing into client-go's retry backoff: the watch
-// resumes (no relist) within redial.Interval of the server's return.
-//
-// Watch streams are read in large chunks: over HTTP/2 every read returns
-// flow-control credit with a write of its own (see watchread).
+// wrapTransport bounds every reply an API server sends (a peer's is
+// anyone's; see ingest.Transport); a reply cut at its bound is logged and
+// counted.
 func wrapTransport(rc *rest.Config) {
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return redial.Wrap(watchread.Wrap(rt), redial.Interval, func(waiting bool) {
-			if waiting {
-				watchesWaiting.Inc()
-			} else {
-				watchesWaiting.Dec()
-			}
+		return ingest.Transport(rt, func(err error) {
+			oversizedReplies.Inc()
+			log.Warningf("refused a reply over its size bound (a broken or hostile API server?), keeping what is held: %v", err)
 		})
 	})
 }
@@ -182,7 +174,8 @@ func newMCS(cfg config) (*MCS, error) {
 		log.Infof("verify %s: export annotations count only when signed with their cluster's key (%d keys)", cfg.verify, len(cfg.keys))
 	}
 
-	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality})
+	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality, NamespaceRecords: cfg.nsRecords})
+	t.OnCapped(logCapped)
 	t.OnChange(func(ix *table.Index) {
 		indexBuilds.Inc()
 		services.Set(float64(ix.Len()))
@@ -194,28 +187,34 @@ func newMCS(cfg config) (*MCS, error) {
 		m.checkID = func(ctx context.Context) { checkClusterID(ctx, local, cluster, cfg.snapshot+clusterIDSuffix) }
 	}
 	t.OnPodChange(m.journal)
+	t.OnUnencodable(logUnencodable)
 	m.clients.OnChange(m.journalClient)
-	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(cluster), source.Options{StopWait: stopWait, Key: cfg.keys[cluster]}))
+	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(cluster),
+		source.Options{Key: cfg.keys[cluster], Ingest: ingestOptions(clusterInformer(cluster))}))
 	// Importers are local Pods; enforcing needs every local Pod.
-	m.watcher = clients.NewWatcher(local, m.clients, cfg.enforce, func(ns, name string, rej []annotation.Rejection) {
-		logRejected(cluster, ns, name, rej)
-	})
-	m.watcher.SetStopWait(stopWait)
-	m.watcher.OnInformer(informerEvents(clientsInformer))
-	m.watcher.OnDropped(func(n int) {
-		log.Infof("local Pods: the first list dropped %d DNS clients remembered from the snapshot (gone meanwhile)", n)
+	m.watcher = clients.NewWatcher(local, m.clients, clients.Options{
+		All: cfg.enforce,
+		Rejected: func(ns, name string, rej []annotation.Rejection) {
+			logRejected(cluster, ns, name, rej)
+		},
+		Dropped: func(n int) {
+			log.Infof("local Pods: the first list dropped %d DNS clients remembered from the snapshot (gone meanwhile)", n)
+		},
+		Ingest: ingestOptions(clientsInformer),
 	})
 	if dyn, err := dynamicFor(cfg.kubeconfig, cfg.kubecontext); err != nil {
 		log.Warningf("ServiceImports: no client for them (%v): ClusterSetIP services are answered as headless ones", err)
 	} else {
-		m.imports = serviceimport.New(local.Discovery(), dyn, m.importEvents(), serviceimport.Options{Recheck: importRecheck, StopWait: stopWait})
+		m.imports = serviceimport.New(local.Discovery(), dyn, m.importEvents(),
+			serviceimport.Options{Recheck: importRecheck, Ingest: ingestOptions("serviceimports")})
 	}
 	for _, p := range cfg.peers {
 		client, err := clientOf(p.name, p.kubeconfig, p.kubecontext)
 		if err != nil {
 			return nil, err
 		}
-		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(p.name), source.Options{StopWait: stopWait, Key: cfg.keys[p.name]}))
+		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(p.name),
+			source.Options{Key: cfg.keys[p.name], Ingest: ingestOptions(clusterInformer(p.name))}))
 	}
 	m.newProber(cfg.probe)
 	return m, nil
@@ -243,12 +242,11 @@ func (m *MCS) sourceEvents(cluster string) source.Events {
 		Synced: func(cluster string) {
 			save(cluster)
 			if s := m.sourceFor(cluster); s != nil {
-				log.Infof("cluster %s: complete list applied: %d records, %s after its informer started",
+				log.Infof("cluster %s: complete list applied: %d records, %s after its reflector started",
 					cluster, m.table.Len()[cluster], time.Since(s.Started()).Round(time.Millisecond))
 			}
 		},
 		Rejected: logRejected,
-		Informer: informerEvents(clusterInformer(cluster)),
 		StateChanged: func(cluster string, from, to source.State, err error) {
 			save(cluster)
 			if err != nil {
@@ -260,24 +258,28 @@ func (m *MCS) sourceEvents(cluster string) source.Events {
 	}
 }
 
-// informerEvents logs and counts what a Pod informer reports, by its name
-// (as informer_slow_stops_total names them): a list that broke off or did
-// not decode, an expired watch, and each list of every Pod after the first.
-func informerEvents(informer string) podinformer.Events {
-	return podinformer.Events{
+// ingestOptions are the options of a reflector, by its name (as the
+// metrics name them): it logs and counts a list that broke off or did not
+// decode, an expired watch, and each list of every object after the first.
+func ingestOptions(name string) ingest.Options {
+	what := "Pod"
+	if name == "serviceimports" {
+		what = "ServiceImport"
+	}
+	return ingest.Options{Name: name, StopWait: stopWait, Events: ingest.Events{
 		Malformed: func(err error) {
-			malformedLists.WithLabelValues(informer).Inc()
-			log.Warningf("%s: a malformed list of Pods, kept what was held, listing again: %v", informer, err)
+			malformedLists.WithLabelValues(name).Inc()
+			log.Warningf("%s: a malformed list of %ss, kept what was held, listing again: %v", name, what, err)
 		},
 		Expired: func() {
-			watchExpirations.WithLabelValues(informer).Inc()
-			log.Infof("%s: the watch of Pods expired (the API server restarted, or the watch fell behind): listing every Pod again, answering from what is held meanwhile", informer)
+			watchExpirations.WithLabelValues(name).Inc()
+			log.Infof("%s: the watch of %ss expired (the API server restarted, or the watch fell behind): listing every %s again, answering from what is held meanwhile", name, what, what)
 		},
-		Relisted: func(pods int, took time.Duration) {
-			relistSeconds.WithLabelValues(informer).Observe(took.Seconds())
-			log.Infof("%s: listed %d Pods again in %s", informer, pods, took.Round(time.Millisecond))
+		Relisted: func(n int, took time.Duration) {
+			relistSeconds.WithLabelValues(name).Observe(took.Seconds())
+			log.Infof("%s: listed %d %ss again in %s", name, n, what, took.Round(time.Millisecond))
 		},
-	}
+	}}
 }
 
 // logRejected logs skipped annotation entries once per change, and counts them.
@@ -290,6 +292,25 @@ func logRejected(cluster, ns, name string, rej []annotation.Rejection) {
 		return
 	}
 	log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
+}
+
+// logCapped logs and sets the records the per-namespace cap leaves out, once
+// per change.
+func logCapped(ns string, records, capped int) {
+	cappedRecords.WithLabelValues(ns).Set(float64(capped))
+	if capped == 0 {
+		log.Infof("namespace %s: its answers hold %d records, within records_per_namespace again", ns, records)
+		return
+	}
+	log.Warningf("namespace %s: its services' answers would hold %d records, more than records_per_namespace: %d left out (each service keeps an equal share)", ns, records, capped)
+}
+
+// logUnencodable logs and counts an endpoint whose name cannot be encoded
+// (once per change of its record).
+func logUnencodable(p *table.Pod, e annotation.Export) {
+	unencodableNames.WithLabelValues(p.Cluster).Inc()
+	log.Warningf("cluster %s: Pod %s/%s: its endpoint name under service %s/%s (hostname %q, cluster %q) has a label longer than 63 octets or is longer than 255: "+
+		"left out of SRV answers and without an endpoint name; its addresses still answer the service name", p.Cluster, p.Namespace, p.Name, e.Namespace, e.Name, annotation.Clip(p.EndpointHostname()), annotation.Clip(p.Cluster))
 }
 
 // start runs on CoreDNS start-up (and after a reload): it loads the snapshot
@@ -342,8 +363,7 @@ func (m *MCS) stop() error {
 	if m.prober != nil {
 		probers.remove(m.prober)
 	}
-	// In parallel: each may wait stopWait for an informer asleep in a retry
-	// backoff against an unreachable API server.
+	// In parallel: each waits at most stopWait for its reflector.
 	var wg sync.WaitGroup
 	wg.Go(func() { stopped(clientsInformer, m.watcher.Stop()) })
 	if m.imports != nil {
@@ -368,14 +388,7 @@ func (m *MCS) stop() error {
 func (m *MCS) expireLoop(ctx context.Context) {
 	every := min(max(m.expire/4, 100*time.Millisecond), 5*time.Second)
 	grace := min(m.expire, 10*time.Second)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.UntilWithContext(ctx, func(context.Context) {
 		for _, s := range m.sources {
 			last := s.LastContact()
 			if s.Expired() || s.State() == source.Connected || last.IsZero() ||
@@ -385,28 +398,27 @@ func (m *MCS) expireLoop(ctx context.Context) {
 			sourceExpirations.WithLabelValues(s.Cluster()).Inc()
 			log.Warningf("cluster %s: no contact since %s (longer than expire %s): dropping its records until it answers again",
 				s.Cluster(), stamp(last), m.expire)
-			// A slow stop of the old informer is a warning (the new one
-			// runs); a failed start (which cannot happen to a fresh
-			// informer) is an error. Both come back joined.
-			if err := s.Expire(); errors.Is(err, informerstop.ErrSlow) {
+			// A slow stop of the old reflector is a warning (the new one
+			// runs).
+			if err := s.Expire(); errors.Is(err, ingest.ErrSlow) {
 				stopped(clusterInformer(s.Cluster()), err)
 			} else if err != nil {
 				log.Errorf("cluster %s: restart after expiry: %v", s.Cluster(), err)
 			}
 		}
-	}
+	}, every)
 }
 
 // Name implements plugin.Handler.
 func (m *MCS) Name() string { return pluginName }
 
-// stopped logs an informer stop that was not waited for to the end and counts
-// it (err wraps informerstop.ErrSlow, the only error a stop returns).
+// stopped logs a reflector stop that was not waited for to the end and
+// counts it (err wraps ingest.ErrSlow, the only error a stop returns).
 func stopped(informer string, err error) {
 	if err == nil {
 		return
 	}
-	if errors.Is(err, informerstop.ErrSlow) {
+	if errors.Is(err, ingest.ErrSlow) {
 		slowStops.WithLabelValues(informer).Inc()
 	}
 	log.Warningf("%s: %v", informer, err)

@@ -24,6 +24,20 @@ var (
 		Help:      "Annotation entries skipped, by source cluster and reason.",
 	}, []string{"cluster", "reason"})
 
+	unencodableNames = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "unencodable_names_total",
+		Help:      "Endpoints left out of SRV answers and endpoint names because their name cannot be encoded in DNS (a label over 63 octets, a name over 255), by source cluster; counted once per change of the record.",
+	}, []string{"cluster"})
+
+	cappedRecords = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "capped_records",
+		Help:      "Records left out of a namespace's answers by records_per_namespace (0 once within it again), by namespace.",
+	}, []string{"namespace"})
+
 	answers = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
@@ -35,7 +49,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "refused_total",
-		Help:      "Queries refused (NXDOMAIN) by imports enforce, by reason: unknown_client (not a known local Pod, not in an allowed CIDR) or not_imported.",
+		Help:      "Queries refused (answered as names that do not exist) by imports enforce, by reason: unknown_client (not a known local Pod, not in an allowed CIDR) or not_allowed (the service does not allow the client's namespace; an alias to it resolves as no alias).",
 	}, []string{"server", "reason"})
 
 	services = promauto.NewGauge(prometheus.GaugeOpts{
@@ -77,36 +91,36 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "informer_slow_stops_total",
-		Help:      "Informer stops (shutdown, reload, expiry) not waited for to the end: client-go was sleeping out a retry backoff against an unreachable API server.",
+		Help:      "Reflector stops (shutdown, reload, expiry) not waited for to the end; each ends on its own in the background.",
 	}, []string{"informer"})
 
 	malformedLists = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "malformed_lists_total",
-		Help:      "Lists of Pods that broke off or did not decode; what the informer held stays, and it lists again.",
+		Help:      "Lists of Pods that broke off, did not decode or were over their size bound; what was held stays, and the list is made again.",
 	}, []string{"informer"})
 
 	watchExpirations = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "watch_expirations_total",
-		Help:      "Times an informer's watch of Pods expired (410), after which it lists every Pod again.",
+		Help:      "Times a reflector's watch expired (410), after which it lists every object again.",
 	}, []string{"informer"})
 
 	relistSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "relist_seconds",
-		Help:      "Time each list of every Pod after an informer's first took to arrive, from its start (from the watch's expiry for a list started then).",
+		Help:      "Time each list of every object after a reflector's first took to arrive, from its start.",
 		Buckets:   []float64{0.25, 0.5, 1, 2, 5, 10, 30, 60, 120},
 	}, []string{"informer"})
 
-	watchesWaiting = promauto.NewGauge(prometheus.GaugeOpts{
+	oversizedReplies = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
-		Name:      "watches_waiting",
-		Help:      "Watch requests waiting for an API server that refuses connections (tried again every 250 ms).",
+		Name:      "oversized_replies_total",
+		Help:      "Replies from an API server refused at their size bound (64 MiB for a reply read whole, 16 MiB for one object); what was held stays.",
 	})
 
 	serviceImports = promauto.NewGauge(prometheus.GaugeOpts{

@@ -29,7 +29,7 @@ import (
 )
 
 // When an API server answers a watch with 410 (its watch cache begins after
-// the version the plugin had: it restarted), each informer logs and counts
+// the version the plugin had: it restarted), each reflector logs and counts
 // the expiry, lists every Pod again, and logs and observes the time until
 // that list arrived; the Pod that only the second list has then answers.
 func TestWatchExpiryRelists(t *testing.T) {
@@ -52,7 +52,7 @@ func TestWatchExpiryRelists(t *testing.T) {
 			n := listsBy[q.Get("labelSelector")]
 			mu.Unlock()
 			list := &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}, Items: []v1.Pod{*exporter("a", "10.0.0.1", backendAnno)}}
-			if n > 1 { // after the informer's first
+			if n > 1 { // after the reflector's first
 				list = &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Pod{*exporter("a", "10.0.0.1", backendAnno), *exporter("b", "10.0.0.2", backendAnno)}}
 			}
 			w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
@@ -83,7 +83,7 @@ func TestWatchExpiryRelists(t *testing.T) {
 	defer stopServer(i)
 
 	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1", "10.0.0.2"})
-	deadline := time.Now().Add(10 * time.Second) // client-go's backoff: 0.8-1.6 s before it takes the list
+	deadline := time.Now().Add(10 * time.Second)
 	for _, inf := range informers {
 		wants := []string{
 			inf + ": the watch of Pods expired (the API server restarted, or the watch fell behind): listing every Pod again",

@@ -39,6 +39,13 @@ const defaultZone = "clusterset.local."
 const (
 	defaultTTL = 5
 	maxTTL     = 3600
+
+	// defaultNamespaceRecords caps the records one namespace's answers hold:
+	// a few MB of answers (a record is about a hundred bytes with its share
+	// of names), far more than a namespace of a thousand endpoints with a
+	// few named ports each needs.
+	defaultNamespaceRecords = 50000
+	maxNamespaceRecords     = 10000000
 )
 
 func setup(c *caddy.Controller) error {
@@ -88,6 +95,7 @@ type config struct {
 	verify      string                       // folder of public keys; empty: no verification
 	keys        map[string]ed25519.PublicKey // by cluster ID, read from verify
 	probe       *probe.Config                // nil: no probing
+	nsRecords   int                          // records_per_namespace
 }
 
 // peerConfig is one peer word: a cluster watched through its own kubeconfig.
@@ -97,7 +105,7 @@ type peerConfig struct {
 
 // parse reads the plugin's one block. Every error names the offending line.
 func parse(c *caddy.Controller) (config, error) {
-	cfg := config{ttl: defaultTTL, locality: table.PreferLocal}
+	cfg := config{ttl: defaultTTL, locality: table.PreferLocal, nsRecords: defaultNamespaceRecords}
 	var verifyErr func(error) error
 	i := 0
 	for c.Next() {
@@ -155,6 +163,16 @@ func parse(c *caddy.Controller) (config, error) {
 					return cfg, c.Errf("ttl %q: must be a whole number of seconds from 0 to %d", v, maxTTL)
 				}
 				cfg.ttl = uint32(n)
+			case "records_per_namespace":
+				v, err := oneArg(c)
+				if err != nil {
+					return cfg, err
+				}
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 || n > maxNamespaceRecords {
+					return cfg, c.Errf("records_per_namespace %q: must be a whole number from 1 to %d", v, maxNamespaceRecords)
+				}
+				cfg.nsRecords = n
 			case "locality":
 				v, err := oneArg(c)
 				if err != nil {

@@ -1,6 +1,7 @@
 package mcsannotations
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
@@ -36,6 +37,7 @@ func TestParse(t *testing.T) {
 		expire   time.Duration
 		enforce  bool
 		allow    []netip.Prefix
+		records  int // records_per_namespace; 0: the default
 	}{
 		{input: "mcsannotations {\n cluster edge-a\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5},
 		{input: "mcsannotations clusterset.local cluster.local {\n cluster edge-a\n kubeconfig /k.yaml ctx-a\n ttl 30\n locality any\n fallthrough clusterset.local\n}",
@@ -48,7 +50,11 @@ func TestParse(t *testing.T) {
 			allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}},
 		{input: "mcsannotations example.org {\n cluster a.b.c\n kubeconfig /k.yaml\n ttl 0\n locality prefer-local\n fallthrough\n}",
 			zones: []string{"example.org."}, cluster: "a.b.c", kcfg: "/k.yaml", ttl: 0, fallQ: "anything.org."},
+		{input: "mcsannotations {\n cluster edge-a\n records_per_namespace 2000\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, records: 2000},
 		// Errors.
+		{input: "mcsannotations {\n cluster a\n records_per_namespace 0\n}", err: `records_per_namespace "0": must be a whole number from 1 to 10000000`},
+		{input: "mcsannotations {\n cluster a\n records_per_namespace many\n}", err: `records_per_namespace "many": must be a whole number from 1 to 10000000`},
+		{input: "mcsannotations {\n cluster a\n records_per_namespace\n}", err: "records_per_namespace takes exactly one argument, got 0"},
 		{input: "mcsannotations", zones: []string{"clusterset.local."}, ttl: 5},
 		{input: "mcsannotations {\n}", zones: []string{"clusterset.local."}, ttl: 5},
 		{input: "mcsannotations {\n cluster\n}", err: "cluster takes exactly one argument, got 0"},
@@ -90,7 +96,7 @@ func TestParse(t *testing.T) {
 			if strings.Join(cfg.zones, ",") != strings.Join(tc.zones, ",") || cfg.cluster != tc.cluster ||
 				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc || cfg.snapshot != tc.snapshot ||
 				!slices.Equal(cfg.peers, tc.peers) || cfg.expire != tc.expire ||
-				cfg.enforce != tc.enforce || !slices.Equal(cfg.allow, tc.allow) {
+				cfg.enforce != tc.enforce || !slices.Equal(cfg.allow, tc.allow) || cfg.nsRecords != cmp.Or(tc.records, defaultNamespaceRecords) {
 				t.Errorf("got %+v", cfg)
 			}
 			if got := cfg.fall.Through(tc.fallQ); got != (tc.fallQ != "") {

@@ -18,34 +18,30 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
-// An API server that answers 429 to everything puts client-go's informers
-// into their watch-list retry, which sleeps out its backoff (0.8 s doubling
-// to 30 s) without looking at its context. CoreDNS's shutdown (and a reload)
-// must not wait for that: the plugin stops both informers in parallel, waits
-// stopWait at most (50 ms here, informerstop.Wait by default), and logs and
-// counts the ones left to end on their own.
-func TestStopDoesNotWaitForInformerBackoff(t *testing.T) {
-	stopAfter429s(t, func(host string) (kubernetes.Interface, error) {
-		return kubernetes.NewForConfig(&rest.Config{Host: host})
-	}, 50*time.Millisecond, 1)
-}
-
-// The plugin's own clients list Pods as a stream (podinformer), not with
-// client-go's watch-list, and the reflector's list path sleeps its backoff
-// watching its context: a stop while both informers sleep after their 429s
-// ends within stopWait (here 500 ms, under the 0.8 s that the watch-list
-// retry sleeps at the least), with no informer left behind.
-func TestStopIsPromptWithStreamedLists(t *testing.T) {
-	stopAfter429s(t, func(host string) (kubernetes.Interface, error) {
-		return podproto.NewClient(&rest.Config{Host: host, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}}, podproto.Plugin)
-	}, 500*time.Millisecond, 0)
+// An API server that answers 429 to everything puts the reflectors into
+// their retry backoff, which they sleep out watching their context (client-go's
+// watch-list retry, which does not, is off): CoreDNS's shutdown (and a
+// reload) ends within stopWait (500 ms here), with no reflector left behind,
+// whether the client lists as a stream (podproto) or not.
+func TestStopIsPrompt(t *testing.T) {
+	clients := map[string]func(host string) (kubernetes.Interface, error){
+		"podproto": func(host string) (kubernetes.Interface, error) {
+			return podproto.NewClient(&rest.Config{Host: host, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}}, podproto.Plugin)
+		},
+		"client-go": func(host string) (kubernetes.Interface, error) {
+			return kubernetes.NewForConfig(&rest.Config{Host: host})
+		},
+	}
+	for name, newClient := range clients {
+		t.Run(name, func(t *testing.T) { stopAfter429s(t, newClient, 500*time.Millisecond) })
+	}
 }
 
 // stopAfter429s starts CoreDNS with clients from newClient against an API
-// server that answers 429 to everything, stops it while its informers back
-// off, and requires slowStops to count want for each informer (within three
-// tries when want is 1: a stop while a request is in flight ends at once).
-func stopAfter429s(t *testing.T, newClient func(host string) (kubernetes.Interface, error), wait time.Duration, want float64) {
+// server that answers 429 to everything, stops it once both reflectors have
+// made a request (they then retry after their backoff), and requires no slow
+// stop of either, each waited for at most wait.
+func stopAfter429s(t *testing.T, newClient func(host string) (kubernetes.Interface, error), wait time.Duration) {
 	var exporters, importers atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch sel := r.URL.Query().Get("labelSelector"); {
@@ -65,36 +61,26 @@ func stopAfter429s(t *testing.T, newClient func(host string) (kubernetes.Interfa
 	stopWait = wait
 	t.Cleanup(func() { stopWait = old })
 
-	for try := 1; ; try++ {
-		source0 := testutil.ToFloat64(slowStops.WithLabelValues("cluster/edge-a"))
-		clients0 := testutil.ToFloat64(slowStops.WithLabelValues("clients"))
-		e, i0 := exporters.Load(), importers.Load()
-		i, _, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Both informers have made their first request: each now sleeps
-		// at least 0.8 s.
-		for deadline := time.Now().Add(5 * time.Second); exporters.Load() == e || importers.Load() == i0; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				stopServer(i)
-				t.Fatal("the informers made no request")
-			}
-		}
-		// Let the 429s arrive: a stop while a request is in flight cancels
-		// it and ends at once, a try that tells nothing.
-		time.Sleep(100 * time.Millisecond)
-		asleep := time.Now()
-		stopServer(i)
-		took := time.Since(asleep)
-		source := testutil.ToFloat64(slowStops.WithLabelValues("cluster/edge-a")) - source0
-		clients := testutil.ToFloat64(slowStops.WithLabelValues("clients")) - clients0
-		if source == want && clients == want {
-			t.Logf("stopped in %s, slow stops: %v each", took.Round(time.Millisecond), want)
-			return
-		}
-		if try == 3 || want == 0 {
-			t.Fatalf("try %d: slow stops counted: cluster/edge-a %v, clients %v (want %v each); the stop took %s", try, source, clients, want, took)
+	source0 := testutil.ToFloat64(slowStops.WithLabelValues("cluster/edge-a"))
+	clients0 := testutil.ToFloat64(slowStops.WithLabelValues("clients"))
+	i, _, _, err := coretest.CoreDNSServerAndPorts(snapshotCorefile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); exporters.Load() == 0 || importers.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			stopServer(i)
+			t.Fatal("the reflectors made no request")
 		}
 	}
+	time.Sleep(100 * time.Millisecond) // let the 429s arrive
+	start := time.Now()
+	stopServer(i)
+	took := time.Since(start)
+	source := testutil.ToFloat64(slowStops.WithLabelValues("cluster/edge-a")) - source0
+	clients := testutil.ToFloat64(slowStops.WithLabelValues("clients")) - clients0
+	if source != 0 || clients != 0 {
+		t.Fatalf("slow stops counted: cluster/edge-a %v, clients %v (want none); the stop took %s", source, clients, took)
+	}
+	t.Logf("stopped in %s", took.Round(time.Millisecond))
 }

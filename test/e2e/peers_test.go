@@ -88,6 +88,7 @@ func TestPeers(t *testing.T) {
 		{"ClusterClaimRejected", testPeersClusterClaim},
 		{"Failover", testPeersFailover},
 		{"HungPeer", testPeersHung},
+		{"Flapping", testPeersFlapping},
 		{"CutExpireRestore", testPeersCutExpire},
 		{"RestartWhileCut", testPeersRestartWhileCut},
 	} {
@@ -383,6 +384,46 @@ func testPeersHung(t *testing.T, e *peersEnv) {
 // Cutting edge-b's link: its endpoints stay while the cut is shorter than
 // expire, go when it is longer (edge-c's stay), and come back when the link
 // does; no answer waits for edge-b meanwhile.
+// flaps, flapDown and flapUp are issue 26's flapping link.
+const (
+	flaps    = 10
+	flapDown = 3 * time.Second
+	flapUp   = 3 * time.Second
+)
+
+// After edge-b's link flaps (10 times cut 3 s, back 3 s), a change made once
+// it has been back for 2 s shows within 2 s more. The reflectors retry with
+// a short, capped backoff (ingest.Backoff); client-go's default grew with
+// each refused retry to 30 s (jittered up to 60 s) and reset only after two
+// quiet minutes, so the change showed up to a minute late.
+func testPeersFlapping(t *testing.T, e *peersEnv) {
+	ns := e.namespace(t)
+	e.b.CreateReadyPods(t, ns, exporter("web-b", "", ips("10.2.9.1"), backend))
+	q := harness.Query{Name: svc("backend", ns), Type: dns.TypeA, Timeout: peerQueryTimeout}
+	waitPeers(t, e.pref, resync, q, hasAddrs("10.2.9.1"))
+
+	restored := true
+	t.Cleanup(func() {
+		if !restored {
+			e.pb.Restore(t)
+		}
+	})
+	for i := range flaps {
+		e.pb.Cut(t)
+		restored = false
+		time.Sleep(flapDown)
+		e.pb.Restore(t)
+		restored = true
+		if i < flaps-1 {
+			time.Sleep(flapUp)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	e.b.CreateReadyPods(t, ns, exporter("web-b2", "", ips("10.2.9.2"), backend))
+	took := waitPeers(t, e.pref, 2*time.Second, q, hasAddrs("10.2.9.1", "10.2.9.2"))
+	t.Logf("after %d flaps, edge-b's change showed %s after it was made", flaps, took.Round(time.Millisecond))
+}
+
 func testPeersCutExpire(t *testing.T, e *peersEnv) {
 	ns := e.namespace(t)
 	e.b.CreateReadyPods(t, ns, exporter("web-b", "web-b", ips("10.2.7.1"), backend))

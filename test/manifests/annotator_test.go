@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
@@ -121,6 +124,8 @@ type annotator struct {
 	binding        rbacv1.ClusterRoleBinding
 	leaseRole      rbacv1.Role
 	leaseBinding   rbacv1.RoleBinding
+	policy         admissionv1.ValidatingAdmissionPolicy
+	policyBinding  admissionv1.ValidatingAdmissionPolicyBinding
 	deployment     appsv1.Deployment
 	objs           []*unstructured.Unstructured
 	rbacObjs       []*unstructured.Unstructured // all but the Deployment
@@ -134,6 +139,7 @@ func readAnnotator(t *testing.T) *annotator {
 	typed(t, a.objs, map[string]any{
 		"ServiceAccount": &a.sa, "ClusterRole": &a.role, "ClusterRoleBinding": &a.binding,
 		"Role": &a.leaseRole, "RoleBinding": &a.leaseBinding, "Deployment": &a.deployment,
+		"ValidatingAdmissionPolicy": &a.policy, "ValidatingAdmissionPolicyBinding": &a.policyBinding,
 	})
 	if t.Failed() {
 		t.FailNow()
@@ -218,6 +224,37 @@ func TestAnnotatorStatic(t *testing.T) {
 		t.Errorf("RoleBinding refers to %+v, the Role is %s", r, a.leaseRole.Name)
 	}
 	bindsSA("RoleBinding", a.leaseBinding.Subjects)
+
+	// The admission policy: bound (Deny), matching the annotator's identity
+	// only, failing closed, naming exactly the keys the annotator writes
+	// and its Lease.
+	if b := a.policyBinding.Spec; b.PolicyName != a.policy.Name || !slices.Equal(b.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) || b.ParamRef != nil {
+		t.Errorf("ValidatingAdmissionPolicyBinding %+v: want policy %s, Deny", b, a.policy.Name)
+	}
+	if fp := a.policy.Spec.FailurePolicy; fp == nil || *fp != admissionv1.Fail {
+		t.Errorf("failurePolicy %v, want Fail", fp)
+	}
+	user := harness.ServiceAccountUser(a.sa.Namespace, a.sa.Name)
+	if mc := a.policy.Spec.MatchConditions; len(mc) != 1 || mc[0].Expression != "request.userInfo.username == '"+user+"'" {
+		t.Errorf("matchConditions %+v: want the annotator's user %s only", mc, user)
+	}
+	vars := map[string]string{}
+	for _, v := range a.policy.Spec.Variables {
+		vars[v.Name] = v.Expression
+	}
+	if want := fmt.Sprintf("[%q, %q]", harness.ExporterLabel, "multicluster.kubernetes.io/importer"); strings.ReplaceAll(vars["ownLabels"], "'", `"`) != want {
+		t.Errorf("ownLabels %s, want %s", vars["ownLabels"], want)
+	}
+	if want := fmt.Sprintf("[%q, %q]", harness.ExportAnnotation, "multicluster.kubernetes.io/export-signature"); strings.ReplaceAll(vars["ownAnnotations"], "'", `"`) != want {
+		t.Errorf("ownAnnotations %s, want %s", vars["ownAnnotations"], want)
+	}
+	leaseRule := false
+	for _, v := range a.policy.Spec.Validations {
+		leaseRule = leaseRule || strings.Contains(v.Expression, "object.metadata.name == '"+annotatorLease+"'")
+	}
+	if !leaseRule {
+		t.Errorf("no validation limits Lease creates to %s", annotatorLease)
+	}
 
 	// Least privilege: exactly the contract.
 	exactGrants(t, "ClusterRole "+a.role.Name, a.role.Rules, annotatorClusterGrants)
@@ -721,6 +758,75 @@ func TestAnnotatorManifests(t *testing.T) {
 		err = sa.CoordinationV1().Leases(kubeSystem).Delete(cx, annotatorLease, metav1.DeleteOptions{})
 		forbidden("delete its Lease", err)
 	})
+
+	// Last: it removes the policy's binding at the end.
+	t.Run("AdmissionPolicy", func(t *testing.T) {
+		admissionPolicy(t, c, harness.NewClient(t, kubeconfig, 0), m, ns)
+	})
+}
+
+// admissionPolicy checks the ValidatingAdmissionPolicy against the real
+// API server as the annotator's identity: what it writes passes, an image
+// change or any other field is refused, another Lease cannot be created,
+// other identities are not concerned; then, with the binding removed, the
+// same image change goes through (RBAC alone allows it: the policy is what
+// stops it).
+func admissionPolicy(t *testing.T, c *harness.Cluster, sa *kubernetes.Clientset, m *annotator, ns string) {
+	cx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const pod = "other-0"
+	p, err := c.Client.CoreV1().Pods(ns).Get(cx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := fmt.Sprintf(`{"spec":{"containers":[{"name":%q,"image":"registry.example/evil:1"}]}}`, p.Spec.Containers[0].Name)
+	patch := func(cl *kubernetes.Clientset, pt types.PatchType, body string) error {
+		_, err := cl.CoreV1().Pods(ns).Patch(cx, pod, pt, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), m.policy.Name) {
+			t.Errorf("%s as the annotator: %v, want refused by ValidatingAdmissionPolicy %s", what, err, m.policy.Name)
+		}
+	}
+	// The policy takes effect shortly after it is created: wait for the
+	// first refusal.
+	harness.Eventually(t, 20*time.Second, func() error {
+		if err := patch(sa, types.StrategicMergePatchType, image); err == nil || !strings.Contains(err.Error(), m.policy.Name) {
+			return fmt.Errorf("image change as the annotator: %v, want refused by %s", err, m.policy.Name)
+		}
+		return nil
+	})
+	refused("change another label", patch(sa, types.MergePatchType, `{"metadata":{"labels":{"app":"x"}}}`))
+	refused("add a label", patch(sa, types.MergePatchType, `{"metadata":{"labels":{"x":"y"}}}`))
+	refused("add an annotation", patch(sa, types.MergePatchType, `{"metadata":{"annotations":{"x":"y"}}}`))
+	refused("add a finalizer", patch(sa, types.MergePatchType, `{"metadata":{"finalizers":["example.com/x"]}}`))
+	refused("change the image and its own label at once", patch(sa, types.StrategicMergePatchType,
+		fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}},"spec":{"containers":[{"name":%q,"image":"registry.example/evil:1"}]}}`, harness.ExporterLabel, p.Spec.Containers[0].Name)))
+	_, err = sa.CoordinationV1().Leases(kubeSystem).Create(cx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager", Namespace: kubeSystem}}, metav1.CreateOptions{})
+	refused("create another Lease", err)
+
+	ownKeys := fmt.Sprintf(`{"metadata":{"labels":{%q:"true","multicluster.kubernetes.io/importer":"true"},"annotations":{%q:"{}","multicluster.kubernetes.io/export-signature":"x"}}}`,
+		harness.ExporterLabel, harness.ExportAnnotation)
+	if err := patch(sa, types.MergePatchType, ownKeys); err != nil {
+		t.Errorf("set its own labels and annotations as the annotator: %v", err)
+	}
+	if err := patch(sa, types.MergePatchType, `{"metadata":{"labels":{"multicluster.kubernetes.io/importer":null},"annotations":{"multicluster.kubernetes.io/export-signature":null}}}`); err != nil {
+		t.Errorf("remove its own label and annotation as the annotator: %v", err)
+	}
+	if err := patch(c.Client, types.StrategicMergePatchType, `{"metadata":{"labels":{"x":"admin"}}}`); err != nil {
+		t.Errorf("admin patch: %v (the policy concerns the annotator only)", err)
+	}
+
+	// Without the binding, RBAC alone lets the annotator change an image.
+	if err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(cx, m.policyBinding.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 20*time.Second, func() error { return patch(sa, types.StrategicMergePatchType, image) })
+	if got := c.GetPod(t, ns, pod).Spec.Containers[0].Image; got != "registry.example/evil:1" {
+		t.Errorf("image %q after the unguarded patch", got)
+	}
 }
 
 // TestAnnotatorPlaceholderClusterID: the Deployment's arguments as shipped

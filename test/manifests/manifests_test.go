@@ -22,9 +22,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
@@ -36,18 +43,27 @@ const (
 	peerSA    = "mcsannotations-peer-reader"
 )
 
-// manifests reads manifests/<dir>/*.yaml.
+// manifests renders manifests/<dir> (a kustomization) with kustomize's Go
+// API, as `kubectl apply -k` would.
 func manifests(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := harness.ReadManifestDir(filepath.Join(root, "manifests", dir))
+	rm, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(root, "manifests", dir))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("kustomize build manifests/%s: %v", dir, err)
 	}
-	return objs
+	var out []*unstructured.Unstructured
+	for _, r := range rm.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			t.Fatalf("manifests/%s: %s: %v", dir, r.CurId(), err)
+		}
+		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	return out
 }
 
 // coredns holds the typed objects of manifests/coredns.
@@ -130,6 +146,11 @@ func TestStatic(t *testing.T) {
 		t.Errorf("ClusterRoleBinding subjects %+v, want the ServiceAccount %s/%s only", c.binding.Subjects, c.sa.Namespace, c.sa.Name)
 	}
 	readOnly(t, &c.role)
+	for _, r := range c.role.Rules {
+		if slices.Contains(r.Resources, "pods") && slices.Contains(r.Verbs, "get") {
+			t.Errorf("ClusterRole %s grants get on pods: neither plugin reads a single Pod", c.role.Name)
+		}
+	}
 
 	// The kube-dns Service selects k8s-app: kube-dns.
 	if c.deployment.Spec.Template.Labels["k8s-app"] != "kube-dns" || c.deployment.Spec.Selector.MatchLabels["k8s-app"] != "kube-dns" {
@@ -140,7 +161,7 @@ func TestStatic(t *testing.T) {
 	for _, want := range []string{
 		"mcsannotations clusterset.local cluster.local {", "cluster CLUSTER_ID", "snapshot /var/lib/mcsannotations/table.db",
 		"kubernetes cluster.local in-addr.arpa ip6.arpa {", "errors", "health", "ready", "prometheus :9153",
-		"forward . /etc/resolv.conf", "cache 30", "loop", "reload", "loadbalance",
+		"forward . /etc/resolv.conf", "cache 30", "loop", "reload", "loadbalance", "bufsize 1232",
 	} {
 		if !strings.Contains(corefile, want) {
 			t.Errorf("the Corefile has no %q:\n%s", want, corefile)
@@ -199,6 +220,7 @@ func TestStatic(t *testing.T) {
 	if !strings.Contains(ctr.Image, "coredns-mcsannotations") {
 		t.Errorf("image %q is not the custom build", ctr.Image)
 	}
+	nonRootCoreDNS(t, &c.deployment, snapVol)
 
 	var p struct {
 		sa      corev1.ServiceAccount
@@ -227,14 +249,18 @@ func waitNamespace(t *testing.T, c *harness.Cluster, name string) {
 	})
 }
 
-// apply creates objects: a server-side dry run of all of them first, then
-// for real, and checks the server stored each one.
+// fieldManager is kubectl's, as `kubectl apply --server-side` names it.
+const fieldManager = "kubectl"
+
+// apply applies objects with server-side apply, as `kubectl apply
+// --server-side -k` does: a dry run of all of them first, then for real, and
+// checks the server stored each one.
 func apply(t *testing.T, c *harness.Cluster, objs []*unstructured.Unstructured) {
 	t.Helper()
-	if _, err := c.CreateObjects(objs, true); err != nil {
+	if _, err := serverSideApply(c, objs, true); err != nil {
 		t.Fatalf("cluster %s: dry run: %v", c.Name, err)
 	}
-	got, err := c.CreateObjects(objs, false)
+	got, err := serverSideApply(c, objs, false)
 	if err != nil {
 		t.Fatalf("cluster %s: %v", c.Name, err)
 	}
@@ -243,6 +269,45 @@ func apply(t *testing.T, c *harness.Cluster, objs []*unstructured.Unstructured) 
 			t.Errorf("cluster %s: %s stored as %s (uid %q)", c.Name, harness.ObjectName(objs[i]), harness.ObjectName(u), u.GetUID())
 		}
 	}
+}
+
+// serverSideApply applies each object in order as admin (strict field
+// validation: an unknown field fails), finding its resource through
+// discovery, and returns what the server stored (or would store).
+func serverSideApply(c *harness.Cluster, objs []*unstructured.Unstructured, dryRun bool) ([]*unstructured.Unstructured, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	var out []*unstructured.Unstructured
+	for _, u := range objs {
+		gvk := u.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return out, fmt.Errorf("%s (%s): %w", harness.ObjectName(u), gvk, err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(m.Resource).Namespace(u.GetNamespace())
+		}
+		cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		got, err := ri.Apply(cx, u.GetName(), u, opts)
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("apply %s: %w", harness.ObjectName(u), err)
+		}
+		out = append(out, got)
+	}
+	return out, nil
 }
 
 // TestManifests applies manifests/coredns to cluster edge-a and
@@ -260,18 +325,39 @@ func TestManifests(t *testing.T) {
 	for _, c := range cs {
 		waitNamespace(t, c, kubeSystem)
 	}
-	apply(t, a, manifests(t, "coredns"))
-	apply(t, b, manifests(t, "peer"))
+	// What kubectl apply --server-side -k manifests/overlays/<cluster> does,
+	// twice: the second apply changes nothing and conflicts with nothing.
+	overlayA, overlayB := manifests(t, "overlays/edge-a"), manifests(t, "overlays/edge-b")
+	apply(t, a, overlayA)
+	apply(t, b, overlayB)
+	apply(t, a, overlayA)
+	keys := newClusterKeys(t, a.Name, b.Name)
 
-	// Workloads: a local exporter and a Service in edge-a, a peer exporter in edge-b.
+	// Workloads: local exporters and a Service in edge-a, a peer exporter in
+	// edge-b, each export signed with its cluster's key; one unsigned.
 	const ns = "shop"
 	a.CreateNamespace(t, ns)
 	b.CreateNamespace(t, ns)
 	httpPort := []harness.ExportPort{{Name: "http", Port: 80, TargetPort: 8080}}
-	a.CreateReadyPods(t, ns, harness.ReadyPod{Pod: harness.ExporterPod("backend-0", "backend-0",
-		harness.ExportService{Name: "backend", Ports: httpPort}), IPs: []string{"10.1.0.10"}})
+	pods := []harness.ReadyPod{{Pod: harness.ExporterPod("backend-0", "backend-0",
+		harness.ExportService{Name: "backend", Ports: httpPort}), IPs: []string{"10.1.0.10"}},
+		{Pod: harness.ExporterPod("rogue-0", "rogue-0", harness.ExportService{Name: "rogue", Ports: httpPort}), IPs: []string{"10.1.0.11"}}}
+	// big: more endpoints than 1232 bytes hold (bufsize below).
+	const bigPods = 40
+	for i := range bigPods {
+		name := fmt.Sprintf("big-%d", i)
+		pods = append(pods, harness.ReadyPod{Pod: harness.ExporterPod(name, name, harness.ExportService{Name: "big", Ports: httpPort}),
+			IPs: []string{fmt.Sprintf("10.1.1.%d", i+1)}})
+	}
+	a.CreateReadyPods(t, ns, pods...)
+	for _, p := range pods {
+		if p.Name != "rogue-0" {
+			keys.sign(t, a, ns, p.Name)
+		}
+	}
 	b.CreateReadyPods(t, ns, harness.ReadyPod{Pod: harness.ExporterPod("db-0", "db-0",
 		harness.ExportService{Name: "db", Ports: []harness.ExportPort{{Name: "postgres", Port: 5432}}}), IPs: []string{"10.2.0.20"}})
+	keys.sign(t, b, ns, "db-0")
 	cx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	web, err := a.Client.CoreV1().Services(ns).Create(cx, &corev1.Service{
@@ -286,18 +372,22 @@ func TestManifests(t *testing.T) {
 	saKubeconfig := a.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, corednsSA), harness.ServiceAccountGroups(kubeSystem)...)
 	peerKubeconfig := b.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, peerSA), harness.ServiceAccountGroups(kubeSystem)...)
 
+	// edge-a's CoreDNS with the overlay's Corefile (cluster edge-a, peer
+	// edge-b, verify), as the coredns ServiceAccount.
 	t.Run("CoreDNSAsServiceAccount", func(t *testing.T) {
-		c := readCoreDNS(t)
+		corefile := find(t, overlayA, "ConfigMap", "coredns").Object["data"].(map[string]any)["Corefile"].(string)
 		ready := harness.FreePort(t)
 		resolv := filepath.Join(t.TempDir(), "resolv.conf")
 		if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		tmpl := loopbackCorefile(t, c.configMap.Data["Corefile"], true)
+		tmpl := loopbackCorefile(t, corefile,
+			rule{`(?m)^(\s*)peer edge-b /etc/mcs/peers/edge-b\.kubeconfig$`, "${1}peer edge-b {PEER_KUBECONFIG}"},
+			rule{`(?m)^(\s*)verify /etc/mcs/keys$`, "${1}verify {KEYS}"})
 		d := harness.StartCoreDNS(t, tmpl, map[string]string{
-			"CLUSTER":         a.Name,
 			"KUBECONFIG":      saKubeconfig,
 			"PEER_KUBECONFIG": peerKubeconfig,
+			"KEYS":            keys.dir,
 			"HEALTH":          fmt.Sprint(harness.FreePort(t)),
 			"READY":           fmt.Sprint(ready),
 			"METRICS":         fmt.Sprint(harness.FreePort(t)),
@@ -331,6 +421,28 @@ func TestManifests(t *testing.T) {
 				t.Errorf("%s A: %s %v, want %s", q.name, harness.Rcode(m), got, q.want)
 			}
 		}
+		// verify: an unsigned export is not answered.
+		if m := d.Query(t, "rogue."+ns+".svc.clusterset.local.", dns.TypeA, false); m.Rcode != dns.RcodeNameError {
+			t.Errorf("unsigned rogue: %s %v, want NXDOMAIN (verify)", harness.Rcode(m), harness.Addrs(m))
+		}
+
+		// bufsize 1232: a client offering 65535 bytes over UDP gets at most
+		// 1232 and TC; over TCP the whole answer.
+		big := "_http._tcp.big." + ns + ".svc.clusterset.local."
+		harness.Eventually(t, 10*time.Second, func() error {
+			m, err := harness.Exchange(d.Addr(), harness.Query{Name: big, Type: dns.TypeSRV, TCP: true})
+			if err != nil || len(m.Answer) != bigPods {
+				return fmt.Errorf("%s SRV over TCP: %d answers (%v), want %d", big, len(m.Answer), err, bigPods)
+			}
+			return nil
+		})
+		m, wire, err := harness.ExchangeWire(d.Addr(), harness.Query{Name: big, Type: dns.TypeSRV, UDPSize: 65535})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(wire) > 1232 || !m.Truncated {
+			t.Errorf("%s SRV over UDP with EDNS 65535: %d bytes, TC %v; want at most 1232 and TC", big, len(wire), m.Truncated)
+		}
 		if log := d.Log(); strings.Contains(strings.ToLower(log), "forbidden") {
 			t.Errorf("a request was forbidden; CoreDNS log:\n%s", log)
 		}
@@ -342,8 +454,10 @@ func TestManifests(t *testing.T) {
 		sa := harness.NewClient(t, saKubeconfig, 0)
 		peer := harness.NewClient(t, peerKubeconfig, 0)
 		allowed, forbidden := verdicts(t)
-		_, err := sa.CoreV1().Pods(ns).Get(cx, "backend-0", metav1.GetOptions{})
-		allowed("coredns: get a pod", err)
+		_, err := sa.CoreV1().Pods("").List(cx, metav1.ListOptions{Limit: 1})
+		allowed("coredns: list pods", err)
+		_, err = sa.CoreV1().Pods(ns).Get(cx, "backend-0", metav1.GetOptions{})
+		forbidden("coredns: get a pod (list/watch suffice)", err)
 		_, err = sa.CoreV1().Services("").List(cx, metav1.ListOptions{})
 		allowed("coredns: list services", err)
 		_, err = sa.CoreV1().Secrets(kubeSystem).List(cx, metav1.ListOptions{})
@@ -379,7 +493,7 @@ func TestPlaceholderClusterID(t *testing.T) {
 		"{READY}", fmt.Sprint(harness.FreePort(t)), "{METRICS}", fmt.Sprint(harness.FreePort(t)),
 		"{DIR}", dir, "{KUBECONFIG}", filepath.Join(dir, "none"), "{RESOLV}", "/etc/resolv.conf")
 	path := filepath.Join(dir, "Corefile")
-	if err := os.WriteFile(path, []byte(r.Replace(loopbackCorefile(t, c.configMap.Data["Corefile"], false))), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(r.Replace(loopbackCorefile(t, c.configMap.Data["Corefile"]))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -395,9 +509,18 @@ func TestPlaceholderClusterID(t *testing.T) {
 // both plugins (and the peer line uncommented when peer is true), no loop
 // plugin (it needs a real upstream). Each rewrite must match exactly once,
 // so that a change to the ConfigMap shows here instead of being missed.
-func loopbackCorefile(t *testing.T, corefile string, peer bool) string {
+// rule is one rewrite of loopbackCorefile: a regular expression and its
+// replacement.
+type rule struct{ re, repl string }
+
+// loopbackCorefile rewrites a shipped Corefile for a test on 127.0.0.1:
+// harness placeholders for ports and paths, a kubeconfig for both plugins,
+// no loop plugin (it needs a real upstream), then the extra rules. Each
+// rewrite must match exactly once, so that a change to the Corefile shows
+// here instead of being missed.
+func loopbackCorefile(t *testing.T, corefile string, extra ...rule) string {
 	t.Helper()
-	rules := []struct{ re, repl string }{
+	rules := append([]rule{
 		{`(?m)^\.:53 \{$`, ".:{PORT} {\n    bind 127.0.0.1"},
 		{`(?m)^(\s*)health \{$`, "${1}health 127.0.0.1:{HEALTH} {"},
 		{`(?m)^(\s*)ready$`, "${1}ready 127.0.0.1:{READY}"},
@@ -407,16 +530,11 @@ func loopbackCorefile(t *testing.T, corefile string, peer bool) string {
 		{`(?m)^(\s*)(kubernetes cluster\.local in-addr\.arpa ip6\.arpa \{)$`, "${1}${2}\n${1}    kubeconfig {KUBECONFIG}"},
 		{`(?m)^(\s*)forward \. /etc/resolv\.conf \{$`, "${1}forward . {RESOLV} {"},
 		{`(?m)^\s*loop\n`, ""},
-	}
-	if peer {
-		rules = append(rules,
-			struct{ re, repl string }{`(?m)^(\s*)cluster CLUSTER_ID$`, "${1}cluster {CLUSTER}"},
-			struct{ re, repl string }{`(?m)^(\s*)# (peer edge-b) /etc/mcs/peers/edge-b\.kubeconfig$`, "${1}${2} {PEER_KUBECONFIG}"})
-	}
+	}, extra...)
 	for _, r := range rules {
 		re := regexp.MustCompile(r.re)
 		if n := len(re.FindAllStringIndex(corefile, -1)); n != 1 {
-			t.Fatalf("the ConfigMap's Corefile matches %s %d times, want once: update loopbackCorefile\n%s", r.re, n, corefile)
+			t.Fatalf("the Corefile matches %s %d times, want once: update loopbackCorefile\n%s", r.re, n, corefile)
 		}
 		corefile = re.ReplaceAllString(corefile, r.repl)
 	}

@@ -1,0 +1,191 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
+)
+
+// ListerWatcher lists and watches one resource, and cuts each object down
+// with Transform before the store sees it.
+type ListerWatcher struct {
+	// ListFunc lists with opts. It may return a *List whose items are
+	// transformed already (a list transformed as it streams in); the items
+	// of any other list are transformed here.
+	ListFunc func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
+	// WatchFunc watches from opts.ResourceVersion.
+	WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	// Transform returns what the store keeps of an object: a runtime.Object
+	// with object metadata (metav1.Object, or Meta embedded), since the
+	// reflector reads the resource version of each watch event.
+	Transform func(runtime.Object) (runtime.Object, error)
+
+	ev        Events
+	mu        sync.Mutex
+	listedAll bool      // a complete list arrived: the next ones are relists
+	pageStart time.Time // of the list whose pages are arriving
+	pageObjs  int       // in those pages so far
+}
+
+// List is a list whose items are transformed.
+type List struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+	Items []runtime.Object
+}
+
+// DeepCopyObject implements runtime.Object; the reflector never copies a
+// list, and the items are never changed, so they are shared.
+func (l *List) DeepCopyObject() runtime.Object {
+	c := &List{TypeMeta: l.TypeMeta, Items: append([]runtime.Object(nil), l.Items...)}
+	l.ListMeta.DeepCopyInto(&c.ListMeta)
+	return c
+}
+
+// observed returns a copy of l that reports to ev.
+func (l *ListerWatcher) observed(ev Events) *ListerWatcher {
+	return &ListerWatcher{ListFunc: l.ListFunc, WatchFunc: l.WatchFunc, Transform: l.Transform, ev: ev}
+}
+
+// ListWithContext lists, transforms the items and reports the list.
+func (l *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	start := time.Now()
+	obj, err := l.ListFunc(ctx, opts)
+	var list *List
+	if err == nil {
+		list, err = l.transformList(obj)
+	}
+	if err != nil && ctx.Err() == nil {
+		if errors.Is(err, podproto.ErrStream) && l.ev.Malformed != nil {
+			l.ev.Malformed(err)
+		}
+		l.failed(err)
+	}
+	l.listed(list, start)
+	if err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// transformList returns obj's items transformed, unless they are.
+func (l *ListerWatcher) transformList(obj runtime.Object) (*List, error) {
+	if list, ok := obj.(*List); ok {
+		return list, nil
+	}
+	lm, err := meta.ListAccessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	items, err := meta.ExtractList(obj)
+	if err != nil {
+		return nil, err
+	}
+	list := &List{Items: make([]runtime.Object, 0, len(items))}
+	list.ResourceVersion, list.Continue, list.RemainingItemCount = lm.GetResourceVersion(), lm.GetContinue(), lm.GetRemainingItemCount()
+	for _, it := range items {
+		t, err := l.Transform(it)
+		if err != nil {
+			return nil, err
+		}
+		list.Items = append(list.Items, t)
+	}
+	return list, nil
+}
+
+// listed notes a list (or a page of one) started at start; nil: it failed.
+// Each complete list after the first is reported as a relist.
+func (l *ListerWatcher) listed(list *List, start time.Time) {
+	l.mu.Lock()
+	if list == nil {
+		l.pageStart, l.pageObjs = time.Time{}, 0 // the reflector lists again from the start
+		l.mu.Unlock()
+		return
+	}
+	if l.pageStart.IsZero() {
+		l.pageStart = start
+	}
+	l.pageObjs += len(list.Items)
+	if list.Continue != "" {
+		l.mu.Unlock()
+		return
+	}
+	relist, n, took := l.listedAll, l.pageObjs, time.Since(l.pageStart)
+	l.listedAll, l.pageStart, l.pageObjs = true, time.Time{}, 0
+	l.mu.Unlock()
+	if relist && l.ev.Relisted != nil {
+		l.ev.Relisted(n, took)
+	}
+}
+
+// WatchWithContext watches, transforms each object event and reports an
+// expired watch.
+func (l *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := l.WatchFunc(ctx, opts)
+	if err != nil {
+		if isExpired(err) {
+			l.expired()
+		} else if ctx.Err() == nil {
+			l.failed(err)
+		}
+		return nil, err
+	}
+	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+		switch ev.Type {
+		case watch.Error:
+			if err := apierrors.FromObject(ev.Object); isExpired(err) {
+				l.expired()
+			} else if ctx.Err() == nil {
+				l.failed(err)
+			}
+		case watch.Added, watch.Modified, watch.Deleted:
+			obj, err := l.Transform(ev.Object)
+			if err != nil {
+				return watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(fmt.Errorf("transform: %w", err)).ErrStatus}, true
+			}
+			ev.Object = obj
+		}
+		return ev, true
+	}), nil
+}
+
+func (l *ListerWatcher) failed(err error) {
+	if l.ev.Failed != nil {
+		l.ev.Failed(err)
+	}
+}
+
+func (l *ListerWatcher) expired() {
+	if l.ev.Expired != nil {
+		l.ev.Expired()
+	}
+}
+
+// List and Watch make a ListerWatcher a cache.ListerWatcher; the reflector
+// calls the context forms.
+func (l *ListerWatcher) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return l.ListWithContext(context.Background(), opts)
+}
+
+func (l *ListerWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return l.WatchWithContext(context.Background(), opts)
+}
+
+// IsWatchListSemanticsUnSupported turns client-go's watch-list off: its
+// retry sleeps out its backoff without looking at its context.
+func (l *ListerWatcher) IsWatchListSemanticsUnSupported() bool { return true }
+
+// isExpired is client-go's reflector's test for an expired resource version.
+func isExpired(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+}

@@ -1,0 +1,88 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Meta is the object metadata of a slim object: its key, and the resource
+// version the reflector reads. Embed it; a metav1.ObjectMeta is some 240
+// bytes of mostly empty fields in every stored object.
+type Meta struct {
+	Namespace, Name, ResourceVersion string
+	UID                              types.UID
+}
+
+// MetaOf returns the Meta of m.
+func MetaOf(m metav1.Object) Meta {
+	return Meta{Namespace: m.GetNamespace(), Name: m.GetName(), ResourceVersion: m.GetResourceVersion(), UID: m.GetUID()}
+}
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor, which the reflector
+// reads each watch event's resource version through.
+func (m *Meta) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion, UID: m.UID}
+}
+
+// Same reports whether o was made from the same object at the same version:
+// then it has the same content.
+func (m *Meta) Same(o Meta) bool {
+	return m.UID == o.UID && m.ResourceVersion != "" && m.ResourceVersion == o.ResourceVersion
+}
+
+// Streamer lists Pods one at a time as they arrive, as podproto's client
+// does.
+type Streamer interface {
+	ListPods(ctx context.Context, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error)
+}
+
+// Pods returns the ListerWatcher of the Pods that selector (a label
+// selector; empty for all) matches in every namespace, each cut down by
+// transform. A client that is a Streamer (podproto's) lists through it, and
+// each Pod is transformed as it arrives: a relist holds one Pod's bytes at a
+// time and the slim objects, never the whole response nor its full Pods.
+func Pods(client kubernetes.Interface, selector string, transform func(*v1.Pod) (runtime.Object, error)) *ListerWatcher {
+	pods := client.CoreV1().Pods(metav1.NamespaceAll)
+	lw := &ListerWatcher{
+		Transform: func(obj runtime.Object) (runtime.Object, error) {
+			if p, ok := obj.(*v1.Pod); ok {
+				return transform(p)
+			}
+			return nil, fmt.Errorf("a %T where a Pod was expected", obj)
+		},
+		WatchFunc: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = selector
+			return pods.Watch(ctx, opts)
+		},
+		ListFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			return pods.List(ctx, opts)
+		},
+	}
+	if s, ok := client.(Streamer); ok {
+		lw.ListFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			list := &List{}
+			meta, err := s.ListPods(ctx, opts, func(p *v1.Pod) error {
+				obj, err := transform(p)
+				if err == nil {
+					list.Items = append(list.Items, obj)
+				}
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			list.ListMeta = meta
+			return list, nil
+		}
+	}
+	return lw
+}
