@@ -388,7 +388,10 @@ func testEnforce(t *testing.T, e *importsEnv) {
 	d := harness.StartCoreDNS(t, enforceCorefile, map[string]string{
 		"KUBECONFIG": e.a.Kubeconfig, "METRICS": strconv.Itoa(metricsPort)})
 	nsA, nsB, ns := e.a.NewNamespace(t), e.a.NewNamespace(t), e.a.NewNamespace(t)
-	exporters(t, e.a, nsA, backend, "10.250.6.1")
+	// The exporter decides: nsA's backend lets ns resolve it, nsB's lets no other namespace.
+	allowNS := backend
+	allowNS.Allowed = []string{ns}
+	exporters(t, e.a, nsA, allowNS, "10.250.6.1")
 	exporters(t, e.a, nsB, backend, "10.250.6.2")
 	own := harness.ExportService{Name: "own", Ports: []harness.ExportPort{{Name: "http", Port: 80}}}
 	exporters(t, e.a, ns, own, "10.250.6.3")
@@ -401,11 +404,14 @@ func testEnforce(t *testing.T, e *importsEnv) {
 		e.a.CreatePodObject(t, p)
 		e.a.SetPodReady(t, n, "node-agent", true, node)
 	}
-	e.a.CreateReadyPods(t, ns, importer("consumer", me, harness.ImportService{Name: "backend", Namespace: nsA, Alias: "be"}))
+	// The consumer also imports nsB's backend, which does not allow ns: an
+	// import never grants access.
+	e.a.CreateReadyPods(t, ns, importer("consumer", me, harness.ImportService{Name: "backend", Namespace: nsA, Alias: "be"},
+		harness.ImportService{Name: "backend", Namespace: nsB, Alias: "beb"}))
 	// A Pod with no importer label at all: enforce watches every Pod.
 	e.a.CreateReadyPods(t, nsB, harness.ReadyPod{Pod: harness.Pod{Name: "plain"}, IPs: ips(inB)})
 
-	// Allowed: the import, the Pod's own namespace, the alias.
+	// Allowed: what the exporter allows ns, the Pod's own namespace, the alias.
 	waitFor(t, d, from(me, svc("backend", nsA), dns.TypeA), hasAddrs("10.250.6.1"))
 	waitFor(t, d, from(me, svc("own", ns), dns.TypeA), hasAddrs("10.250.6.3"))
 	expect(t, d, from(me, svcIn("be", ns, zone), dns.TypeA), hasAddrs("10.250.6.1"))
@@ -421,11 +427,13 @@ func testEnforce(t *testing.T, e *importsEnv) {
 		})
 	}
 
-	notImported := refusedCount(t, metricsPort, "not_imported")
+	notAllowed := refusedCount(t, metricsPort, "not_allowed")
 	unknown := refusedCount(t, metricsPort, "unknown_client")
-	// Refused: what the Pod neither owns nor imports, in every form of the name.
+	// Refused: what the Pod's namespace neither owns nor is allowed, in every
+	// form of the name, the Pod's own import and alias of it included.
 	for _, q := range []harness.Query{
 		from(me, svc("backend", nsB), dns.TypeA),
+		from(me, svcIn("beb", ns, zone), dns.TypeA),
 		from(me, svc("backend", nsB), dns.TypeSRV),
 		{Name: svc("backend", nsB), Type: dns.TypeA, Source: me, TCP: true},
 		from(me, "_http._tcp."+svc("backend", nsB), dns.TypeSRV),
@@ -456,22 +464,24 @@ func testEnforce(t *testing.T, e *importsEnv) {
 		}
 		return nil
 	})
-	if got := refusedCount(t, metricsPort, "not_imported") - notImported; got < 7 {
-		t.Errorf("refused_total{reason=not_imported} rose by %v, want at least 7", got)
+	if got := refusedCount(t, metricsPort, "not_allowed") - notAllowed; got < 7 {
+		t.Errorf("refused_total{reason=not_allowed} rose by %v, want at least 7", got)
 	}
 	if got := refusedCount(t, metricsPort, "unknown_client") - unknown; got < 6 {
 		t.Errorf("refused_total{reason=unknown_client} rose by %v, want at least 6", got)
 	}
 
-	// An import added to the annotation opens the name; removed, closes it.
-	e.a.SetPodAnnotation(t, ns, "consumer", harness.ImportAnnotation, harness.ImportJSON(
-		harness.ImportService{Name: "backend", Namespace: nsA, Alias: "be"},
-		harness.ImportService{Name: "backend", Namespace: nsB}))
+	// The exporter's allowance opens the name (and the import's alias);
+	// taken back, closes it. The consumer's import never changed.
+	allowB := backend
+	allowB.Allowed = []string{ns}
+	e.a.SetPodAnnotation(t, nsB, "backend-0", harness.ExportAnnotation, harness.ExportJSON(allowB))
 	waitFor(t, d, from(me, svc("backend", nsB), dns.TypeA), hasAddrs("10.250.6.2"))
-	e.a.SetPodAnnotation(t, ns, "consumer", harness.ImportAnnotation, harness.ImportJSON(
-		harness.ImportService{Name: "backend", Namespace: nsB}))
-	waitFor(t, d, from(me, svc("backend", nsA), dns.TypeA), isNXDOMAIN)
-	expect(t, d, from(me, svc("backend", nsB), dns.TypeA), hasAddrs("10.250.6.2"))
+	expect(t, d, from(me, svcIn("beb", ns, zone), dns.TypeA), hasAddrs("10.250.6.2"))
+	expect(t, d, from(inB, svc("backend", nsB), dns.TypeA), hasAddrs("10.250.6.2")) // its own namespace still
+	e.a.SetPodAnnotation(t, nsB, "backend-0", harness.ExportAnnotation, harness.ExportJSON(backend))
+	waitFor(t, d, from(me, svc("backend", nsB), dns.TypeA), isNXDOMAIN)
+	expect(t, d, from(me, svc("backend", nsA), dns.TypeA), hasAddrs("10.250.6.1"))
 
 	// A Pod deleted is an unknown client again.
 	e.a.DeletePod(t, nsB, "plain")
@@ -494,13 +504,14 @@ func refusedCount(t *testing.T, port int, reason string) float64 {
 // the other (a cache keyed on the name would keep each for at least 5 s).
 func testCache(t *testing.T, e *importsEnv) {
 	d := harness.StartCoreDNS(t, cachedCorefile, map[string]string{"KUBECONFIG": e.a.Kubeconfig})
-	svcNS, ns := e.a.NewNamespace(t), e.a.NewNamespace(t)
-	exporters(t, e.a, svcNS, backend, "10.250.7.1")
+	svcNS, ns, otherNS := e.a.NewNamespace(t), e.a.NewNamespace(t), e.a.NewNamespace(t)
+	allowNS := backend
+	allowNS.Allowed = []string{ns} // the neighbour's namespace is not allowed
+	exporters(t, e.a, svcNS, allowNS, "10.250.7.1")
 	webIP := e.a.CreateClusterIPService(t, ns, "web")
 	const me, other = "127.0.0.81", "127.0.0.82"
-	e.a.CreateReadyPods(t, ns,
-		importer("consumer", me, harness.ImportService{Name: "backend", Namespace: svcNS, Alias: "web"}),
-		importer("neighbour", other))
+	e.a.CreateReadyPods(t, ns, importer("consumer", me, harness.ImportService{Name: "backend", Namespace: svcNS, Alias: "web"}))
+	e.a.CreateReadyPods(t, otherNS, importer("neighbour", other))
 	web := svcIn("web", ns, clusterLocal)
 	waitFor(t, d, from(other, web, dns.TypeA), hasAddrs(webIP))
 	waitFor(t, d, from(me, web, dns.TypeA), hasAddrs("10.250.7.1"))
@@ -531,18 +542,19 @@ const offlineImportsCorefile = `clusterset.local:{PORT} {
 // TestImportsOfflineRestart: CoreDNS restarted while the API server is
 // down still knows who imports what (the snapshot keeps the local Pods as
 // DNS clients): the importing Pod's alias and its imported service answer it
-// from the first query, and imports enforce still refuses a Pod that does
-// not import the service. Its own cluster, since it kills the API server.
+// from the first query, and imports enforce still refuses a Pod of a
+// namespace the exporter does not allow. Its own cluster, since it kills the API server.
 func TestImportsOfflineRestart(t *testing.T) {
 	harness.RequireTools(t)
 	c := harness.StartCluster(t, clusterID)
 	d := harness.StartCoreDNS(t, offlineImportsCorefile, map[string]string{"KUBECONFIG": c.Kubeconfig})
-	svcNS, ns := c.NewNamespace(t), c.NewNamespace(t)
-	exporters(t, c, svcNS, backend, "10.250.9.1")
+	svcNS, ns, otherNS := c.NewNamespace(t), c.NewNamespace(t), c.NewNamespace(t)
+	allowNS := backend
+	allowNS.Allowed = []string{ns}
+	exporters(t, c, svcNS, allowNS, "10.250.9.1")
 	const me, stranger = "127.0.0.91", "127.0.0.92"
-	c.CreateReadyPods(t, ns,
-		importer("consumer", me, harness.ImportService{Name: "backend", Namespace: svcNS, Alias: "be"}),
-		harness.ReadyPod{Pod: harness.Pod{Name: "stranger"}, IPs: ips(stranger)})
+	c.CreateReadyPods(t, ns, importer("consumer", me, harness.ImportService{Name: "backend", Namespace: svcNS, Alias: "be"}))
+	c.CreateReadyPods(t, otherNS, harness.ReadyPod{Pod: harness.Pod{Name: "stranger"}, IPs: ips(stranger)})
 	want := hasAddrs("10.250.9.1")
 	waitFor(t, d, from(me, svcIn("be", ns, zone), dns.TypeA), want)
 	waitFor(t, d, from(stranger, svc("backend", svcNS), dns.TypeA), isNXDOMAIN)

@@ -45,6 +45,9 @@ type ExportService struct {
 	Namespace string       `json:"namespace,omitempty"`
 	Cluster   string       `json:"cluster,omitempty"`
 	Ports     []ExportPort `json:"ports,omitempty"`
+	// Allowed are the other namespaces the exporter lets resolve the
+	// service under imports enforce (annotation.Export.Allowed).
+	Allowed []string `json:"allowedNamespaces,omitempty"`
 }
 
 // ExportJSON is the value of the export annotation for these services.
