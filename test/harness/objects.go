@@ -10,11 +10,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -116,7 +119,7 @@ func (c *Cluster) CreateObjects(objs []*unstructured.Unstructured, dryRun bool) 
 	out := make([]*unstructured.Unstructured, 0, len(objs))
 	for _, u := range objs {
 		gvk := u.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		m, err := restMapping(mapper, gvk)
 		if err != nil {
 			return out, fmt.Errorf("%s (%s): %w", ObjectName(u), gvk, err)
 		}
@@ -207,4 +210,23 @@ func quoteList(ss []string) string {
 		q[i] = strconv.Quote(s)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// restMappingWait bounds how long a kind may be missing from discovery: the
+// API server serves a CRD just created a moment before its discovery
+// document lists it.
+const restMappingWait = 10 * time.Second
+
+// restMapping maps gvk, asking discovery again while the kind is unknown,
+// for at most restMappingWait.
+func restMapping(mapper *restmapper.DeferredDiscoveryRESTMapper, gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
+	deadline := time.Now().Add(restMappingWait)
+	for {
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err == nil || !meta.IsNoMatchError(err) || time.Now().After(deadline) {
+			return m, err
+		}
+		time.Sleep(200 * time.Millisecond)
+		mapper.Reset()
+	}
 }
