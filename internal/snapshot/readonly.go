@@ -115,12 +115,7 @@ func openReadOnly(path string, timeout time.Duration) (db *bolt.DB, file *os.Fil
 		if err != nil {
 			return err
 		}
-		for cerr := range tx.Check() {
-			if err == nil {
-				err = unusable("consistency check: %v", cerr)
-			}
-		}
-		return err
+		return checkConsistency(tx)
 	})
 	if err != nil {
 		closeQuietly(db)

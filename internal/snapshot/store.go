@@ -261,15 +261,8 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, file *os.File
 			return err
 		}
 		// Every reachable page has now been read without faulting, so
-		// bbolt's own check (which runs in its own goroutine) is safe. It
-		// finds freelist damage that would make later writes overwrite live
-		// pages.
-		for cerr := range tx.Check() {
-			if err == nil {
-				err = unusable("consistency check: %v", cerr)
-			}
-		}
-		return err
+		// bbolt's own check (which runs in its own goroutine) is safe.
+		return checkConsistency(tx)
 	})
 	if err != nil {
 		closeQuietly(db)
@@ -557,3 +550,17 @@ func (s *Store) Stats() Stats {
 
 // Path returns the file's path.
 func (s *Store) Path() string { return s.path }
+
+// checkConsistency runs bbolt's own check of tx's file, which finds freelist
+// damage that would make later writes overwrite live pages. Call it only once
+// every reachable page has been read without faulting (inspect): the check
+// runs in its own goroutine, where a fault could not be recovered.
+func checkConsistency(tx *bolt.Tx) error {
+	var err error
+	for cerr := range tx.Check() {
+		if err == nil {
+			err = unusable("consistency check: %v", cerr)
+		}
+	}
+	return err
+}
