@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 // A down endpoint leaves the service's A, AAAA and SRV answers and its own
@@ -191,5 +193,27 @@ func TestMembers(t *testing.T) {
 	}
 	if m := tb.Members("default", "nope"); len(m) != 0 {
 		t.Errorf("unknown service: %v", m)
+	}
+}
+
+// Who may resolve a service does not depend on health: an endpoint marked
+// down still counts with its allowedNamespaces (a service allows only what
+// every entry allows), so a probe can never widen access.
+func TestSetDownKeepsAccess(t *testing.T) {
+	tb := New(cfg())
+	open := annotation.Export{Name: "backend", Allowed: []string{"web"}, Ports: []annotation.Port{httpPort}}
+	closed := annotation.Export{Name: "backend", Ports: []annotation.Port{httpPort}}
+	tb.Upsert(pod("edge-a", "default", "a1", "", true, []string{"10.0.0.1"}, open))
+	tb.Upsert(pod("edge-a", "default", "a2", "", true, []string{"10.0.0.2"}, closed))
+	if tb.Rebuild().Allowed("default", "backend", "web") {
+		t.Fatalf("allowed with one entry that does not allow web")
+	}
+	tb.SetDown("default", "backend", Key{"edge-a", "default", "a2"}, true)
+	ix := tb.Rebuild()
+	if got := addrs(ix.Lookup("backend.default.svc."+zone, dns.TypeA)); !slices.Equal(got, []string{"10.0.0.1"}) {
+		t.Fatalf("a2 down: A %v, want only 10.0.0.1", got)
+	}
+	if ix.Allowed("default", "backend", "web") {
+		t.Errorf("a2 down: web may resolve backend: a probe widened access")
 	}
 }

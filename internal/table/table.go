@@ -417,6 +417,7 @@ func (t *Table) unlinkLocked(old *Pod) {
 type healthy struct {
 	pods     []*Pod
 	failOpen bool
+	all      []*Pod // every record of the service: who may resolve it does not depend on health
 }
 
 func (t *Table) signal() {
@@ -464,7 +465,7 @@ func (t *Table) Rebuild() *Index {
 			t.bySvc[sk] = l
 		}
 		pods, failOpen := t.healthyLocked(sk, l.pods)
-		members[sk] = healthy{pods, failOpen}
+		members[sk] = healthy{pods, failOpen, l.pods}
 	}
 	imports, dem := t.imports, t.demand
 	t.mu.Unlock()
@@ -477,7 +478,7 @@ func (t *Table) Rebuild() *Index {
 	for sk, h := range members {
 		name := sk.Name + "." + sk.Namespace
 		if serves(sk, h.pods) {
-			e := &entry{cfg: &t.cfg, sk: sk, pods: h.pods, access: accessOf(sk, h.pods), cost: recordCost(&t.cfg, sk, h.pods)}
+			e := &entry{cfg: &t.cfg, sk: sk, pods: h.pods, access: accessOf(sk, h.all), cost: recordCost(&t.cfg, sk, h.pods)}
 			if h.failOpen {
 				e.flags.Store(entryFailOpen)
 			}
