@@ -90,6 +90,9 @@ type Controller struct {
 	started time.Time
 
 	kick chan struct{}
+	// ready is closed by Run once every field below is set (the CRDs are
+	// served and the informers started); nothing writes them after that.
+	ready chan struct{}
 
 	namespaces  cache.Indexer
 	services    cache.Indexer
@@ -118,7 +121,7 @@ func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dyna
 		cfg.CRDPoll = 10 * time.Second
 	}
 	c := &Controller{cfg: cfg, table: t, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
-		kick: make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1), ready: make(chan struct{})}
 	t.OnPodChange(func(table.Key, *table.Pod) { c.Kick() })
 	return c
 }
@@ -140,6 +143,7 @@ func (c *Controller) Run(ctx context.Context) {
 	nsf := informers.NewSharedInformerFactory(c.client, 0)
 	svf := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = derived }))
 	slf := informers.NewSharedInformerFactoryWithOptions(c.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = managed }))
+	var crdsFound bool
 	nsInf := nsf.Core().V1().Namespaces().Informer()
 	svInf := svf.Core().V1().Services().Informer()
 	slInf := slf.Discovery().V1().EndpointSlices().Informer()
@@ -154,7 +158,7 @@ func (c *Controller) Run(ctx context.Context) {
 
 	// The MCS CRDs: looked for until served.
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		if c.imports != nil {
+		if crdsFound {
 			return
 		}
 		imp, found, err := mcsapi.Find(c.disco, mcsapi.ServiceImports)
@@ -175,6 +179,8 @@ func (c *Controller) Run(ctx context.Context) {
 		c.importsGVR, c.exportsGVR = imp, exp
 		c.imports, c.exports = im.Lister(), ex.Lister()
 		c.synced = append(c.synced, im.Informer().HasSynced, ex.Informer().HasSynced)
+		crdsFound = true
+		close(c.ready)
 		klog.Infof("mcs-controller: writing ServiceImports (%s)", imp.GroupVersion())
 		c.Kick()
 	}, c.cfg.CRDPoll)
@@ -186,6 +192,11 @@ func (c *Controller) Run(ctx context.Context) {
 func (c *Controller) RunLoop(ctx context.Context) {
 	resync := time.NewTicker(c.cfg.Resync)
 	defer resync.Stop()
+	select { // Run sets the informers first
+	case <-ctx.Done():
+		return
+	case <-c.ready:
+	}
 	backoff := wait.Backoff{Duration: c.cfg.Interval, Factor: 2, Cap: 10 * time.Second, Steps: 1 << 30}
 	for {
 		select {
@@ -261,8 +272,10 @@ func (c *Controller) clusterState(now time.Time) (current, stale func(string) bo
 
 // Reconcile writes what the local cluster should hold, once.
 func (c *Controller) Reconcile(ctx context.Context) error {
-	if c.imports == nil {
-		return nil
+	select {
+	case <-c.ready:
+	default:
+		return nil // the CRDs are not served yet
 	}
 	for _, s := range c.synced {
 		if !s() {
@@ -396,15 +409,21 @@ func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clus
 	spec := im.Spec
 	spec.IPs = ips
 	spec.IPFamilies = families
-	if spec.Type == mcsv1beta1.ClusterSetIP && ips == nil {
-		// Until the derived Service has its IPs, keep what is stored.
-		if cur, err := c.imports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
-			if u, ok := cur.(*unstructured.Unstructured); ok {
-				old, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "ips")
-				if len(old) > 0 {
-					return u, nil
-				}
+	var cur map[string]string
+	var stored *unstructured.Unstructured
+	if o, err := c.imports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			cur, stored = u.GetAnnotations(), u
+			if u.GetLabels()[clusterset.LabelManagedBy] != clusterset.ManagedBy {
+				c.metrics.Foreign.Inc()
+				return nil, fmt.Errorf("a ServiceImport %s exists that this controller did not create: left alone", k)
 			}
+		}
+	}
+	if spec.Type == mcsv1beta1.ClusterSetIP && ips == nil && stored != nil {
+		// Until the derived Service has its IPs, keep what is stored.
+		if old, _, _ := unstructured.NestedStringSlice(stored.Object, "spec", "ips"); len(old) > 0 {
+			return stored, nil
 		}
 	}
 	obj := &mcsv1beta1.ServiceImport{
@@ -416,17 +435,6 @@ func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clus
 	}
 	for _, cl := range im.Clusters {
 		obj.Status.Clusters = append(obj.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: cl})
-	}
-	var cur map[string]string
-	var stored *unstructured.Unstructured
-	if o, err := c.imports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
-		if u, ok := o.(*unstructured.Unstructured); ok {
-			cur, stored = u.GetAnnotations(), u
-			if u.GetLabels()[clusterset.LabelManagedBy] != clusterset.ManagedBy {
-				c.metrics.Foreign.Inc()
-				return nil, fmt.Errorf("a ServiceImport %s exists that this controller did not create: left alone", k)
-			}
-		}
 	}
 	sum, same := applied(cur, obj)
 	if same {
