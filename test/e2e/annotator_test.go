@@ -741,3 +741,68 @@ func TestAnnotatorLeaderElection(t *testing.T) {
 		t.Errorf("annotator %s exited", ids[follower])
 	}
 }
+
+// importerCorefile serves clusterset.local for edge-a alone; without imports
+// enforce, CoreDNS knows only the Pods with the importer label as clients.
+const importerCorefile = `clusterset.local:{PORT} {
+    bind 127.0.0.1
+    mcsannotations clusterset.local {
+        cluster edge-a
+        kubeconfig {KUBECONFIG}
+        ttl 5
+    }
+}
+`
+
+// A Pod that carries only an import annotation gets the importer label from
+// the annotator, so CoreDNS answers its alias; when the annotation goes, the
+// annotator removes the label it set and the alias stops answering.
+func TestAnnotatorImporterLabel(t *testing.T) {
+	harness.RequireTools(t)
+	c := harness.StartCluster(t, clusterID)
+	d := harness.StartCoreDNS(t, importerCorefile, map[string]string{"KUBECONFIG": c.Kubeconfig})
+	nsA, ns := c.NewNamespace(t), c.NewNamespace(t)
+	exporters(t, c, nsA, backend, "10.250.9.1")
+	const me = "127.0.0.71"
+	p := harness.ImporterPod("consumer", harness.ImportService{Name: "backend", Namespace: nsA, Alias: "be"})
+	delete(p.Labels, harness.ImporterLabel) // the user writes only the annotation
+	c.CreateReadyPods(t, ns, harness.ReadyPod{Pod: p, IPs: ips(me)})
+	alias := from(me, svcIn("be", ns, zone), dns.TypeA)
+	waitFor(t, d, from(me, svc("backend", nsA), dns.TypeA), hasAddrs("10.250.9.1"))
+	expect(t, d, alias, isNXDOMAIN) // not a known client yet
+
+	a := startAnnotator(t, c)
+	waitFor(t, d, alias, hasAddrs("10.250.9.1"))
+	if got := podLabel(t, c, ns, "consumer", harness.ImporterLabel); got != "true" {
+		t.Errorf("consumer's importer label = %q, want \"true\"", got)
+	}
+	eventuallyMetric(t, a, "mcs_annotator_importer_pods", "one importing Pod", func(v float64) bool { return v == 1 })
+
+	// The import annotation goes: so do the label and the alias.
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(pod.Annotations, harness.ImportAnnotation)
+	if _, err := c.Client.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, d, alias, isNXDOMAIN)
+	if got := podLabel(t, c, ns, "consumer", harness.ImporterLabel); got != "" {
+		t.Errorf("consumer's importer label = %q after its import annotation went, want none", got)
+	}
+}
+
+// podLabel reads one label of a Pod ("" when absent).
+func podLabel(t *testing.T, c *harness.Cluster, ns, name, key string) string {
+	t.Helper()
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Labels[key]
+}
