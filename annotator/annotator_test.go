@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -399,6 +400,14 @@ func TestSlimPod(t *testing.T) {
 	s.ManagedFields = nil
 	if ownedExport(s) || !inSync(s, "", "", false) {
 		t.Error("with no entry of the annotator's: not owned, and nothing to remove")
+	}
+	// The transform may see its own output again (client-go's informers
+	// may transform an object twice): it keeps what it kept.
+	p.Annotations[annotation.ImportAnnotation] = `{"services":[{"name":"db"}]}`
+	once, _ := slimPod(p)
+	twice, _ := slimPod(once)
+	if !reflect.DeepEqual(once, twice) || !imports(twice.(*corev1.Pod)) {
+		t.Errorf("a second pass changed the slim Pod:\n%+v\n%+v", once, twice)
 	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "ns/p"}
 	if got, _ := slimPod(tomb); got != tomb {

@@ -51,11 +51,13 @@ func slimPod(obj any) (any, error) {
 	if strings.TrimSpace(pod.Annotations[annotation.ImportAnnotation]) != "" {
 		// Only whether the Pod imports anything matters here (it gets the
 		// importer label); the value, up to the API server's 256 KiB of
-		// annotations, is not kept.
+		// annotations, is not kept. The stand-in is not blank, so that a
+		// second pass of the transform over its own output (client-go's
+		// informers may make one) keeps it.
 		if out.Annotations == nil {
 			out.Annotations = map[string]string{}
 		}
-		out.Annotations[annotation.ImportAnnotation] = ""
+		out.Annotations[annotation.ImportAnnotation] = importsStandIn
 	}
 	for _, mf := range pod.ManagedFields {
 		if mf.Manager == FieldManager {
@@ -128,6 +130,10 @@ func owns(pod *corev1.Pod, field []byte) bool {
 	}
 	return false
 }
+
+// importsStandIn replaces a non-blank import annotation's value in the
+// informer's store.
+const importsStandIn = "(imports)"
 
 // imports tells whether a Pod (as slimPod keeps it) carries a non-blank
 // import annotation, and so should carry the importer label.
