@@ -514,6 +514,20 @@ func annotatorArgs(t *testing.T, d *appsv1.Deployment, cluster string) []string 
 	return out
 }
 
+// clientsOf returns a typed and a dynamic client with kubeconfig's identity.
+func clientsOf(t *testing.T, kubeconfig string) (*kubernetes.Clientset, dynamic.Interface) {
+	t.Helper()
+	cfg, err := harness.RESTConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return harness.NewClient(t, kubeconfig, 0), dyn
+}
+
 // metric reads one sample of the annotator's metrics; an absent sample
 // (say, a counter vector with no such label yet) reads 0.
 func metric(a *harness.Annotator, name string) (float64, error) {
@@ -707,17 +721,9 @@ func TestAnnotatorManifests(t *testing.T) {
 	t.Run("LeastPrivilege", func(t *testing.T) {
 		cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		sa := harness.NewClient(t, kubeconfig, 0)
-		cfg, err := harness.RESTConfig(kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sadyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sa, sadyn := clientsOf(t, kubeconfig)
 		allowed, forbidden := verdicts(t)
-		_, err = sa.CoreV1().Pods("").List(cx, metav1.ListOptions{Limit: 1})
+		_, err := sa.CoreV1().Pods("").List(cx, metav1.ListOptions{Limit: 1})
 		allowed("list pods in all namespaces", err)
 		_, err = sa.CoreV1().Services(ns).Get(cx, "api", metav1.GetOptions{})
 		allowed("get a service", err)

@@ -139,15 +139,7 @@ func TestMCSControllerManifests(t *testing.T) {
 		}
 	}
 
-	sa := harness.NewClient(t, kubeconfig, 0)
-	cfg, err := harness.RESTConfig(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sadyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa, sadyn := clientsOf(t, kubeconfig)
 	w := mcsWrites{t: t, ns: ns, sa: sa, sadyn: sadyn, imp: imp}
 
 	// A Service as the controller writes its derived ones, but with a selector:
@@ -193,7 +185,7 @@ func TestMCSControllerManifests(t *testing.T) {
 	headless := w.derivedLike("evil-mcs-0a0b10")
 	headless.Spec.ClusterIP = corev1.ClusterIPNone
 	refused("create a headless Service", w.createService(headless))
-	_, err = sa.CoreV1().Services(ns).Patch(cx, "web", types.MergePatchType,
+	_, err := sa.CoreV1().Services(ns).Patch(cx, "web", types.MergePatchType,
 		[]byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, labelAppManaged, mcsManagedBy)), dryPatch)
 	refused("take over a user's Service with the managed-by label", err)
 	refused("delete a user's Service", sa.CoreV1().Services(ns).Delete(cx, "web", dryDelete))
