@@ -253,9 +253,11 @@ func TestMCSControllerManifests(t *testing.T) {
 	harness.Eventually(t, 20*time.Second, func() error { return w.createService(withSelector) })
 }
 
-// refusedByPolicy tells whether err is the policy's 403.
+// refusedByPolicy tells whether err is the 403 of one of the policy's MCS
+// controller rules (their messages name it; an expression that fails to
+// evaluate would be refused too, under failurePolicy Fail, with another text).
 func refusedByPolicy(err error, policy string) bool {
-	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), policy)
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), policy) && strings.Contains(err.Error(), "the MCS controller")
 }
 
 // mcsWrites makes objects shaped as the MCS controller writes them, and
