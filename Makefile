@@ -79,7 +79,7 @@ tools: ## Build etcd and kube-apiserver into .cache/tools; install dig, dnsperf 
 e2e: build tools ## End-to-end tests against real kube-apiservers and bin/coredns
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator \
 		$(GO) test -count=1 -timeout 30m -v $(if $(E2E_RUN),-run '$(E2E_RUN)') ./test/harness/ ./test/e2e/
-demo: build tools ## Two local clusters, sample workloads, our CoreDNS, a cut link
+demo: build tools ## Two local clusters, sample workloads, the MCS controller and our CoreDNS in each, a cut link
 	@env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-demo $(DEMO_FLAGS)
 
 # --- benchmarks (issue 6; cmd/mcs-bench) ---------------------------------------

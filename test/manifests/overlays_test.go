@@ -194,6 +194,30 @@ func TestOverlaysStatic(t *testing.T) {
 			if !signing {
 				t.Errorf("the annotator does not mount Secret mcs-annotator-signing-key at /etc/mcs/signing")
 			}
+
+			// The MCS controller reads the peer as CoreDNS does: the
+			// Corefile's kubeconfig path, from the same Secret at the
+			// same place.
+			peerFile := "/etc/mcs/peers/" + peer + ".kubeconfig"
+			if _, on := f["mcs-controller"]; !on || f["peer"] != peer+"="+peerFile {
+				t.Errorf("annotator flags %v: want --mcs-controller and --peer=%s=%s", f, peer, peerFile)
+			}
+			if !strings.Contains(corefile, "peer "+peer+" "+peerFile+"\n") {
+				t.Errorf("the Corefile does not read %s from %s, as the controller's --peer does", peer, peerFile)
+			}
+			secretAt := func(d *appsv1.Deployment, ctr corev1.Container) string {
+				for _, m := range ctr.VolumeMounts {
+					for _, v := range d.Spec.Template.Spec.Volumes {
+						if m.Name == v.Name && m.MountPath == "/etc/mcs/peers" && v.Secret != nil {
+							return v.Secret.SecretName
+						}
+					}
+				}
+				return ""
+			}
+			if a, c := secretAt(&ann, ctr), secretAt(&dns, dns.Spec.Template.Spec.Containers[0]); a == "" || a != c {
+				t.Errorf("/etc/mcs/peers: the annotator mounts Secret %q, CoreDNS %q: want the same", a, c)
+			}
 		})
 	}
 }
