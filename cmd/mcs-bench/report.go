@@ -37,6 +37,8 @@ type results struct {
 	Prop         []propResult
 	Resync       resyncResult // the watch resumes
 	Relist       resyncResult // the API server restarted while cut: every Pod listed again
+	Probe        *probeResult
+	Compare      *compareResult // the live stage in turns against an older build
 }
 
 type stageTime struct {
@@ -276,12 +278,7 @@ func machine(root string) machineInfo {
 			m.CPUModel = strings.TrimSpace(string(mm[1]))
 		}
 	}
-	if out, err := exec.Command("git", "-C", root, "rev-parse", "--short=12", "HEAD").Output(); err == nil {
-		m.Commit = strings.TrimSpace(string(out))
-		if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-			m.Commit += " (with uncommitted changes in the tree)"
-		}
-	}
+	m.Commit = commitOf(root)
 	if out, err := exec.Command("dnsperf", "-h").CombinedOutput(); err == nil || len(out) > 0 {
 		if mm := regexp.MustCompile(`Version (\S+)`).FindSubmatch(out); mm != nil {
 			m.DNSPerf = string(mm[1])
@@ -414,6 +411,14 @@ func checkSane(r *results) {
 	}
 	if r.Cfg.GoBench && len(r.GoBench) == 0 {
 		bad("no Go benchmark output")
+	}
+	if p := r.Probe; p == nil || len(p.Failover) != r.Cfg.ProbeRepeats {
+		bad("probe failover: not measured %d times", r.Cfg.ProbeRepeats)
+	} else if p.Rounds() < 1 || p.CPUOn <= 0 || len(p.QPS["on"]) != r.Cfg.Runs || len(p.QPS["off"]) != r.Cfg.Runs || p.WrongAfter > 0 {
+		bad("probe cost: %.1f rounds, CPU %s, %d and %d QPS runs, %d services wrong after", p.Rounds(), p.CPUOn, len(p.QPS["on"]), len(p.QPS["off"]), p.WrongAfter)
+	}
+	if c := r.Compare; c != nil && len(c.Runs) != 2*r.Cfg.CompareTurns {
+		bad("compare: %d live runs, want %d", len(c.Runs), 2*r.Cfg.CompareTurns)
 	}
 }
 
