@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -35,6 +39,11 @@ func (p *probeResult) Rounds() float64 { return float64(p.Accepted) / float64(ma
 // CPUPerSecond is a CPU time over the window, as a share of one core.
 func (p *probeResult) CPUPerSecond(cpu time.Duration) float64 {
 	return cpu.Seconds() / p.Window.Seconds()
+}
+
+// RoundEvery is the window over the rounds in it: how often an endpoint is probed.
+func (p *probeResult) RoundEvery() time.Duration {
+	return time.Duration(float64(p.Window) / math.Max(p.Rounds(), 1e-9))
 }
 
 // CPUPerRound is the CPU that probing added (on less off) per round.
@@ -80,12 +89,12 @@ func probeFailover(b *harness.Program, res *results) {
 
 // probeCost starts a TCP listener for each of ProbeEndpoints endpoints (on
 // addresses of 127.201.0.0/16, one each), writes them into a snapshot, and
-// starts two pinned CoreDNS on it with an API server that is not there: one
-// with `probe all`, one without. With every service asked, it reads both
-// processes' CPU time over ProbeWindow and counts the connections the
-// listeners accept; then it runs dnsperf against each in turns, the other
-// stopped (SIGSTOP) meanwhile so that neither's work falls into the other's
-// runs.
+// starts two CoreDNS on it, on CPU 0, with an API server that is not there:
+// one with `probe all`, one without. With every service asked and this
+// program on CPU 1, it reads both processes' CPU time over ProbeWindow and
+// counts the connections the listeners accept; then it runs dnsperf (on CPU
+// 1) against each in turns, the other stopped (SIGSTOP) meanwhile so that
+// neither's work falls into the other's runs.
 func probeCost(ctx context.Context, b *harness.Program, res *results) {
 	cfg := res.Cfg
 	scoped(b, func(t *harness.Program) {
@@ -143,6 +152,9 @@ func probeCost(ctx context.Context, b *harness.Program, res *results) {
 			}
 			return nil
 		})
+		// The endpoints' side (the listeners' accepts) kept off CoreDNS's CPU,
+		// as remote endpoints would be.
+		defer pinSelf(t, "1")()
 		on, off := cs["on"].d.Process().PID(), cs["off"].d.Process().PID()
 		a0, cpu0 := accepted(), cpuOf(t, on, off)
 		ctxSleep(ctx, cfg.ProbeWindow)
@@ -189,4 +201,23 @@ func scoped(b *harness.Program, f func(t *harness.Program)) {
 	if !ok || t.Failed() {
 		b.Fatalf("see the errors above")
 	}
+}
+
+// pinSelf moves every thread of this program to cpus (a taskset list) and
+// returns a func that moves them back.
+func pinSelf(t harness.T, cpus string) func() {
+	pid := strconv.Itoa(os.Getpid())
+	out, err := exec.Command("taskset", "-p", "-c", pid).Output()
+	i := bytes.LastIndexByte(out, ':')
+	if err != nil || i < 0 {
+		t.Fatalf("taskset -p -c %s: %v: %s", pid, err, out)
+	}
+	was := string(bytes.TrimSpace(out[i+1:]))
+	set := func(list string) {
+		if out, err := exec.Command("taskset", "-a", "-p", "-c", list, pid).CombinedOutput(); err != nil {
+			t.Fatalf("taskset -a -p -c %s %s: %v: %s", list, pid, err, out)
+		}
+	}
+	set(cpus)
+	return func() { set(was) }
 }
