@@ -45,7 +45,11 @@ func liveChanges(b *harness.Program, res *results, w *world) {
 		for _, build := range []string{"new", "old"} {
 			bin := map[string]string{"old": old}[build]
 			b.Logf("turn %d of %d: %s build", turn, cfg.CompareTurns, build)
-			r := liveTurn(b, res, w, proxy, bin, fmt.Sprintf("-%d-%s", turn, build))
+			tag := fmt.Sprintf("-%d-%s", turn, build)
+			if turn == 1 && build == "new" {
+				tag = "" // the stage's own figures, named as without -compare-coredns
+			}
+			r := liveTurn(b, res, w, proxy, bin, tag)
 			r.Build, r.Turn = build, turn
 			res.Compare.Runs = append(res.Compare.Runs, r)
 			if turn == 1 && build == "new" {
