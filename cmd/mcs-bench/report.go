@@ -116,17 +116,21 @@ type resyncResult struct {
 	Reconnect                       time.Duration // restore to the first connection through the proxy; -1 if none
 	Probes, ProbeWrong, ProbeErrors int
 	FirstWrong                      string
+	ListedPods                      int // Pods of the data cluster listed again from the restore to the end, by CoreDNS's log; 0 if none
 }
 
-// minPodBytes is less than any of the bench's exporter Pods takes in a list,
-// gzipped (as the API server sends a list of alike Pods) or not.
-const minPodBytes = 60
+// reListed matches the line our plugin logs when the data cluster's Pods
+// were listed again (ingest's Relisted event).
+var reListed = regexp.MustCompile(`cluster/` + clusterA + `: listed (\d+) Pods again`)
 
-// listedAgain reports whether the relist row's bytes from the API server
-// are a list of every Pod: more than a resumed watch brought (the resync
-// row: a few kilobytes, whatever the count) plus minPodBytes per Pod.
-func listedAgain(relist, resumed resyncResult) bool {
-	return relist.Received >= resumed.Received+int64(relist.Endpoints)*minPodBytes
+// listedPods are the Pod counts of every such line in a CoreDNS log.
+func listedPods(log string) []int {
+	var ns []int
+	for _, m := range reListed.FindAllStringSubmatch(log, -1) {
+		n, _ := strconv.Atoi(m[1])
+		ns = append(ns, n)
+	}
+	return ns
 }
 
 // Kind names the case, as the report's rows say it.
@@ -379,8 +383,8 @@ func checkSane(r *results) {
 		bad("resync after an API server restart: not measured")
 	} else if r.Relist.WarmUp <= 0 {
 		bad("resync after an API server restart: the API server's warm-up not measured")
-	} else if !listedAgain(r.Relist, r.Resync) {
-		bad("resync after an API server restart: %d bytes from the API server for %d Pods, not a full list", r.Relist.Received, r.Relist.Endpoints)
+	} else if r.Relist.ListedPods != r.Relist.Endpoints {
+		bad("resync after an API server restart: CoreDNS's log says it listed %d Pods again, want all %d", r.Relist.ListedPods, r.Relist.Endpoints)
 	}
 	for _, q := range []string{"A", "SRV"} {
 		for _, c := range []string{ours, hosts, intree} {

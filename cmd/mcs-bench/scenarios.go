@@ -425,6 +425,7 @@ func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cf
 			}
 		})
 	}
+	listed := len(listedPods(c.d.Log()))
 	restore := time.Now()
 	proxy.Restore(b)
 	reconnected := make(chan time.Duration, 1)
@@ -447,6 +448,9 @@ func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cf
 	time.Sleep(2 * time.Second) // keep probing after the resync
 	stop.Store(true)
 	wg.Wait()
+	if ls := listedPods(c.d.Log()); len(ls) > listed {
+		r.ListedPods = ls[len(ls)-1]
+	}
 	if r.RSSPeak, err = procStatusBytes(pid, "VmHWM"); err == nil {
 		r.AnonAfter, err = procStatusBytes(pid, "RssAnon")
 	}
