@@ -54,18 +54,6 @@ func (p *probeResult) CPUPerRound() time.Duration {
 	return time.Duration(float64(p.CPUOn-p.CPUOff) / p.Rounds())
 }
 
-// MedianQPS is the median QPS of the "on" or "off" runs, NaN when none.
-func (p *probeResult) MedianQPS(which string) float64 {
-	var xs []float64
-	for _, x := range p.QPS[which] {
-		xs = append(xs, x.QPS)
-	}
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	return median(xs)
-}
-
 func (r *results) probe() *probeResult {
 	if r.Probe == nil {
 		r.Probe = &probeResult{}
@@ -163,7 +151,6 @@ func probeCost(ctx context.Context, b *harness.Program, res *results) {
 		b.Logf("probing %d endpoints for %s: %d probes (%.1f rounds); CPU: probing %s, not probing %s (%.1f ms per round)",
 			p.Endpoints, cfg.ProbeWindow, p.Accepted, p.Rounds(), p.CPUOn, p.CPUOff, float64(p.CPUPerRound())/1e6)
 
-		p.QPS = map[string][]perf{}
 		order := []string{"off", "on"}
 		for run := 0; run < cfg.Runs; run++ {
 			for k := range order {
@@ -173,13 +160,15 @@ func probeCost(ctx context.Context, b *harness.Program, res *results) {
 					t.Fatalf("stop %s: %v", other.Name, err)
 				}
 				raw := filepath.Join(cfg.Raw, fmt.Sprintf("dnsperf-probe-%s-run%d.txt", which, run+1))
+				cpu0, start := cpuOf(t, c.d.Process().PID()), time.Now()
 				x, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: queries, Duration: cfg.Duration, Clients: cfg.Clients, Pin: "1", Raw: raw})
+				x.Took, x.CPU = time.Since(start), cpuOf(t, c.d.Process().PID())[0]-cpu0[0]
 				_ = other.d.Process().Signal(syscall.SIGCONT)
 				if err != nil {
 					t.Fatalf("probe %s: %v", which, err)
 				}
-				b.Logf("probe %-3s run %d: %8.0f QPS, %d lost, %s", which, run+1, x.QPS, x.Lost, x.Rcodes)
-				p.QPS[which] = append(p.QPS[which], x)
+				b.Logf("probe %-3s run %d: %8.0f QPS, %d lost, %s; CoreDNS CPU %s (%.1f µs per answer)", which, run+1, x.QPS, x.Lost, x.Rcodes, x.CPU, float64(x.CPUPerAnswer())/1e3)
+				res.addQPS("probe", "A", which, x)
 			}
 		}
 		for i := 0; i < ds.services; i++ {

@@ -418,8 +418,8 @@ func checkSane(r *results) {
 	}
 	if p := r.Probe; p == nil || len(p.Failover) != r.Cfg.ProbeRepeats {
 		bad("probe failover: not measured %d times", r.Cfg.ProbeRepeats)
-	} else if p.Rounds() < 1 || p.CPUOn <= 0 || len(p.QPS["on"]) != r.Cfg.Runs || len(p.QPS["off"]) != r.Cfg.Runs || p.WrongAfter > 0 {
-		bad("probe cost: %.1f rounds, CPU %s, %d and %d QPS runs, %d services wrong after", p.Rounds(), p.CPUOn, len(p.QPS["on"]), len(p.QPS["off"]), p.WrongAfter)
+	} else if on, off := r.Runs("probe", "A", "on"), r.Runs("probe", "A", "off"); p.Rounds() < 1 || p.CPUOn <= 0 || len(on) != r.Cfg.Runs || len(off) != r.Cfg.Runs || p.WrongAfter > 0 {
+		bad("probe cost: %.1f rounds, CPU %s, %d and %d QPS runs, %d services wrong after", p.Rounds(), p.CPUOn, len(on), len(off), p.WrongAfter)
 	}
 	if c := r.Compare; c != nil && len(c.Runs) != 2*r.Cfg.CompareTurns {
 		bad("compare: %d live runs, want %d", len(c.Runs), 2*r.Cfg.CompareTurns)
