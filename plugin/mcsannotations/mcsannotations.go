@@ -306,13 +306,15 @@ func logRejected(cluster, ns, name string, rej []annotation.Rejection) {
 }
 
 // logCapped logs and sets the records the per-namespace cap leaves out, once
-// per change.
+// per change. A namespace within the cap again has no series: the gauge holds
+// only the capped namespaces, so namespaces that come and go do not grow it.
 func logCapped(ns string, records, capped int) {
-	cappedRecords.WithLabelValues(ns).Set(float64(capped))
 	if capped == 0 {
+		cappedRecords.DeleteLabelValues(ns)
 		log.Infof("namespace %s: its answers hold %d records, within records_per_namespace again", ns, records)
 		return
 	}
+	cappedRecords.WithLabelValues(ns).Set(float64(capped))
 	log.Warningf("namespace %s: its services' answers would hold %d records, more than records_per_namespace: %d left out (each service keeps an equal share)", ns, records, capped)
 }
 
