@@ -99,6 +99,7 @@ type Table struct {
 	onChange func(*Index)
 	onPod    func(Key, *Pod)
 	onName   func(*Pod, annotation.Export)
+	named    []unencodable // found by checkNames under mu, reported once it is released
 	onCapped func(namespace string, records, capped int)
 	capped   map[string]int // by namespace: records left out by the cap (the builder's)
 }
@@ -136,8 +137,15 @@ func (t *Table) OnPodChange(f func(Key, *Pod)) { t.onPod = f }
 // whose endpoint name under the service of export e cannot be encoded in DNS
 // (EndpointNameFits): that endpoint is left out of SRV answers and has no
 // endpoint name; its addresses still answer the service name. It is called
-// with the table's write lock held, as OnPodChange. Set it before any write.
+// by the writer after the table's lock is released (it logs: a slow log
+// must not hold up the table's readers and writers). Set it before any write.
 func (t *Table) OnUnencodable(f func(p *Pod, e annotation.Export)) { t.onName = f }
+
+// unencodable is an export of a record whose endpoint name cannot be encoded.
+type unencodable struct {
+	p *Pod
+	e annotation.Export
+}
 
 // OnCapped registers f to be called (from the builder) when the records the
 // cap leaves out of a namespace's answers change: records is what its
@@ -145,7 +153,8 @@ func (t *Table) OnUnencodable(f func(p *Pod, e annotation.Export)) { t.onName = 
 // cap again). Set it before Run.
 func (t *Table) OnCapped(f func(namespace string, records, capped int)) { t.onCapped = f }
 
-// checkNames reports p's exports whose endpoint name cannot be encoded.
+// checkNames collects p's exports whose endpoint name cannot be encoded, for
+// unlock to report; t.mu is held.
 func (t *Table) checkNames(p *Pod) {
 	if t.onName == nil {
 		return
@@ -158,8 +167,18 @@ func (t *Table) checkNames(p *Pod) {
 	}
 	for _, e := range p.Exports {
 		if !EndpointNameFits(host, p.Cluster, e.Name, e.Namespace, t.cfg.Zone) {
-			t.onName(p, e)
+			t.named = append(t.named, unencodable{p, e})
 		}
+	}
+}
+
+// unlock releases t.mu after a write, then reports what checkNames found.
+func (t *Table) unlock() {
+	named := t.named
+	t.named = nil
+	t.mu.Unlock()
+	for _, u := range named {
+		t.onName(u.p, u.e)
 	}
 }
 
@@ -168,7 +187,7 @@ func (t *Table) Upsert(p *Pod) {
 	t.mu.Lock()
 	t.upsertLocked(p)
 	t.gen++
-	t.mu.Unlock()
+	t.unlock()
 	t.signal()
 }
 
@@ -242,7 +261,7 @@ func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
 	}
 	t.linkAllLocked(fresh)
 	t.gen++
-	t.mu.Unlock()
+	t.unlock()
 	t.signal()
 }
 
