@@ -257,6 +257,7 @@ func (m *MCS) registerSeries() {
 		cl := s.Cluster()
 		informers = append(informers, clusterInformer(cl))
 		sourceExpirations.WithLabelValues(cl)
+		unencodableNames.WithLabelValues(cl)
 		for _, r := range annotation.Reasons {
 			rejectedAnnotations.WithLabelValues(cl, string(r))
 		}
