@@ -27,6 +27,9 @@ func TestUnencodableReportedUnlocked(t *testing.T) {
 	tb.Upsert(pod(long, "default", "far", "", true, []string{"10.0.0.1"}, export("backend")))
 	tb.Upsert(pod("edge-a", "default", "near", "", true, []string{"10.0.0.2"}, export("backend")))
 	tb.Upsert(pod(long, "default", "far", "", true, []string{"10.0.0.1"}, export("backend"))) // unchanged: not again
+	// No address and no hostname yet (a Pod just created): no endpoint
+	// name at all, so nothing to report (it was reported as unencodable).
+	tb.Upsert(pod("edge-a", "default", "pending", "", false, nil, export("backend")))
 	tb.ReplaceCluster(long, []*Pod{
 		pod(long, "default", "far", "", true, []string{"10.0.0.1"}, export("backend")),                // unchanged
 		pod(long, "default", "far2", "", true, []string{"10.0.0.3"}, export("backend"), export("db")), // new: two exports

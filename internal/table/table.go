@@ -165,6 +165,9 @@ func (t *Table) checkNames(p *Pod) {
 		b := dashedInto(buf[:0], p.IPs[0])
 		host = unsafe.String(unsafe.SliceData(b), len(b)) // read below only, while buf lives
 	}
+	if host == "" {
+		return // no address and no hostname (a Pod not yet scheduled): no endpoint name, nothing answered
+	}
 	for _, e := range p.Exports {
 		if !EndpointNameFits(host, p.Cluster, e.Name, e.Namespace, t.cfg.Zone) {
 			t.named = append(t.named, unencodable{p, e})
