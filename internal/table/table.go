@@ -67,9 +67,8 @@ type svcList struct {
 }
 
 // nsKey groups records by cluster and namespace: the records are kept in one
-// podSet per group, keyed by Pod name. A single map keyed by Key (three
-// strings, 48 bytes) took about 30 bytes more per record, and a
-// map[string]*Pod per group about 40 more than a podSet (BenchmarkIndexHeap).
+// podSet per group, keyed by Pod name: smaller per record than one map keyed
+// by Key or a map[string]*Pod per group (BenchmarkIndexHeap).
 type nsKey struct{ Cluster, Namespace string }
 
 // Table is safe for concurrent use.
@@ -330,10 +329,9 @@ func (t *Table) linkLocked(p *Pod) {
 // linkAllLocked links many records at once. The records of one service
 // share a Common (sources and the snapshot's decoder hand them out that way),
 // so they are grouped by it and each group joins its services' lists in one
-// append: linking 100,000 records one at a time hashed two strings three times
-// a record and grew every list from one element by doubling (about 50,000
-// allocations and 6 MB of garbage at a cold start). Records with equal but
-// separate Commons only make smaller groups.
+// append, rather than hashing two strings three times a record and growing
+// every list from one element by doubling. Records with equal but separate
+// Commons only make smaller groups.
 func (t *Table) linkAllLocked(ps []*Pod) {
 	if len(ps) == 0 {
 		return
@@ -360,7 +358,7 @@ func (t *Table) linkAllLocked(ps []*Pod) {
 	}
 	// An empty table (the snapshot's load, a first list) gets its maps at
 	// about their size (a group is a service's records), rather than
-	// growing them a step at a time: 2.3 MB less garbage at 100,000 records.
+	// growing them a step at a time.
 	if len(t.bySvc) == 0 {
 		t.bySvc = make(map[svcKey]svcList, len(start))
 	}
