@@ -65,6 +65,23 @@ test: unit fuzz e2e bench-smoke image-test ## All tests: unit, fuzz (short), end
 FUZZTIME ?= 10s
 FUZZ_TARGETS := ./annotation:FuzzParseExports ./annotation:FuzzParseImports ./internal/table:FuzzDecodePod \
 	./internal/table:FuzzLookup ./plugin/mcsannotations:FuzzServeDNS
+# A fault loop against real kube-apiservers for SOAK_DURATION (test/soak),
+# then each fuzz target for SOAK_FUZZTIME. Not part of `make test`;
+# soak-short (about 75 s) is the short form. soak.json and soak.md go to
+# SOAK_OUT.
+SOAK_DURATION ?= 10m
+SOAK_FUZZTIME ?= 2m
+SOAK_OUT ?= $(ROOT)/soak-results
+SOAK_TIMEOUT ?= 2h # go test's bound on the whole run: raise it with a SOAK_DURATION over about 1h45m
+.PHONY: soak soak-short
+soak: build tools ## Fault loop (API server kill/hang, peer flaps, CoreDNS restarts/reloads, snapshot damage, churn) for SOAK_DURATION (10m) with DNS probing, then the fuzz targets for SOAK_FUZZTIME (2m each)
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns SOAK_DURATION=$(SOAK_DURATION) SOAK_OUT=$(SOAK_OUT) \
+		$(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' ./test/soak/
+	$(MAKE) fuzz FUZZTIME=$(SOAK_FUZZTIME)
+soak-short: build tools ## The soak's short form (75 s of faults), as make test could run it
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns SOAK_DURATION=75s SOAK_OUT=$(SOAK_OUT) \
+		$(GO) test -count=1 -timeout 10m -v -run '^TestSoak$$' ./test/soak/
+
 .PHONY: fuzz
 fuzz: ## Each fuzz target for FUZZTIME (10s): annotation parsers, snapshot records, lookups, ServeDNS with any message
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
