@@ -59,15 +59,15 @@ unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
 	cd coredns-build && $(GO) test -count=1 ./...
 
 .PHONY: test
-test: unit fuzz e2e bench-smoke image-test ## All tests: unit, fuzz (short), end-to-end, the benchmark program's smoke run, the images
+test: unit fuzz e2e soak-short bench-smoke image-test ## All tests: unit, fuzz (short), end-to-end, the soak's short form, the benchmark program's smoke run, the images
 
 # Each fuzz target runs FUZZTIME (a soak runs them longer: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 10s
 FUZZ_TARGETS := ./annotation:FuzzParseExports ./annotation:FuzzParseImports ./internal/table:FuzzDecodePod \
 	./internal/table:FuzzLookup ./plugin/mcsannotations:FuzzServeDNS
 # A fault loop against real kube-apiservers for SOAK_DURATION (test/soak),
-# then each fuzz target for SOAK_FUZZTIME. Not part of `make test`;
-# soak-short (about 75 s) is the short form. soak.json and soak.md go to
+# then each fuzz target for SOAK_FUZZTIME. Not part of `make test`, which
+# runs soak-short (about 75 s), the short form. soak.json and soak.md go to
 # SOAK_OUT.
 SOAK_DURATION ?= 10m
 SOAK_FUZZTIME ?= 2m
