@@ -39,6 +39,9 @@ type Index struct {
 	// demand records the services looked up, for a prober (health.go);
 	// nil when none takes the list.
 	demand *demand
+	// importState: whether a controller is expected to allocate the
+	// ClusterSetIPs of services exported as ClusterSetIP (Index.answer).
+	importState ImportState
 
 	SOA     dns.SOA
 	NS      dns.NS
@@ -66,6 +69,9 @@ type Service struct {
 	// FailOpen: every ready endpoint failed its probes, and all of them are
 	// answered (health.go).
 	FailOpen bool
+	// form is the service with its SRV answers in service form, for a
+	// service exported as ClusterSetIP (withServiceForm); nil otherwise.
+	form *Service
 	// perCluster holds the answers limited to one cluster, for imports that
 	// name a cluster, rendered from pods on the first such lookup (split);
 	// nil when every endpoint is in one cluster (then the service itself is
@@ -154,13 +160,20 @@ type entry struct {
 const (
 	entryQueued uint32 = 1 << iota
 	entryFailOpen
+	// entryClusterSetIP: the service is exported as ClusterSetIP
+	// (exportedClusterSetIP); set before the index is published.
+	entryClusterSetIP
 )
 
 func (e *entry) get() *Service {
 	e.once.Do(func() {
 		e.svc = buildService(e.cfg, e.sk, e.pods, e.budget)
 		if e.svc != nil {
-			e.svc.FailOpen = e.flags.Load()&entryFailOpen != 0
+			flags := e.flags.Load()
+			e.svc.FailOpen = flags&entryFailOpen != 0
+			if flags&entryClusterSetIP != 0 {
+				e.svc.form = withServiceForm(e.svc, e.sk.Name+"."+e.sk.Namespace+".svc."+e.cfg.Zone, e.cfg.TTL)
+			}
 		}
 	})
 	return e.svc
