@@ -209,8 +209,8 @@ func TestMCSController(t *testing.T) {
 			return fmt.Errorf("no ServiceImport")
 		case v.imp.Spec.Type != mcsv1beta1.ClusterSetIP:
 			return fmt.Errorf("type %s", v.imp.Spec.Type)
-		case len(v.imp.Spec.Ports) != 3 || v.imp.Spec.Ports[0].Name != "http" || v.imp.Spec.Ports[1].Name != "metrics" || v.imp.Spec.Ports[2].Name != "grpc":
-			return fmt.Errorf("ports %v, want the union http, metrics, grpc", v.imp.Spec.Ports)
+		case len(v.imp.Spec.Ports) != 3 || v.imp.Spec.Ports[0].Name != "grpc" || v.imp.Spec.Ports[1].Name != "http" || v.imp.Spec.Ports[2].Name != "metrics":
+			return fmt.Errorf("ports %v, want the union grpc, http, metrics", v.imp.Spec.Ports)
 		case len(v.imp.Status.Clusters) != 3:
 			return fmt.Errorf("clusters %v", v.imp.Status.Clusters)
 		case v.derived == nil || len(v.imp.Spec.IPs) == 0 || v.imp.Spec.IPs[0] != v.derived.Spec.ClusterIP:
