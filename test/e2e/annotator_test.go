@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -474,6 +475,10 @@ func TestAnnotatorServiceExport(t *testing.T) {
 	e := newEnv(t)
 	c := e.c
 	c.InstallMCSCRDs(t)
+	// CoreDNS looks for ServiceImports every 30 s: restarted, it sees them
+	// served from the start.
+	e.dns.Kill(t, syscall.SIGTERM)
+	e.dns.Start(t)
 	ns := c.NewNamespace(t)
 	app := func(v string) map[string]string { return map[string]string{"app": v} }
 
