@@ -3,8 +3,6 @@ package snapshot
 import (
 	"maps"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,14 +18,7 @@ import (
 // (testdata/schema2.db, written by commit 282710b's code with
 // testdata/genv2.go.txt) opens as it is, every record read.
 func TestSchema2OldCodecOpens(t *testing.T) {
-	b, err := os.ReadFile("testdata/schema2.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "mcs.db")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := copyTestdata(t, "schema2.db")
 	var l logBuf
 	s, res := mustOpen(t, path, testOptions(&l))
 	defer mustClose(t, s)

@@ -107,19 +107,6 @@ func eventuallyMCS(t *testing.T, c *harness.Cluster, ns, name, what string, ok f
 	}
 }
 
-// mcsCorefile is edge-a's CoreDNS with edge-b and edge-c as peers.
-const mcsCorefile = `clusterset.local:{PORT} {
-    bind 127.0.0.1
-    mcsannotations clusterset.local {
-        cluster edge-a
-        kubeconfig {KUBECONFIG}
-        peer edge-b {PEERB}
-        peer edge-c {PEERC}
-        ttl 5
-    }
-}
-`
-
 // TestMCSController: three real clusters, the real annotator in each, the
 // MCS controller in edge-a (bin/mcs-annotator -mcs-controller) watching
 // edge-b through a link that the test cuts, and edge-c directly; edge-a's
@@ -196,7 +183,7 @@ func TestMCSController(t *testing.T) {
 	// edge-a's CoreDNS starts before the controller: web is exported as
 	// ClusterSetIP, so its name never answers the Pods' addresses, before
 	// or after its ClusterSetIP is allocated.
-	d := harness.StartCoreDNS(t, mcsCorefile, map[string]string{"KUBECONFIG": a.Kubeconfig, "PEERB": b.Kubeconfig, "PEERC": c.Kubeconfig})
+	d := harness.StartCoreDNS(t, peersCorefile, map[string]string{"KUBECONFIG": a.Kubeconfig, "PEERB": b.Kubeconfig, "PEERC": c.Kubeconfig, "EXTRA": ""})
 	name := svc("web", ns)
 	stopWatch := watchNoPodAddrs(t, d, name)
 	peer := harness.StartProxy(t, b.APIServerAddr())
