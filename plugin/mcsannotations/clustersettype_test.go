@@ -2,6 +2,9 @@ package mcsannotations
 
 import (
 	"context"
+	"net/netip"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -161,5 +165,55 @@ func TestClusterSetIPTypeAlias(t *testing.T) {
 	}
 	if a := ix.LookupService("default", "old", "", "", dns.TypeA); a.Kind != table.KindService {
 		t.Errorf("alias of an untyped service: %v", a.Kind)
+	}
+}
+
+// After a restart from the snapshot with every API server unreachable, a
+// service exported as ClusterSetIP answers as it did before: the endpoints'
+// addresses and service-form SRV where no ServiceImports were served, NODATA
+// with the short negative TTL where they were (its type, and whether they
+// were served, both come from the snapshot).
+func TestClusterSetIPTypeAfterOfflineRestart(t *testing.T) {
+	for _, state := range []table.ImportState{table.ImportsAbsent, table.ImportsServed} {
+		t.Run(state.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "table.db")
+			st, _, err := snapshot.Open(path, snapshot.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := table.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{
+				Name: "web", Namespace: "default", Cluster: "edge-a",
+				Ports:   []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}},
+				Service: annotation.Service{Type: annotation.TypeClusterSetIP}}}},
+				Name: "web-1", Ready: true, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.ReplaceSource("edge-a", map[string][]byte{"default/web-1": b}, snapshot.Meta{ClusterID: "edge-a"})
+			st.ReplaceImports(nil, state)
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			withClient(t, deadAPI)
+			withDynamic(t, deadDynamic)
+			i, udp, _ := serveSnapshot(t, path)
+			defer stopServer(i)
+			a := exchange(t, "udp", udp, web, dns.TypeA, 0)
+			srv := exchange(t, "udp", udp, "_http._tcp."+web, dns.TypeSRV, 0)
+			if state == table.ImportsAbsent {
+				if got := addrsOf(a); !slices.Equal(got, []string{"10.0.0.1"}) {
+					t.Errorf("A: %v, want the endpoint", a)
+				}
+				if len(srv.Answer) != 1 || srv.Answer[0].(*dns.SRV).Target != web || srv.Answer[0].(*dns.SRV).Port != 8080 {
+					t.Errorf("SRV: %v, want 8080 %s", srv, web)
+				}
+				return
+			}
+			for _, m := range []*dns.Msg{a, srv} {
+				if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 || len(m.Ns) != 1 || m.Ns[0].Header().Ttl != pendingTTL {
+					t.Errorf("%v, want NODATA with TTL %d", m, pendingTTL)
+				}
+			}
+		})
 	}
 }
