@@ -69,9 +69,10 @@ type Service struct {
 	// FailOpen: every ready endpoint failed its probes, and all of them are
 	// answered (health.go).
 	FailOpen bool
-	// form is the service with its SRV answers in service form, for a
-	// service exported as ClusterSetIP (withServiceForm); nil otherwise.
-	form *Service
+	// form is the service with its SRV answers in service form
+	// (withServiceForm), rendered on first use (serviceForm).
+	form     *Service
+	formOnce sync.Once
 	// perCluster holds the answers limited to one cluster, for imports that
 	// name a cluster, rendered from pods on the first such lookup (split);
 	// nil when every endpoint is in one cluster (then the service itself is
@@ -169,11 +170,7 @@ func (e *entry) get() *Service {
 	e.once.Do(func() {
 		e.svc = buildService(e.cfg, e.sk, e.pods, e.budget)
 		if e.svc != nil {
-			flags := e.flags.Load()
-			e.svc.FailOpen = flags&entryFailOpen != 0
-			if flags&entryClusterSetIP != 0 {
-				e.svc.form = withServiceForm(e.svc, e.sk.Name+"."+e.sk.Namespace+".svc."+e.cfg.Zone, e.cfg.TTL)
-			}
+			e.svc.FailOpen = e.flags.Load()&entryFailOpen != 0
 		}
 	})
 	return e.svc

@@ -116,7 +116,7 @@ func (ix *Index) answer(e *entry, prefix string, qtype uint16) Answer {
 		return svc.lookup(prefix, qtype)
 	}
 	if ix.importState == ImportsAbsent {
-		return svc.serviceForm().lookup(prefix, qtype)
+		return svc.serviceForm(ix.cfg.Zone, ix.cfg.TTL).lookup(prefix, qtype)
 	}
 	if prefix != "" && svc.SRV[prefix] == nil {
 		return Answer{Kind: KindNXDomain}

@@ -123,11 +123,10 @@ func withServiceForm(s *Service, fqdn string, ttl uint32) *Service {
 	return form
 }
 
-// serviceForm returns the service's answers in service form (withServiceForm)
-// when rendered, else the service itself.
-func (s *Service) serviceForm() *Service {
-	if s.form != nil {
-		return s.form
-	}
-	return s
+// serviceForm returns the service's answers in service form
+// (withServiceForm), rendered on the first call: only services exported as
+// ClusterSetIP in a cluster that serves no ServiceImports need them.
+func (s *Service) serviceForm(zone string, ttl uint32) *Service {
+	s.formOnce.Do(func() { s.form = withServiceForm(s, s.Name+"."+s.Namespace+".svc."+zone, ttl) })
+	return s.form
 }
