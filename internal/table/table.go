@@ -88,8 +88,9 @@ type Table struct {
 
 	// The ClusterSetIP services (SetClusterSetIPs): as set, and rendered,
 	// keyed as the index's services are. Replaced whole, never changed.
-	importList []ClusterSetIP
-	imports    map[string]*Service
+	importList  []ClusterSetIP
+	imports     map[string]*Service
+	importState ImportState
 
 	kick     chan struct{}
 	built    atomic.Uint64 // the gen the current index reflects
@@ -487,7 +488,7 @@ func (t *Table) Rebuild() *Index {
 		pods, failOpen := t.healthyLocked(sk, l.pods)
 		members[sk] = healthy{pods, failOpen, l.pods}
 	}
-	imports, dem := t.imports, t.demand
+	imports, dem, state := t.imports, t.demand, t.importState
 	t.mu.Unlock()
 
 	old := t.cur.Load()
@@ -499,9 +500,14 @@ func (t *Table) Rebuild() *Index {
 		name := sk.Name + "." + sk.Namespace
 		if serves(sk, h.pods) {
 			e := &entry{cfg: &t.cfg, sk: sk, pods: h.pods, access: accessOf(sk, h.all), cost: recordCost(&t.cfg, sk, h.pods)}
+			var flags uint32
 			if h.failOpen {
-				e.flags.Store(entryFailOpen)
+				flags |= entryFailOpen
 			}
+			if exportedClusterSetIP(sk, h.all) {
+				flags |= entryClusterSetIP
+			}
+			e.flags.Store(flags)
 			services[name] = e
 		} else {
 			delete(services, name)
@@ -509,7 +515,7 @@ func (t *Table) Rebuild() *Index {
 	}
 	t.capNamespaces(services, members)
 	idx := newIndex(t.cfg, services, imports, uint32(time.Now().Unix()))
-	idx.demand = dem
+	idx.demand, idx.importState = dem, state
 	t.cur.Store(idx)
 	t.built.Store(gen)
 	if t.onChange != nil {
@@ -572,7 +578,7 @@ func (t *Table) capNamespaces(services map[string]*entry, members map[svcKey]hea
 			}
 			if b != e.budget {
 				ne := &entry{cfg: e.cfg, sk: e.sk, pods: e.pods, access: e.access, cost: e.cost, budget: b}
-				ne.flags.Store(e.flags.Load() & entryFailOpen)
+				ne.flags.Store(e.flags.Load() & (entryFailOpen | entryClusterSetIP))
 				services[k] = ne
 			}
 		}

@@ -67,6 +67,11 @@ type MCS struct {
 	store          atomic.Pointer[snapshot.Store]
 	snapshotLoaded atomic.Bool // the snapshot held a complete list of some source
 
+	// pendingLogged: the ClusterSetIP services logged as answered while
+	// their ClusterSetIP is not known (logPending).
+	pendingMu     sync.Mutex
+	pendingLogged map[string]struct{}
+
 	mu     sync.Mutex
 	cancel context.CancelFunc
 }
