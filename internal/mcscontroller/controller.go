@@ -66,8 +66,8 @@ type Source interface {
 
 // Config configures a Controller.
 type Config struct {
-	// Expire drops the share of a cluster whose API server has not answered
-	// for this long (0: never, the default).
+	// Expire drops the share of a peer whose API server has not answered
+	// for this long (0: never, the default). The local cluster never expires.
 	Expire time.Duration
 	// Interval bounds how long a change waits before it is written (the
 	// changes of a burst are written together), and Resync how often
@@ -197,6 +197,12 @@ func (c *Controller) RunLoop(ctx context.Context) {
 		return
 	case <-c.ready:
 	}
+	// An informer that syncs an empty list sends no event: the first
+	// reconcile follows the sync, not a kick.
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	c.Kick()
 	backoff := wait.Backoff{Duration: c.cfg.Interval, Factor: 2, Cap: 10 * time.Second, Steps: 1 << 30}
 	for {
 		select {
@@ -250,15 +256,19 @@ func (c *Controller) logOnce(err error) {
 // clusterState says, for a source cluster, whether the table holds its
 // current share (current), whether it has not answered since the start so
 // that its share is what the local API server holds (stale), or whether its
-// share is gone (neither: expired, or a cluster no longer configured).
+// share is gone (neither: a peer past its expiry, or a cluster no longer
+// configured).
 func (c *Controller) clusterState(now time.Time) (current, stale func(string) bool) {
 	cur, st := map[string]bool{}, map[string]bool{}
+	local := c.table.Config().LocalCluster
 	for _, s := range c.sources {
 		last := s.LastContact()
 		if last.IsZero() {
 			last = c.started
 		}
-		if c.cfg.Expire > 0 && now.Sub(last) > c.cfg.Expire {
+		// The expiry is a peer's: the local cluster's API server is the one
+		// written to, and while it does not answer nothing is written.
+		if c.cfg.Expire > 0 && s.Cluster() != local && now.Sub(last) > c.cfg.Expire {
 			continue
 		}
 		if s.HasSynced() {
