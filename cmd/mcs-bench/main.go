@@ -193,6 +193,8 @@ var scenarios = []scenario{
 	{part: "instr", name: "instructions per answer (callgrind)", world: true, targets: instrTargets, run: instructions},
 	{part: "live", name: "propagation and resync", world: true, targets: liveTargets,
 		run: func(_ context.Context, b *harness.Program, res *results, w *world) { liveChanges(b, res, w) }},
+	{part: "mcs", name: "MCS controller (3 clusters)", targets: mcsTargets,
+		run: func(ctx context.Context, b *harness.Program, res *results, _ *world) { mcsScenario(ctx, b, res) }},
 }
 
 // run does every scenario wanted; one that fails is recorded and the others

@@ -37,6 +37,7 @@ type results struct {
 	Prop         []propResult
 	Resync       resyncResult // the watch resumes
 	Relist       resyncResult // the API server restarted while cut: every Pod listed again
+	MCS          *mcsResult   // the MCS controller (mcs.go)
 }
 
 type stageTime struct {

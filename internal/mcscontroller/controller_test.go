@@ -2,6 +2,7 @@ package mcscontroller
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -170,10 +171,10 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 	})
 	e.table.Upsert(exporter("a", "web", "10.0.0.1", annotation.TypeClusterSetIP))
 	e.start(true)
-	noWrites := func(when string, before int) {
+	noWrites := func(when string, before mark) {
 		t.Helper()
-		if w := e.writes(); len(w) > before {
-			t.Fatalf("%s: requests to write while the API server is unreachable: %v", when, w[before:])
+		if w := e.writesSince(before); len(w) > 0 {
+			t.Fatalf("%s: requests to write while the API server is unreachable: %v", when, w)
 		}
 		for _, k := range writeKinds {
 			if v := testutil.ToFloat64(e.metrics.Writes.WithLabelValues(k, "error")); v > 0 {
@@ -188,7 +189,7 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 	if err := e.ctl.Reconcile(e.ctx); err != nil {
 		t.Errorf("reconcile while unreachable: %v", err)
 	}
-	noWrites("unreachable at start", 0)
+	noWrites("unreachable at start", mark{})
 
 	// It answers: both shares are written, the slice of a cluster no longer configured goes.
 	down.Store(false)
@@ -206,7 +207,7 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 	e.poll("the loop to settle", func() bool { return len(e.ctl.slices.List()) == len(e.slices()) })
 	down.Store(true)
 	a.setLast(now.Add(-2 * time.Minute))
-	before := len(e.writes())
+	before := e.mark()
 	if err := e.ctl.Reconcile(e.ctx); err != nil {
 		t.Errorf("reconcile while unreachable: %v", err)
 	}
@@ -317,4 +318,79 @@ func TestExternalNameExportRefused(t *testing.T) {
 	if typ, _, _ := unstructured.NestedString(im.Object, "spec", "type"); typ != string(mcsv1beta1.ClusterSetIP) {
 		t.Errorf("web's type %q", typ)
 	}
+}
+
+// A reconcile after a change writes what the change touched and nothing
+// else: a Pod's readiness is one slice write; a Pod deleted or moved to
+// another service removes what it alone was behind; an object of ours that
+// someone else deleted is written again. A full reconcile afterwards finds
+// nothing to write.
+func TestReconcileWritesOnlyWhatChanged(t *testing.T) {
+	e := newEnv(t, Config{}, []*fakeSource{newSource("a", true, time.Now())})
+	for i, n := range []string{"web", "db", "api"} {
+		e.table.Upsert(exporter("a", n, fmt.Sprintf("10.0.0.%d", i+1), annotation.TypeClusterSetIP))
+	}
+	e.start(false)
+	e.waitSynced()
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	step := func(what string, want ...string) {
+		t.Helper()
+		before := e.mark()
+		if err := e.reconcile(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		got := e.writesSince(before)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: writes %q, want %q", what, got, want)
+		}
+	}
+	step("nothing changed")
+
+	web := exporter("a", "web", "10.0.0.1", annotation.TypeClusterSetIP)
+	web.Ready = false
+	e.table.Upsert(web)
+	step("web's Pod not ready", "patch endpointslices ")
+	if s := e.slices(); len(s) != 3 {
+		t.Fatalf("%d slices", len(s))
+	}
+	for _, s := range e.slices() {
+		if s.Labels[mcsv1beta1.LabelServiceName] == "web" && *s.Endpoints[0].Conditions.Ready {
+			t.Errorf("web's endpoint is still ready")
+		}
+	}
+
+	e.table.Delete(exporter("a", "db", "10.0.0.2", annotation.TypeClusterSetIP).Key())
+	step("db's Pod deleted", "delete endpointslices ", "delete services ", "delete serviceimports ")
+	if e.serviceImport("db") != nil || len(e.slicesBy("db")) > 0 {
+		t.Errorf("db's objects remain")
+	}
+
+	moved := exporter("a", "api", "10.0.0.3", annotation.TypeClusterSetIP)
+	moved.Exports[0].Name = "api2"
+	e.table.Upsert(moved)
+	step("api's Pod now exports api2", "delete endpointslices ", "delete services ", "delete serviceimports ",
+		"patch endpointslices ", "patch services ", "patch serviceimports ", "patch serviceimports status",
+		"patch serviceimports ", "patch serviceimports status") // the second apply carries the derived Service's IPs
+	if e.serviceImport("api") != nil || e.serviceImport("api2") == nil || len(e.slicesBy("api2")["a"]) != 1 {
+		t.Errorf("api's objects were not moved to api2")
+	}
+
+	var webSlice string
+	for _, s := range e.slices() {
+		if s.Labels[mcsv1beta1.LabelServiceName] == "web" {
+			webSlice = s.Name
+		}
+	}
+	if err := e.client.Tracker().Delete(discoveryv1.SchemeGroupVersion.WithResource("endpointslices"), "ns", webSlice); err != nil {
+		t.Fatal(err)
+	}
+	e.poll("the informer to see the delete", func() bool { return len(e.ctl.slices.List()) == 1 })
+	step("web's slice deleted by someone else", "patch endpointslices ")
+
+	e.ctl.markDirty(clusterset.Key{}, true)
+	step("a full reconcile")
 }

@@ -114,8 +114,9 @@ func newEnv(t testing.TB, cfg Config, sources []*fakeSource, objs ...runtime.Obj
 			typed = append(typed, o)
 		}
 	}
-	e := &env{t: t, table: table.New(table.Config{LocalCluster: "a"}), client: fake.NewClientset(typed...),
+	e := &env{t: t, table: table.New(table.Config{LocalCluster: "a"}), client: fake.NewSimpleClientset(typed...),
 		metrics: NewMetrics(nil), sources: map[string]*fakeSource{}}
+	e.client.PrependReactor("patch", "*", typedApplyReactor(e.client.Tracker()))
 	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{importsGVR: "ServiceImportList", exportsGVR: "ServiceExportList"}, dynamic...)
 	e.dyn.PrependReactor("patch", "*", applyReactor(e.dyn.Tracker()))
@@ -172,6 +173,56 @@ func applyReactor(tr clienttesting.ObjectTracker) clienttesting.ReactionFunc {
 	}
 }
 
+// typedApplyReactor stands in for server-side apply with Force of the
+// derived Services and the EndpointSlices: the applied object replaces the
+// stored one, which keeps its UID and allocated ClusterIPs. (The fake's own
+// field-managed apply builds a REST mapper for every call: too slow for the
+// benchmark's tens of thousands.)
+func typedApplyReactor(tr clienttesting.ObjectTracker) clienttesting.ReactionFunc {
+	var allocated atomic.Int32
+	return func(a clienttesting.Action) (bool, runtime.Object, error) {
+		pa, ok := a.(clienttesting.PatchAction)
+		if !ok || pa.GetPatchType() != types.ApplyPatchType {
+			return false, nil, nil
+		}
+		gvr, ns, name := pa.GetResource(), pa.GetNamespace(), pa.GetName()
+		var obj runtime.Object
+		switch gvr.Resource {
+		case "services":
+			obj = &corev1.Service{}
+		case "endpointslices":
+			obj = &discoveryv1.EndpointSlice{}
+		default:
+			return false, nil, nil
+		}
+		if err := json.Unmarshal(pa.GetPatch(), obj); err != nil {
+			return true, nil, err
+		}
+		m := obj.(metav1.Object)
+		m.SetNamespace(ns)
+		cur, err := tr.Get(gvr, ns, name)
+		if apierrors.IsNotFound(err) {
+			m.SetUID(types.UID("uid-" + ns + "-" + name))
+			if svc, ok := obj.(*corev1.Service); ok {
+				n := allocated.Add(1)
+				svc.Spec.ClusterIP = netip.AddrFrom4([4]byte{10, 96, byte(n >> 8), byte(n)}).String()
+				svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+				svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+			}
+			return true, obj, tr.Create(gvr, obj, ns)
+		}
+		if err != nil {
+			return true, nil, err
+		}
+		m.SetUID(cur.(metav1.Object).GetUID())
+		if svc, ok := obj.(*corev1.Service); ok {
+			old := cur.(*corev1.Service)
+			svc.Spec.ClusterIP, svc.Spec.ClusterIPs, svc.Spec.IPFamilies = old.Spec.ClusterIP, old.Spec.ClusterIPs, old.Spec.IPFamilies
+		}
+		return true, obj, tr.Update(gvr, obj, ns)
+	}
+}
+
 // start runs the controller's informers (Run), and its write loop when loop is set.
 func (e *env) start(loop bool) {
 	go e.ctl.Run(e.ctx)
@@ -219,9 +270,17 @@ func (e *env) reconcile() error {
 }
 
 // writes are the write requests the fakes received (failed ones included).
-func (e *env) writes() []string {
+func (e *env) writes() []string { return e.writesSince(mark{}) }
+
+// mark is how many requests each fake had received.
+type mark struct{ typed, dynamic int }
+
+func (e *env) mark() mark { return mark{len(e.client.Actions()), len(e.dyn.Actions())} }
+
+// writesSince are the write requests received after m.
+func (e *env) writesSince(m mark) []string {
 	var out []string
-	for _, list := range [][]clienttesting.Action{e.client.Actions(), e.dyn.Actions()} {
+	for _, list := range [][]clienttesting.Action{e.client.Actions()[m.typed:], e.dyn.Actions()[m.dynamic:]} {
 		for _, a := range list {
 			switch a.GetVerb() {
 			case "create", "update", "patch", "delete", "deletecollection":
