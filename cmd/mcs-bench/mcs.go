@@ -263,7 +263,8 @@ func (m *mcsResult) Heap() string {
 	return fmt.Sprintf("%.0f B", v)
 }
 
-// Reconcile is the benchmark's time of one reconcile that writes nothing.
+// Reconcile is the benchmark's time of one change: a Pod's readiness
+// flipped and the reconcile that writes its slice (through the fakes).
 func (m *mcsResult) Reconcile() string {
 	d, ok := m.reconcileTook()
 	if !ok {
@@ -272,7 +273,7 @@ func (m *mcsResult) Reconcile() string {
 	return ms(d)
 }
 
-// reconcileTook reads the benchmark's time of one reconcile that writes nothing.
+// reconcileTook reads the benchmark's time of one change and its reconcile.
 func (m *mcsResult) reconcileTook() (time.Duration, bool) {
 	for _, l := range m.GoBench {
 		f := strings.Fields(l)
