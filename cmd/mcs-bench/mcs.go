@@ -108,7 +108,11 @@ func mcsScenario(ctx context.Context, b *harness.Program, res *results) {
 	sel := labels.Set{discoveryv1.LabelManagedBy: clusterset.ManagedBy, mcsv1beta1.LabelSourceCluster: mcsClusters[1]}.String()
 	cx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := cs[0].Client.DiscoveryV1().EndpointSlices("").Watch(cx, metav1.ListOptions{LabelSelector: sel})
+	list, err := cs[0].Client.DiscoveryV1().EndpointSlices("").List(cx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		b.Fatalf("listing EndpointSlices: %v", err)
+	}
+	w, err := cs[0].Client.DiscoveryV1().EndpointSlices("").Watch(cx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		b.Fatalf("watching EndpointSlices: %v", err)
 	}
@@ -185,7 +189,7 @@ func controllerWrites(t harness.T, a *harness.Annotator) map[string]float64 {
 		kind := l[strings.Index(l, `kind="`)+6:]
 		kind = kind[:strings.Index(kind, `"`)]
 		f := strings.Fields(l)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil && v > 0 {
 			out[kind] = v
 		}
 	}
@@ -233,8 +237,8 @@ func mcsGoBench(ctx context.Context, b *harness.Program, res *results) []string 
 	}
 	var lines []string
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(l, "BenchmarkControllerMemory") && strings.Contains(l, "/op") {
-			lines = append(lines, strings.Join(strings.Fields(l), " "))
+		if strings.Contains(l, "heap-B/endpoint") { // klog's lines may split the name from the figures
+			lines = append(lines, "BenchmarkControllerMemory "+strings.Join(strings.Fields(l), " "))
 		}
 	}
 	return lines
