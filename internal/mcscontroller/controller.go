@@ -117,7 +117,9 @@ type Controller struct {
 	dirty   map[clusterset.Key]bool
 	all     bool
 
-	// What the last reconcile saw and did; only Reconcile touches these.
+	// What the last reconcile saw and did; only Reconcile touches these,
+	// holding reconciling (one reconcile at a time).
+	reconciling sync.Mutex
 	// lastPods are the current clusters' records (the table keeps the
 	// pointer of a record that did not change, and holding them keeps a
 	// pointer from being reused), lastCount their number per service.
@@ -393,6 +395,8 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 			return nil // the write loop waits for the sync
 		}
 	}
+	c.reconciling.Lock()
+	defer c.reconciling.Unlock()
 	start := time.Now()
 	current, stale, state := c.clusterState(start)
 	dirty, all := c.takeDirty()

@@ -204,7 +204,11 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 
 	// Unreachable again, for longer than the expiry: the local cluster's
 	// source has not reached it either.
-	e.poll("the loop to settle", func() bool { return len(e.ctl.slices.List()) == len(e.slices()) })
+	e.poll("a reconcile that finds everything written", func() bool {
+		m := e.mark()
+		e.ctl.markDirty(clusterset.Key{}, true)
+		return e.ctl.Reconcile(e.ctx) == nil && len(e.writesSince(m)) == 0
+	})
 	down.Store(true)
 	a.setLast(now.Add(-2 * time.Minute))
 	before := e.mark()
