@@ -75,7 +75,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.signKey, "sign-key", "", "ed25519 private key (PEM, PKCS #8) to sign each export annotation with (needs --cluster)")
 	fs.BoolVar(&o.mcsController, "mcs-controller", false, "also run the MCS controller: ServiceImports, derived Services and EndpointSlices from every cluster's export annotations (needs --cluster)")
 	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
-	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a cluster's share of the imports when its API server has not answered for this long (0: never)")
+	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.BoolVar(&o.version, "version", false, "print the version and commit, and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)

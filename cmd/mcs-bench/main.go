@@ -86,7 +86,7 @@ func parseFlags() config {
 	flag.DurationVar(&c.ProbeWindow, "probe-window", 30*time.Second, "how long the probing CoreDNS's CPU time is read")
 	flag.StringVar(&c.CompareCoreDNS, "compare-coredns", "", "an older build of bin/coredns: the live stage (propagation, resync) then runs in turns with bin/coredns and it, side by side; its commit is read from its folder's git tree")
 	flag.IntVar(&c.CompareTurns, "compare-turns", 3, "turns of each build with -compare-coredns")
-	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, probe (failover, probe cost, QPS with probing), dns (throughput, latency, memory), instr (instructions per answer, under callgrind), live (propagation, resync); default all")
+	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, probe (failover, probe cost, QPS with probing), dns (throughput, latency, memory), instr (instructions per answer, under callgrind), live (propagation, resync), mcs (the MCS controller over 3 clusters); default all")
 	flag.StringVar(&c.Out, "out", "", "report file (default BENCHMARKS.md at the repository root; bench/raw/smoke/BENCHMARKS.md with -smoke)")
 	flag.StringVar(&c.Raw, "raw", "", "folder for raw output (default bench/raw/<UTC time>, bench/raw/smoke with -smoke)")
 	flag.StringVar(&c.Render, "render", "", "render the report from this results.json of an earlier run instead of running (to -out, default the report that run wrote)")
@@ -212,6 +212,8 @@ var scenarios = []scenario{
 	{part: "instr", name: "instructions per answer (callgrind)", world: true, targets: instrTargets, run: instructions},
 	{part: "live", name: "propagation and resync", world: true, targets: liveTargets,
 		run: func(_ context.Context, b *harness.Program, res *results, w *world) { liveChanges(b, res, w) }},
+	{part: "mcs", name: "MCS controller (3 clusters)", targets: mcsTargets,
+		run: func(ctx context.Context, b *harness.Program, res *results, _ *world) { mcsScenario(ctx, b, res) }},
 }
 
 // run does every scenario wanted; one that fails is recorded and the others

@@ -39,6 +39,7 @@ type results struct {
 	Relist       resyncResult // the API server restarted while cut: every Pod listed again
 	Probe        *probeResult
 	Compare      *compareResult // the live stage in turns against an older build
+	MCS          *mcsResult     // the MCS controller (mcs.go)
 }
 
 type stageTime struct {

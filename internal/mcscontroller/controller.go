@@ -19,12 +19,15 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -66,8 +69,8 @@ type Source interface {
 
 // Config configures a Controller.
 type Config struct {
-	// Expire drops the share of a cluster whose API server has not answered
-	// for this long (0: never, the default).
+	// Expire drops the share of a peer whose API server has not answered
+	// for this long (0: never, the default). The local cluster never expires.
 	Expire time.Duration
 	// Interval bounds how long a change waits before it is written (the
 	// changes of a burst are written together), and Resync how often
@@ -106,6 +109,34 @@ type Controller struct {
 
 	mu      sync.Mutex
 	lastErr error
+
+	// dirty are the services to reconcile next (all of them when all is
+	// set): those whose local objects changed. The services whose records
+	// changed are found by the reconcile itself.
+	dirtyMu sync.Mutex
+	dirty   map[clusterset.Key]bool
+	all     bool
+
+	// What the last reconcile saw and did; only Reconcile touches these,
+	// holding reconciling (one reconcile at a time).
+	reconciling sync.Mutex
+	// lastPods are the current clusters' records (the table keeps the
+	// pointer of a record that did not change, and holding them keeps a
+	// pointer from being reused), lastCount their number per service.
+	lastPods  map[*table.Pod]struct{}
+	lastCount map[clusterset.Key]int
+	lastState string
+	done      map[clusterset.Key]*outcome
+}
+
+// outcome is what the controller keeps for one service.
+type outcome struct {
+	slices  []string // namespace/name
+	service string   // the derived Service's namespace/name ("": none)
+	merged  *clusterset.Import
+	// failed: a write failed, so what it holds is not known to be all it
+	// wants; nothing of it is deleted until a reconcile succeeds.
+	failed bool
 }
 
 // New returns a controller over t, which sources feed (one per cluster, the
@@ -121,7 +152,8 @@ func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dyna
 		cfg.CRDPoll = 10 * time.Second
 	}
 	c := &Controller{cfg: cfg, table: t, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
-		kick: make(chan struct{}, 1), ready: make(chan struct{})}
+		kick: make(chan struct{}, 1), ready: make(chan struct{}), dirty: map[clusterset.Key]bool{}, all: true,
+		done: map[clusterset.Key]*outcome{}}
 	t.OnPodChange(func(table.Key, *table.Pod) { c.Kick() })
 	m.sources.Store(&sources)
 	return c
@@ -148,9 +180,16 @@ func (c *Controller) Run(ctx context.Context) {
 	nsInf := nsf.Core().V1().Namespaces().Informer()
 	svInf := svf.Core().V1().Services().Informer()
 	slInf := slf.Discovery().V1().EndpointSlices().Informer()
-	for _, inf := range []cache.SharedIndexInformer{nsInf, svInf, slInf} {
-		_, _ = inf.AddEventHandler(c.handler())
-	}
+	_, _ = nsInf.AddEventHandler(c.handler(nil))
+	_, _ = svInf.AddEventHandler(c.handler(byServiceLabel))
+	_, _ = slInf.AddEventHandler(c.handler(byServiceLabel))
+	_ = slInf.AddIndexers(cache.Indexers{indexService: func(o any) ([]string, error) {
+		k, ok := byServiceLabel(o)
+		if !ok {
+			return nil, nil
+		}
+		return []string{k.String()}, nil
+	}})
 	c.namespaces, c.services, c.slices = nsInf.GetIndexer(), svInf.GetIndexer(), slInf.GetIndexer()
 	c.synced = []cache.InformerSynced{nsInf.HasSynced, svInf.HasSynced, slInf.HasSynced}
 	nsf.Start(ctx.Done())
@@ -174,8 +213,8 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 		f := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, 0)
 		im, ex := f.ForResource(imp), f.ForResource(exp)
-		_, _ = im.Informer().AddEventHandler(c.handler())
-		_, _ = ex.Informer().AddEventHandler(c.handler())
+		_, _ = im.Informer().AddEventHandler(c.handler(byName))
+		_, _ = ex.Informer().AddEventHandler(c.handler(byName))
 		f.Start(ctx.Done())
 		c.importsGVR, c.exportsGVR = imp, exp
 		c.imports, c.exports = im.Lister(), ex.Lister()
@@ -198,6 +237,12 @@ func (c *Controller) RunLoop(ctx context.Context) {
 		return
 	case <-c.ready:
 	}
+	// An informer that syncs an empty list sends no event: the first
+	// reconcile follows the sync, not a kick.
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	c.Kick()
 	backoff := wait.Backoff{Duration: c.cfg.Interval, Factor: 2, Cap: 10 * time.Second, Steps: 1 << 30}
 	for {
 		select {
@@ -205,6 +250,7 @@ func (c *Controller) RunLoop(ctx context.Context) {
 			return
 		case <-c.kick:
 		case <-resync.C:
+			c.markDirty(clusterset.Key{}, true)
 		}
 		select { // let the burst settle
 		case <-ctx.Done():
@@ -227,12 +273,68 @@ func (c *Controller) RunLoop(ctx context.Context) {
 	}
 }
 
-func (c *Controller) handler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.Kick() },
-		UpdateFunc: func(any, any) { c.Kick() },
-		DeleteFunc: func(any) { c.Kick() },
+// indexService indexes the EndpointSlices by the service they carry.
+const indexService = "service"
+
+// handler marks the service of each changed object to be reconciled (every
+// service when key is nil or cannot tell) and kicks.
+func (c *Controller) handler(key func(any) (clusterset.Key, bool)) cache.ResourceEventHandler {
+	mark := func(o any) {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		var k clusterset.Key
+		ok := key != nil
+		if ok {
+			k, ok = key(o)
+		}
+		c.markDirty(k, !ok)
+		c.Kick()
 	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    mark,
+		UpdateFunc: func(_, o any) { mark(o) },
+		DeleteFunc: mark,
+	}
+}
+
+func (c *Controller) markDirty(k clusterset.Key, all bool) {
+	c.dirtyMu.Lock()
+	defer c.dirtyMu.Unlock()
+	if all {
+		c.all = true
+		return
+	}
+	c.dirty[k] = true
+}
+
+// takeDirty returns the services marked since the last call, or all.
+func (c *Controller) takeDirty() (map[clusterset.Key]bool, bool) {
+	c.dirtyMu.Lock()
+	defer c.dirtyMu.Unlock()
+	d, all := c.dirty, c.all
+	c.dirty, c.all = map[clusterset.Key]bool{}, false
+	return d, all
+}
+
+// byName is the service of a ServiceImport or ServiceExport.
+func byName(o any) (clusterset.Key, bool) {
+	m, err := meta.Accessor(o)
+	if err != nil {
+		return clusterset.Key{}, false
+	}
+	return clusterset.Key{Namespace: m.GetNamespace(), Name: m.GetName()}, true
+}
+
+// byServiceLabel is the service of an EndpointSlice or derived Service the
+// controller wrote.
+func byServiceLabel(o any) (clusterset.Key, bool) {
+	m, err := meta.Accessor(o)
+	if err != nil {
+		return clusterset.Key{}, false
+	}
+	name, ok := m.GetLabels()[mcsv1beta1.LabelServiceName]
+	return clusterset.Key{Namespace: m.GetNamespace(), Name: name}, ok
 }
 
 // logOnce logs an error when it differs from the last one, and the recovery.
@@ -251,27 +353,38 @@ func (c *Controller) logOnce(err error) {
 // clusterState says, for a source cluster, whether the table holds its
 // current share (current), whether it has not answered since the start so
 // that its share is what the local API server holds (stale), or whether its
-// share is gone (neither: expired, or a cluster no longer configured).
-func (c *Controller) clusterState(now time.Time) (current, stale func(string) bool) {
+// share is gone (neither: a peer past its expiry, or a cluster no longer
+// configured).
+func (c *Controller) clusterState(now time.Time) (current, stale func(string) bool, sig string) {
 	cur, st := map[string]bool{}, map[string]bool{}
+	var b strings.Builder
+	local := c.table.Config().LocalCluster
 	for _, s := range c.sources {
 		last := s.LastContact()
 		if last.IsZero() {
 			last = c.started
 		}
-		if c.cfg.Expire > 0 && now.Sub(last) > c.cfg.Expire {
-			continue
-		}
-		if s.HasSynced() {
+		// The expiry is a peer's: the local cluster's API server is the one
+		// written to, and while it does not answer nothing is written.
+		b.WriteString(s.Cluster())
+		switch {
+		case c.cfg.Expire > 0 && s.Cluster() != local && now.Sub(last) > c.cfg.Expire:
+			b.WriteString("=gone,")
+		case s.HasSynced():
 			cur[s.Cluster()] = true
-		} else {
+			b.WriteString("=current,")
+		default:
 			st[s.Cluster()] = true
+			b.WriteString("=stale,")
 		}
 	}
-	return func(cl string) bool { return cur[cl] }, func(cl string) bool { return st[cl] }
+	return func(cl string) bool { return cur[cl] }, func(cl string) bool { return st[cl] }, b.String()
 }
 
-// Reconcile writes what the local cluster should hold, once.
+// Reconcile writes what the local cluster should hold, once: for the
+// services whose records or local objects changed since the last reconcile,
+// or for every service when the clusters' states changed, on the periodic
+// resync and at the first.
 func (c *Controller) Reconcile(ctx context.Context) error {
 	select {
 	case <-c.ready:
@@ -280,86 +393,145 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	}
 	for _, s := range c.synced {
 		if !s() {
-			return nil // a kick follows the sync
+			return nil // the write loop waits for the sync
 		}
 	}
+	c.reconciling.Lock()
+	defer c.reconciling.Unlock()
 	start := time.Now()
-	current, stale := c.clusterState(start)
-	var pods []*table.Pod
-	for _, p := range c.table.Pods("") {
-		if current(p.Cluster) {
-			pods = append(pods, p)
+	current, stale, state := c.clusterState(start)
+	dirty, all := c.takeDirty()
+	if state != c.lastState {
+		all = true
+	}
+
+	// The current clusters' records by service; a service whose records
+	// are not all the same pointers as last time is dirty.
+	pods := c.table.Pods("")
+	seen := make(map[*table.Pod]struct{}, len(pods))
+	groups := map[clusterset.Key][]*table.Pod{}
+	for _, p := range pods {
+		if !current(p.Cluster) {
+			continue
+		}
+		seen[p] = struct{}{}
+		for _, e := range p.Exports {
+			k := clusterset.Key{Namespace: e.Namespace, Name: e.Name}
+			groups[k] = append(groups[k], p)
 		}
 	}
-	cur := shares(pods)
+	for k, g := range groups {
+		if dirty[k] || len(g) != c.lastCount[k] {
+			dirty[k] = true
+			continue
+		}
+		for _, p := range g {
+			if _, ok := c.lastPods[p]; !ok {
+				dirty[k] = true
+				break
+			}
+		}
+	}
+	for k := range c.lastCount {
+		if _, ok := groups[k]; !ok {
+			dirty[k] = true
+		}
+	}
+
+	// The shares of the clusters that have not answered since the start,
+	// from the slices the controller wrote before.
 	var existing []*discoveryv1.EndpointSlice
-	for _, o := range c.slices.List() {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
-			existing = append(existing, s)
+	addSlices := func(objs []any) {
+		for _, o := range objs {
+			if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+				existing = append(existing, s)
+			}
+		}
+	}
+	if all {
+		addSlices(c.slices.List())
+	} else {
+		for k := range dirty {
+			objs, _ := c.slices.ByIndex(indexService, k.String())
+			addSlices(objs)
 		}
 	}
 	keep := keptShares(existing, stale)
 
-	keys := map[clusterset.Key]bool{}
-	for k := range cur {
-		keys[k] = true
-	}
-	for k := range keep {
-		keys[k] = true
+	if all {
+		for k := range groups {
+			dirty[k] = true
+		}
+		for k := range keep {
+			dirty[k] = true
+		}
+		for k := range c.done {
+			dirty[k] = true
+		}
 	}
 	var errs []error
-	wantSlices := map[string]bool{} // namespace/name of every slice to keep
-	wantServices := map[string]bool{}
-	wantImports := map[string]bool{}
-	conflicts := map[clusterset.Key]*clusterset.Import{}
-	for k := range keys {
+	for k := range dirty {
+		delete(c.done, k)
 		if _, ok, _ := c.namespaces.GetByKey(k.Namespace); !ok {
 			continue // never create a namespace: no import where it does not exist
 		}
+		out := &outcome{}
 		var exports []clusterset.Export
-		for cl, s := range cur[k] {
+		cur := shares(groups[k])[k]
+		for cl, s := range cur {
 			exports = append(exports, toExport(cl, &s.entry))
 		}
 		for cl, kc := range keep[k] {
 			for _, s := range kc.slices {
-				wantSlices[s.Namespace+"/"+s.Name] = true
+				out.slices = append(out.slices, s.Namespace+"/"+s.Name)
 			}
 			if kc.entry.Name != "" {
 				exports = append(exports, toExport(cl, &kc.entry))
 			}
 		}
 		if len(exports) == 0 {
-			// Only slices without a readable entry: keep them and the import as they are.
-			wantImports[k.String()] = true
-			wantServices[k.Namespace+"/"+clusterset.DerivedServiceName(k.Name)] = true
+			if len(out.slices) > 0 {
+				// Only slices without a readable entry: keep them and the import as they are.
+				out.service = k.Namespace + "/" + clusterset.DerivedServiceName(k.Name)
+				c.done[k] = out
+			}
 			continue
 		}
 		im := clusterset.Merge(exports)
-		conflicts[k] = &im
-		wantImports[k.String()] = true
-		if err := c.syncService(ctx, k, &im, cur[k], wantSlices, wantServices); err != nil {
+		out.merged = &im
+		c.done[k] = out
+		if err := c.syncService(ctx, k, &im, cur, out); err != nil {
 			errs = append(errs, fmt.Errorf("service %s: %w", k, err))
+			out.failed = true
+			c.markDirty(k, false) // again next time
 		}
 	}
-	errs = append(errs, c.deleteUnwanted(ctx, wantImports, wantServices, wantSlices)...)
-	errs = append(errs, c.syncConflicts(ctx, conflicts)...)
-	c.metrics.observe(len(wantImports), len(wantSlices), len(conflictsOf(conflicts)), time.Since(start))
-	return errors.Join(errs...)
-}
+	later := c.deleteUnwanted(ctx, dirty, all)
+	later = append(later, c.syncConflicts(ctx, dirty, all)...)
+	if len(later) > 0 {
+		c.markDirty(clusterset.Key{}, true)
+	}
+	errs = append(errs, later...)
 
-func conflictsOf(m map[clusterset.Key]*clusterset.Import) []clusterset.Key {
-	var out []clusterset.Key
-	for k, im := range m {
-		if im.Conflict() {
-			out = append(out, k)
+	c.lastPods, c.lastState = seen, state
+	c.lastCount = make(map[clusterset.Key]int, len(groups))
+	for k, g := range groups {
+		c.lastCount[k] = len(g)
+	}
+	nslices, conflicts := 0, 0
+	for _, o := range c.done {
+		nslices += len(o.slices)
+		if o.merged != nil && o.merged.Conflict() {
+			conflicts++
 		}
 	}
-	return out
+	c.metrics.observe(len(c.done), nslices, conflicts, time.Since(start))
+	return errors.Join(errs...)
 }
 
 // syncService writes one service's ServiceImport, derived Service (for a
 // ClusterSetIP import) and the slices of the clusters whose share is current.
-func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clusterset.Import, cur map[string]*share, wantSlices, wantServices map[string]bool) error {
+func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clusterset.Import, cur map[string]*share, out *outcome) error {
 	si, err := c.applyImport(ctx, k, im, nil, nil)
 	if err != nil {
 		return err
@@ -368,7 +540,7 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	derived := ""
 	if im.Spec.Type == mcsv1beta1.ClusterSetIP {
 		derived = clusterset.DerivedServiceName(k.Name)
-		wantServices[k.Namespace+"/"+derived] = true
+		out.service = k.Namespace + "/" + derived
 		svc, err := c.applyDerived(ctx, k, im, owner)
 		if err != nil {
 			return err
@@ -383,7 +555,7 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	for cl, s := range cur {
 		entry, _ := json.Marshal(s.entry)
 		for _, sl := range clusterset.Slices(k, cl, derived, im, s.endpoints, owner) {
-			wantSlices[sl.Namespace+"/"+sl.Name] = true
+			out.slices = append(out.slices, sl.Namespace+"/"+sl.Name)
 			sl.Annotations = map[string]string{AnnotationExport: string(entry)}
 			if err := c.applySlice(ctx, sl); err != nil {
 				errs = append(errs, err)
@@ -519,9 +691,9 @@ func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointS
 	return err
 }
 
-// deleteUnwanted deletes the objects this controller made that nothing
-// wants any more.
-func (c *Controller) deleteUnwanted(ctx context.Context, imports, services, slicesWanted map[string]bool) []error {
+// deleteUnwanted deletes the objects this controller made for the services
+// in keys (every service when all is set) that nothing wants any more.
+func (c *Controller) deleteUnwanted(ctx context.Context, keys map[clusterset.Key]bool, all bool) []error {
 	var errs []error
 	del := func(kind string, err error) {
 		if apierrors.IsNotFound(err) {
@@ -532,25 +704,57 @@ func (c *Controller) deleteUnwanted(ctx context.Context, imports, services, slic
 			errs = append(errs, err)
 		}
 	}
-	for _, o := range c.slices.List() {
+	var sls, svcs []any
+	if all {
+		sls, svcs = c.slices.List(), c.services.List()
+	} else {
+		for k := range keys {
+			objs, _ := c.slices.ByIndex(indexService, k.String())
+			sls = append(sls, objs...)
+			if o, ok, _ := c.services.GetByKey(k.Namespace + "/" + clusterset.DerivedServiceName(k.Name)); ok {
+				svcs = append(svcs, o)
+			}
+		}
+	}
+	for _, o := range sls {
 		s, ok := o.(*discoveryv1.EndpointSlice)
-		if ok && !slicesWanted[s.Namespace+"/"+s.Name] {
+		if !ok {
+			continue
+		}
+		k, _ := byServiceLabel(s)
+		if d := c.done[k]; d == nil || !d.failed && !slices.Contains(d.slices, s.Namespace+"/"+s.Name) {
 			del("endpointslice", c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
 		}
 	}
-	for _, o := range c.services.List() {
+	for _, o := range svcs {
 		s, ok := o.(*corev1.Service)
-		if ok && !services[s.Namespace+"/"+s.Name] {
+		if !ok {
+			continue
+		}
+		k, _ := byServiceLabel(s)
+		if d := c.done[k]; d == nil || !d.failed && d.service != s.Namespace+"/"+s.Name {
 			del("service", c.client.CoreV1().Services(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
 		}
 	}
-	objs, err := c.imports.List(labels.SelectorFromSet(labels.Set{clusterset.LabelManagedBy: clusterset.ManagedBy}))
-	if err != nil {
-		return append(errs, err)
+	var objs []runtime.Object
+	if all {
+		var err error
+		if objs, err = c.imports.List(labels.Everything()); err != nil {
+			return append(errs, err)
+		}
+	} else {
+		for k := range keys {
+			if o, err := c.imports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
+				objs = append(objs, o)
+			}
+		}
 	}
 	for _, o := range objs {
 		u, ok := o.(*unstructured.Unstructured)
-		if ok && !imports[u.GetNamespace()+"/"+u.GetName()] {
+		if !ok || u.GetLabels()[clusterset.LabelManagedBy] != clusterset.ManagedBy {
+			continue // not ours
+		}
+		if c.done[clusterset.Key{Namespace: u.GetNamespace(), Name: u.GetName()}] == nil {
 			del("serviceimport", c.dyn.Resource(c.importsGVR).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}))
 		}
 	}
@@ -558,20 +762,33 @@ func (c *Controller) deleteUnwanted(ctx context.Context, imports, services, slic
 }
 
 // syncConflicts sets the Conflict condition of the local ServiceExports of
-// every merged service, as the whole clusterset shows it. The annotator sets
-// Valid and Ready; each condition has one writer.
-func (c *Controller) syncConflicts(ctx context.Context, merged map[clusterset.Key]*clusterset.Import) []error {
+// the services in keys (every one when all is set), as the whole clusterset
+// shows it. The annotator sets Valid and Ready; each condition has one
+// writer.
+func (c *Controller) syncConflicts(ctx context.Context, keys map[clusterset.Key]bool, all bool) []error {
 	var errs []error
-	objs, err := c.exports.List(labels.Everything())
-	if err != nil {
-		return []error{err}
+	var objs []runtime.Object
+	if all {
+		var err error
+		if objs, err = c.exports.List(labels.Everything()); err != nil {
+			return []error{err}
+		}
+	} else {
+		for k := range keys {
+			if o, err := c.exports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
+				objs = append(objs, o)
+			}
+		}
 	}
 	for _, o := range objs {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
 			continue
 		}
-		im := merged[clusterset.Key{Namespace: u.GetNamespace(), Name: u.GetName()}]
+		var im *clusterset.Import
+		if d := c.done[clusterset.Key{Namespace: u.GetNamespace(), Name: u.GetName()}]; d != nil {
+			im = d.merged
+		}
 		if im == nil {
 			continue // not exported (yet): the annotator's Valid and Ready say why
 		}

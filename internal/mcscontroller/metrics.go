@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Foreign: prometheus.NewCounter(prometheus.CounterOpts{Name: "mcs_controller_foreign_objects_total",
 			Help: "ServiceImports or derived Services that exist but were not made by this controller, left alone."}),
 		Reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mcs_controller_reconcile_seconds",
-			Help: "Time of one reconcile of every exported service.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
+			Help: "Time of one reconcile: of the services that changed, or of every exported service (at the start, on the resync, when a cluster's state changes).", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
 	}
 	for _, k := range writeKinds {
 		m.Writes.WithLabelValues(k, "ok")

@@ -11,15 +11,6 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
-type fakeSource struct {
-	cluster string
-	last    time.Time
-}
-
-func (f fakeSource) Cluster() string        { return f.cluster }
-func (f fakeSource) HasSynced() bool        { return !f.last.IsZero() }
-func (f fakeSource) LastContact() time.Time { return f.last }
-
 // mcs_controller_cluster_last_contact_seconds has a series per cluster the
 // controller reads from the moment it is made (the alert on a stale peer
 // needs it before anything goes wrong): the seconds since its API server
@@ -30,7 +21,7 @@ func TestClusterLastContact(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, "mcs_controller_cluster_last_contact_seconds"); err != nil || n != 0 {
 		t.Fatalf("before New: %d series, %v", n, err)
 	}
-	srcs := []Source{fakeSource{"edge-a", time.Now()}, fakeSource{"edge-b", time.Now().Add(-time.Hour)}, fakeSource{cluster: "edge-c"}}
+	srcs := []Source{newSource("edge-a", true, time.Now()), newSource("edge-b", true, time.Now().Add(-time.Hour)), newSource("edge-c", false, time.Time{})}
 	New(table.New(table.Config{LocalCluster: "edge-a"}), srcs, fake.NewClientset(), nil, nil, Config{}, m)
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -1,0 +1,135 @@
+package mcscontroller
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	runtimeobj "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/table"
+)
+
+var (
+	benchEndpoints = flag.Int("mcs.endpoints", 100000, "endpoints of BenchmarkControllerMemory")
+	benchServices  = flag.Int("mcs.services", 10000, "exported services of BenchmarkControllerMemory")
+)
+
+// benchPods are the exporter Pods of the benchmark: endpoints Pods over
+// services services (in namespace ns), endpoint j of a service in cluster
+// a, b or c by j mod 3, every service ClusterSetIP.
+func benchPods(services, endpoints int) []*table.Pod {
+	commons := map[string]*table.Common{}
+	var out []*table.Pod
+	for n := 0; n < endpoints; n++ {
+		i, j := n%services, n/services
+		cl := string(rune('a' + j%3))
+		name := fmt.Sprintf("svc-%05d", i)
+		c := commons[cl+"/"+name]
+		if c == nil {
+			c = &table.Common{Cluster: cl, Namespace: "ns", Exports: []annotation.Export{{Name: name, Namespace: "ns", Cluster: cl,
+				Ports:   []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}},
+				Service: annotation.Service{Type: annotation.TypeClusterSetIP}}}}
+			commons[cl+"/"+name] = c
+		}
+		out = append(out, &table.Pod{Common: c, Name: fmt.Sprintf("%s-%d", name, j),
+			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})}, Ready: true})
+	}
+	return out
+}
+
+func heapInUse() uint64 {
+	var m runtime.MemStats
+	for range 3 {
+		runtime.GC()
+	}
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkControllerMemory is the controller's heap per endpoint in a
+// steady state (-mcs.endpoints, default 100,000, over -mcs.services): the
+// table of records, the informer caches of the objects it wrote and its own
+// state, after a reconcile that finds everything written. The objects are
+// first written through fake clientsets by a controller, then handed to the
+// fakes of a new one, so that the API server's copies (the fakes' trackers)
+// are not counted. Each iteration is one Pod's readiness flipped and the
+// reconcile that writes it: what one change costs the controller.
+func BenchmarkControllerMemory(b *testing.B) {
+	services, endpoints := *benchServices, *benchEndpoints
+	srcs := func() []*fakeSource {
+		now := time.Now()
+		return []*fakeSource{newSource("a", true, now), newSource("b", true, now), newSource("c", true, now)}
+	}
+	// The objects, as a controller writes them.
+	first := newEnv(b, Config{}, srcs())
+	// Its informers list, but watch nothing: the fakes' watchers hold 100
+	// events and panic beyond, which tens of thousands of writes in one
+	// reconcile overrun. It writes without looking at what it wrote.
+	quiet := func(clienttesting.Action) (bool, watch.Interface, error) { return true, watch.NewFake(), nil }
+	first.client.PrependWatchReactor("*", quiet)
+	first.dyn.PrependWatchReactor("*", quiet)
+	pods := benchPods(services, endpoints)
+	for _, cl := range []string{"a", "b", "c"} {
+		first.table.ReplaceCluster(cl, pods)
+	}
+	first.start(false)
+	first.waitSynced()
+	if err := first.ctl.Reconcile(first.ctx); err != nil {
+		b.Fatal(err)
+	}
+	var objs []runtimeobj.Object
+	for _, s := range first.slices() {
+		objs = append(objs, s.DeepCopy())
+	}
+	for _, s := range first.derivedServices() {
+		objs = append(objs, s.DeepCopy())
+	}
+	l, err := first.dyn.Tracker().List(importsGVR, importsGVR.GroupVersion().WithKind("ServiceImport"), "ns")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, o := range l.(*unstructured.UnstructuredList).Items {
+		objs = append(objs, o.DeepCopy())
+	}
+	first.cancel()
+	first, pods = nil, nil
+
+	e := newEnv(b, Config{}, srcs(), objs...)
+	objs = nil
+	before := heapInUse()
+	pods = benchPods(services, endpoints)
+	for _, cl := range []string{"a", "b", "c"} {
+		e.table.ReplaceCluster(cl, pods)
+	}
+	pods = nil
+	e.start(false)
+	e.waitSynced()
+	if err := e.ctl.Reconcile(e.ctx); err != nil {
+		b.Fatal(err)
+	}
+	if w := e.writes(); len(w) > 0 {
+		b.Fatalf("%d writes in a reconcile of what is written, first %s", len(w), w[0])
+	}
+	after := heapInUse()
+	b.ResetTimer()
+	all := e.table.Pods("")
+	for n := range b.N {
+		p := *all[n%len(all)]
+		p.Ready = !p.Ready
+		e.table.Upsert(&p)
+		if err := e.ctl.Reconcile(e.ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(after-before)/float64(endpoints), "heap-B/endpoint")
+	b.ReportMetric(float64(endpoints), "endpoints")
+}
