@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
@@ -112,7 +113,18 @@ func mcsScenario(ctx context.Context, b *harness.Program, res *results) {
 	if err != nil {
 		b.Fatalf("listing EndpointSlices: %v", err)
 	}
-	w, err := cs[0].Client.DiscoveryV1().EndpointSlices("").Watch(cx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+	// The harness's clients time out each request after 15 s, a watch's
+	// stream included: this one watches for the whole stage.
+	rc, err := harness.RESTConfig(cs[0].Kubeconfig)
+	if err != nil {
+		b.Fatalf("%v", err)
+	}
+	rc.Timeout = 0
+	watcher, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		b.Fatalf("%v", err)
+	}
+	w, err := watcher.DiscoveryV1().EndpointSlices("").Watch(cx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		b.Fatalf("watching EndpointSlices: %v", err)
 	}
@@ -157,7 +169,7 @@ func waitSlice(w watch.Interface, ns, ip string, bound time.Duration) (int, bool
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return n, false
+				return n, false // the watch ended: a failure of the bench, not a slow change
 			}
 			n++
 			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
