@@ -32,9 +32,9 @@ type Scope struct {
 
 // Why a scoped source reads cluster-wide.
 const (
-	WhyNoList        = "the cluster publishes no list of exporting namespaces (an annotator older than the list, or none)"
-	WhyForbidden     = "the list of exporting namespaces may not be read (the credential predates it)"
-	WhyTooMany = "more exporting namespaces than MaxNamespaces"
+	WhyNoList    = "the cluster publishes no list of exporting namespaces (an annotator older than the list, or none)"
+	WhyForbidden = "the list of exporting namespaces may not be read (the credential predates it)"
+	WhyTooMany   = "more exporting namespaces than MaxNamespaces"
 )
 
 // part is one reflector of a feed: the exported Pods of one namespace, or
