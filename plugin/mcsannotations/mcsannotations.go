@@ -213,8 +213,10 @@ func newMCS(cfg config) (*MCS, error) {
 		if err != nil {
 			return nil, err
 		}
+		// A peer is read in its exporting namespaces only (its credential
+		// need not read more); the local cluster everywhere.
 		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(p.name),
-			source.Options{Key: cfg.keys[p.name], Ingest: ingestOptions(clusterInformer(p.name))}))
+			source.Options{Key: cfg.keys[p.name], Ingest: ingestOptions(clusterInformer(p.name)), Scoped: true}))
 	}
 	m.newProber(cfg.probe)
 	return m, nil
@@ -255,7 +257,22 @@ func (m *MCS) sourceEvents(cluster string) source.Events {
 			}
 			log.Infof("cluster %s: %s -> %s", cluster, from, to)
 		},
+		Scope: logScope,
 	}
+}
+
+// logScope logs and counts what a peer's source reads.
+func logScope(cluster string, sc source.Scope) {
+	if len(sc.Ignored) > 0 {
+		log.Warningf("cluster %s: its list of exporting namespaces has lines that are no namespace name, ignored: %q", cluster, sc.Ignored)
+	}
+	if sc.ClusterWide {
+		sourceWatches.WithLabelValues(cluster).Set(1)
+		log.Warningf("cluster %s: reading Pods of every namespace: %s; a credential that may read every Pod is broader than needed", cluster, sc.Why)
+		return
+	}
+	sourceWatches.WithLabelValues(cluster).Set(float64(len(sc.Namespaces)))
+	log.Infof("cluster %s: reading Pods of its %d exporting namespaces: %q", cluster, len(sc.Namespaces), sc.Namespaces)
 }
 
 // ingestOptions are the options of a reflector, by its name (as the
