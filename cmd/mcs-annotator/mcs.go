@@ -104,6 +104,9 @@ func startMCS(ctx context.Context, o options, client kubernetes.Interface, dyn d
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
 		pc.UserAgent = "mcs-controller"
+		// A list and a watch per exporting namespace of the peer (see the
+		// plugin's clientFor).
+		pc.QPS, pc.Burst = 50, 200
 		c, err := kubernetes.NewForConfig(pc)
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)

@@ -102,6 +102,12 @@ func wrapTransport(rc *rest.Config) {
 	})
 }
 
+// The client-side rate limit of the API clients.
+const (
+	peerQPS   = 50
+	peerBurst = 200
+)
+
 // clientFor builds the API client of a source; tests replace it.
 var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
 	rc, err := restConfigFor(kubeconfig, kubecontext)
@@ -109,6 +115,11 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 		return nil, err
 	}
 	rc.UserAgent = "coredns-" + pluginName
+	// A peer is read one exporting namespace at a time: a list and a watch
+	// each at start and after an outage, which client-go's default rate
+	// limit (5 a second, bursts of 10) spreads over seconds. The API server
+	// protects itself (priority and fairness).
+	rc.QPS, rc.Burst = peerQPS, peerBurst
 	// Pods in protobuf: decoding is several times cheaper than JSON, which
 	// is most of a (re)list's cost. JSON stays acceptable for what has no
 	// protobuf form (custom resources).
@@ -129,6 +140,11 @@ var dynamicFor = func(kubeconfig, kubecontext string) (dynamic.Interface, error)
 		return nil, err
 	}
 	rc.UserAgent = "coredns-" + pluginName
+	// A peer is read one exporting namespace at a time: a list and a watch
+	// each at start and after an outage, which client-go's default rate
+	// limit (5 a second, bursts of 10) spreads over seconds. The API server
+	// protects itself (priority and fairness).
+	rc.QPS, rc.Burst = peerQPS, peerBurst
 	wrapTransport(rc)
 	return dynamic.NewForConfig(rc)
 }
