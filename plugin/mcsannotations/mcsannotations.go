@@ -102,7 +102,7 @@ func wrapTransport(rc *rest.Config) {
 	})
 }
 
-// The client-side rate limit of the API clients.
+// The client-side rate limit of the Pod clients (see clientFor).
 const (
 	peerQPS   = 50
 	peerBurst = 200
@@ -140,11 +140,6 @@ var dynamicFor = func(kubeconfig, kubecontext string) (dynamic.Interface, error)
 		return nil, err
 	}
 	rc.UserAgent = "coredns-" + pluginName
-	// A peer is read one exporting namespace at a time: a list and a watch
-	// each at start and after an outage, which client-go's default rate
-	// limit (5 a second, bursts of 10) spreads over seconds. The API server
-	// protects itself (priority and fairness).
-	rc.QPS, rc.Burst = peerQPS, peerBurst
 	wrapTransport(rc)
 	return dynamic.NewForConfig(rc)
 }
