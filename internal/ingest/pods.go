@@ -57,22 +57,7 @@ func Pods(client kubernetes.Interface, selector string, transform func(*v1.Pod) 
 // namespace only (a RoleBinding), where Pods needs a cluster-wide one.
 func PodsIn(client kubernetes.Interface, namespace, selector string, transform func(*v1.Pod) (runtime.Object, error)) *ListerWatcher {
 	pods := client.CoreV1().Pods(namespace)
-	lw := &ListerWatcher{
-		Transform: func(obj runtime.Object) (runtime.Object, error) {
-			if p, ok := obj.(*v1.Pod); ok {
-				return transform(p)
-			}
-			return nil, fmt.Errorf("a %T where a Pod was expected", obj)
-		},
-		WatchFunc: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.LabelSelector = selector
-			return pods.Watch(ctx, opts)
-		},
-		ListFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.LabelSelector = selector
-			return pods.List(ctx, opts)
-		},
-	}
+	lw := typed(transform, func(opts *metav1.ListOptions) { opts.LabelSelector = selector }, pods.List, pods.Watch)
 	if s, ok := client.(Streamer); ok {
 		lw.ListFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = selector
@@ -100,20 +85,29 @@ func PodsIn(client kubernetes.Interface, namespace, selector string, transform f
 func ConfigMap(client kubernetes.Interface, namespace, name string, transform func(*v1.ConfigMap) (runtime.Object, error)) *ListerWatcher {
 	cms := client.CoreV1().ConfigMaps(namespace)
 	field := fields.OneTermEqualSelector("metadata.name", name).String()
+	return typed(transform, func(opts *metav1.ListOptions) { opts.FieldSelector = field }, cms.List, cms.Watch)
+}
+
+// typed returns the ListerWatcher of objects of type T, listed with list
+// and watched with watch, each with the options that selects sets, and
+// cut down by transform.
+func typed[T runtime.Object, L runtime.Object](transform func(T) (runtime.Object, error), selects func(*metav1.ListOptions),
+	list func(context.Context, metav1.ListOptions) (L, error), watchf func(context.Context, metav1.ListOptions) (watch.Interface, error)) *ListerWatcher {
 	return &ListerWatcher{
 		Transform: func(obj runtime.Object) (runtime.Object, error) {
-			if cm, ok := obj.(*v1.ConfigMap); ok {
-				return transform(cm)
+			if t, ok := obj.(T); ok {
+				return transform(t)
 			}
-			return nil, fmt.Errorf("a %T where a ConfigMap was expected", obj)
+			var want T
+			return nil, fmt.Errorf("a %T where a %T was expected", obj, want)
 		},
 		WatchFunc: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = field
-			return cms.Watch(ctx, opts)
+			selects(&opts)
+			return watchf(ctx, opts)
 		},
 		ListFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = field
-			return cms.List(ctx, opts)
+			selects(&opts)
+			return list(ctx, opts)
 		},
 	}
 }
