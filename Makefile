@@ -59,12 +59,29 @@ unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
 	cd coredns-build && $(GO) test -count=1 ./...
 
 .PHONY: test
-test: unit fuzz e2e bench-smoke image-test ## All tests: unit, fuzz (short), end-to-end, the benchmark program's smoke run, the images
+test: unit fuzz e2e soak-short bench-smoke image-test ## All tests: unit, fuzz (short), end-to-end, the soak's short form, the benchmark program's smoke run, the images
 
 # Each fuzz target runs FUZZTIME (a soak runs them longer: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 10s
 FUZZ_TARGETS := ./annotation:FuzzParseExports ./annotation:FuzzParseImports ./internal/table:FuzzDecodePod \
 	./internal/table:FuzzLookup ./plugin/mcsannotations:FuzzServeDNS
+# A fault loop against real kube-apiservers for SOAK_DURATION (test/soak),
+# then each fuzz target for SOAK_FUZZTIME. Not part of `make test`, which
+# runs soak-short (about 75 s), the short form. soak.json and soak.md go to
+# SOAK_OUT.
+SOAK_DURATION ?= 10m
+SOAK_FUZZTIME ?= 2m
+SOAK_OUT ?= $(ROOT)/soak-results
+SOAK_TIMEOUT ?= 2h # go test's bound on the whole run: raise it with a SOAK_DURATION over about 1h45m
+.PHONY: soak soak-short
+soak: build tools ## Fault loop (API server kill/hang, peer flaps, CoreDNS restarts/reloads, snapshot damage, churn) for SOAK_DURATION (10m) with DNS probing, then the fuzz targets for SOAK_FUZZTIME (2m each)
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns SOAK_DURATION=$(SOAK_DURATION) SOAK_OUT=$(SOAK_OUT) \
+		$(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' ./test/soak/
+	$(MAKE) fuzz FUZZTIME=$(SOAK_FUZZTIME)
+soak-short: build tools ## The soak's short form (75 s of faults), as make test could run it
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns SOAK_DURATION=75s SOAK_OUT=$(SOAK_OUT) \
+		$(GO) test -count=1 -timeout 10m -v -run '^TestSoak$$' ./test/soak/
+
 .PHONY: fuzz
 fuzz: ## Each fuzz target for FUZZTIME (10s): annotation parsers, snapshot records, lookups, ServeDNS with any message
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
@@ -79,13 +96,13 @@ tools: ## Build etcd and kube-apiserver into .cache/tools; install dig, dnsperf 
 e2e: build tools ## End-to-end tests against real kube-apiservers and bin/coredns
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator \
 		$(GO) test -count=1 -timeout 30m -v $(if $(E2E_RUN),-run '$(E2E_RUN)') ./test/harness/ ./test/e2e/
-demo: build tools ## Two local clusters, sample workloads, our CoreDNS, a cut link
+demo: build tools ## Two local clusters, sample workloads, the MCS controller and our CoreDNS in each, a cut link
 	@env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-demo $(DEMO_FLAGS)
 
 # --- benchmarks (issue 6; cmd/mcs-bench) ---------------------------------------
 .PHONY: bench bench-smoke bench-render
-bench: build tools ## Ours vs hosts and in-tree multicluster, offline figures; bench/raw/<time>/results.json and BENCHMARKS.md (~20 min)
-	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench $(BENCH_FLAGS)
+bench: build tools ## Ours vs hosts and in-tree multicluster, probes, offline figures; bench/raw/<time>/results.json and BENCHMARKS.md (~25 min); BENCH_OLD_COREDNS=path/to/old/coredns also runs propagation and resync in turns against that build
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench $(if $(BENCH_OLD_COREDNS),-compare-coredns $(BENCH_OLD_COREDNS)) $(BENCH_FLAGS)
 bench-render: ## Render BENCHMARKS.md again from a run's results: make bench-render RESULTS=bench/raw/<time>/results.json
 	$(GO) run ./cmd/mcs-bench -render $(RESULTS) -out $(ROOT)/BENCHMARKS.md
 bench-smoke: build tools ## The benchmark program end to end at tiny sizes (about 2 min; report in bench/raw/smoke/)

@@ -122,7 +122,8 @@ const (
 	ReasonName             Reason = "invalid_name"      // service name or alias not an RFC 1123 label
 	ReasonNamespace        Reason = "invalid_namespace" // namespace not an RFC 1123 label
 	ReasonCluster          Reason = "invalid_cluster"   // cluster not an RFC 1123 subdomain < 128 chars
-	ReasonPort             Reason = "invalid_port"      // port or targetPort outside 1-65535, or a bad port name
+	ReasonPort             Reason = "invalid_port"      // port or targetPort outside 1-65535, or a bad appProtocol
+	ReasonPortName         Reason = "invalid_port_name" // a port name that is no IANA service name: the name is dropped, the entry kept (Rejection.Kept)
 	ReasonProtocol         Reason = "invalid_protocol"  // not TCP, UDP or SCTP
 	ReasonDuplicate        Reason = "duplicate"         // same service (or port) listed twice
 	ReasonNamespaceOutside Reason = "namespace_mismatch"
@@ -135,18 +136,22 @@ const (
 // Reasons lists every Reason, for pre-registering metric label values.
 var Reasons = []Reason{
 	ReasonSize, ReasonJSON, ReasonTooMany, ReasonName, ReasonNamespace, ReasonCluster,
-	ReasonPort, ReasonProtocol, ReasonDuplicate, ReasonNamespaceOutside, ReasonClusterOutside,
+	ReasonPort, ReasonPortName, ReasonProtocol, ReasonDuplicate, ReasonNamespaceOutside, ReasonClusterOutside,
 	ReasonUnsigned, ReasonBadSignature, ReasonService,
 }
 
-// Rejection describes one entry that was skipped. Index is the entry's
-// position in the "services" list, or -1 when the annotation as a whole was
-// rejected.
+// Rejection describes one entry that was skipped, or the part of an entry
+// that was dropped (Kept). Index is the entry's position in the "services"
+// list, or -1 when the annotation as a whole was rejected.
 type Rejection struct {
 	Index  int
 	Reason Reason
 	Detail string
 }
+
+// Kept reports whether the entry was kept despite the rejection (only a
+// part of it, a port name, was dropped).
+func (r Rejection) Kept() bool { return r.Reason == ReasonPortName }
 
 func (r Rejection) String() string {
 	if r.Index < 0 {

@@ -47,6 +47,9 @@ func TestFormatExportsRefuses(t *testing.T) {
 		{"another cluster", []Export{{Name: "a", Namespace: "ns", Cluster: "edge-b"}}, ReasonClusterOutside},
 		{"a bad name", []Export{{Name: "Not_A_Label", Namespace: "ns"}}, ReasonName},
 		{"twice", []Export{{Name: "a", Namespace: "ns"}, {Name: "a", Namespace: "ns"}}, ReasonDuplicate},
+		// Readers drop a bad port name and keep the entry; the writer stays
+		// strict and writes none.
+		{"a bad port name", []Export{{Name: "a", Namespace: "ns", Ports: []Port{{Name: "abcdefghijklmnop", Port: 80, Protocol: TCP}}}}, ReasonPortName},
 		{"too large", many, ReasonSize},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -80,12 +80,17 @@ func ParseExports(raw, podNamespace, sourceCluster string) ([]Export, []Rejectio
 				fmt.Sprintf("service %s/%s claims cluster %q but was read from cluster %q", e.Namespace, e.Name, e.Cluster, sourceCluster)})
 			continue
 		}
-		ports, r, bad := checkPorts(e.Ports)
+		ports, dropped, r, bad := checkPorts(e.Ports)
 		if bad {
 			r.Index = i
 			r.Detail = "service " + e.Namespace + "/" + e.Name + ": " + r.Detail
 			rej = append(rej, r)
 			continue
+		}
+		for _, d := range dropped {
+			d.Index = i
+			d.Detail = "service " + e.Namespace + "/" + e.Name + ": " + d.Detail
+			rej = append(rej, d)
 		}
 		if r, bad := checkServiceFields(&e.Service); bad {
 			r.Index = i
@@ -243,13 +248,17 @@ func ValidClusterID(id string) bool {
 // Kubernetes applies to container ports (at most 15 characters, lower case
 // letters, digits and single inner dashes, at least one letter: they become
 // the _<port> label of SRV names, RFC 6335) and are unique; (port, protocol)
-// pairs are unique.
-func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
+// pairs are unique. A name that breaks the IANA rule is dropped, not the
+// entry: older annotators wrote any DNS label, and rejecting the entry would
+// make such a service vanish after an upgrade. The port stays, unnamed (its
+// addresses still answer; no SRV name), and dropped lists one
+// ReasonPortName rejection per name.
+func checkPorts(in []rawPort) (ports []Port, dropped []Rejection, r Rejection, bad bool) {
 	if len(in) > MaxPortsPerExport {
-		return nil, Rejection{Reason: ReasonTooMany, Detail: fmt.Sprintf("%d ports is more than the limit of %d", len(in), MaxPortsPerExport)}, true
+		return nil, nil, Rejection{Reason: ReasonTooMany, Detail: fmt.Sprintf("%d ports is more than the limit of %d", len(in), MaxPortsPerExport)}, true
 	}
 	if len(in) == 0 {
-		return nil, Rejection{}, false
+		return nil, nil, Rejection{}, false
 	}
 	out := make([]Port, 0, len(in))
 	for j, p := range in {
@@ -261,30 +270,31 @@ func checkPorts(in []rawPort) ([]Port, Rejection, bool) {
 		}
 		switch {
 		case p.Port < 1 || p.Port > 65535:
-			return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port %d: must be 1-65535", p.Port)}, true
+			return nil, nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port %d: must be 1-65535", p.Port)}, true
 		case p.TargetPort < 1 || p.TargetPort > 65535:
-			return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("targetPort %d: must be 1-65535", p.TargetPort)}, true
+			return nil, nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("targetPort %d: must be 1-65535", p.TargetPort)}, true
 		case p.Protocol != TCP && p.Protocol != UDP && p.Protocol != SCTP:
-			return nil, Rejection{Reason: ReasonProtocol, Detail: fmt.Sprintf("protocol %q: must be TCP, UDP or SCTP", Clip(p.Protocol))}, true
+			return nil, nil, Rejection{Reason: ReasonProtocol, Detail: fmt.Sprintf("protocol %q: must be TCP, UDP or SCTP", Clip(p.Protocol))}, true
 		}
 		if p.Name != "" {
 			if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
-				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("port name %q: %s", Clip(p.Name), strings.Join(errs, "; "))}, true
+				dropped = append(dropped, Rejection{Reason: ReasonPortName, Detail: fmt.Sprintf("port %d/%s: name %q dropped (no SRV name): %s", p.Port, p.Protocol, Clip(p.Name), strings.Join(errs, "; "))})
+				p.Name = ""
 			}
 		}
 		if p.AppProtocol != "" {
 			if errs := validation.IsQualifiedName(p.AppProtocol); len(errs) > 0 {
-				return nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("appProtocol %q: %s", Clip(p.AppProtocol), strings.Join(errs, "; "))}, true
+				return nil, nil, Rejection{Reason: ReasonPort, Detail: fmt.Sprintf("appProtocol %q: %s", Clip(p.AppProtocol), strings.Join(errs, "; "))}, true
 			}
 		}
 		for _, q := range out[:j] {
 			if (p.Name != "" && q.Name == p.Name) || (q.Port == int32(p.Port) && q.Protocol == p.Protocol) {
-				return nil, Rejection{Reason: ReasonDuplicate, Detail: fmt.Sprintf("port %d/%s (%q) is listed more than once", p.Port, p.Protocol, p.Name)}, true
+				return nil, nil, Rejection{Reason: ReasonDuplicate, Detail: fmt.Sprintf("port %d/%s (%q) is listed more than once", p.Port, p.Protocol, p.Name)}, true
 			}
 		}
 		out = append(out, Port{Name: p.Name, Port: int32(p.Port), TargetPort: int32(p.TargetPort), Protocol: p.Protocol, AppProtocol: p.AppProtocol})
 	}
-	return out, Rejection{}, false
+	return out, dropped, Rejection{}, false
 }
 
 // Clip shortens a hostile value before it reaches a log line.

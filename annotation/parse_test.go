@@ -58,7 +58,10 @@ func TestParseExports(t *testing.T) {
 		{name: "negative targetPort", raw: `{"services":[{"name":"a","ports":[{"port":80,"targetPort":-1}]}]}`, reasons: []Reason{ReasonPort}},
 		{name: "string targetPort", raw: `{"services":[{"name":"a","ports":[{"port":80,"targetPort":"http"}]}]}`, reasons: []Reason{ReasonJSON}},
 		{name: "bad protocol", raw: `{"services":[{"name":"a","ports":[{"port":80,"protocol":"tcp"}]}]}`, reasons: []Reason{ReasonProtocol}},
-		{name: "bad port name", raw: `{"services":[{"name":"a","ports":[{"name":"_http","port":80}]}]}`, reasons: []Reason{ReasonPort}},
+		// A bad port name is dropped, not the entry (an older annotator may
+		// have written it): the port stays, unnamed, so A answers go on.
+		{name: "bad port name", raw: `{"services":[{"name":"a","ports":[{"name":"_http","port":80}]}]}`,
+			want: []Export{{Name: "a", Namespace: "default", Cluster: "cluster-a", Ports: []Port{{Port: 80, TargetPort: 80, Protocol: TCP}}}}, reasons: []Reason{ReasonPortName}},
 		// Access decided by the exporter: namespaces, or "*"; normalised.
 		{name: "allowed namespaces", raw: `{"services":[{"name":"a","allowedNamespaces":["web","api","web"]},{"name":"b","allowedNamespaces":["web","*"]},{"name":"c","allowedNamespaces":[]}]}`,
 			want: []Export{{Name: "a", Namespace: "default", Cluster: "cluster-a", Allowed: []string{"api", "web"}},
@@ -67,9 +70,15 @@ func TestParseExports(t *testing.T) {
 		{name: "bad allowed namespace", raw: `{"services":[{"name":"a","allowedNamespaces":["Web_"]},{"name":"b","allowedNamespaces":"web"}]}`, reasons: []Reason{ReasonNamespace, ReasonJSON}},
 		{name: "too many allowed namespaces", raw: `{"services":[{"name":"a","allowedNamespaces":[` + strings.TrimSuffix(strings.Repeat(`"x",`, MaxAllowed+1), ",") + `]}]}`, reasons: []Reason{ReasonNamespace}},
 		// IANA service names (RFC 6335), as Kubernetes checks container port names.
-		{name: "numeric port name", raw: `{"services":[{"name":"a","ports":[{"name":"123","port":80}]}]}`, reasons: []Reason{ReasonPort}},
-		{name: "port name over 15", raw: `{"services":[{"name":"a","ports":[{"name":"abcdefghijklmnop","port":80}]}]}`, reasons: []Reason{ReasonPort}},
-		{name: "port name double dash", raw: `{"services":[{"name":"a","ports":[{"name":"a--b","port":80}]}]}`, reasons: []Reason{ReasonPort}},
+		{name: "numeric port name", raw: `{"services":[{"name":"a","ports":[{"name":"123","port":80}]}]}`,
+			want: []Export{{Name: "a", Namespace: "default", Cluster: "cluster-a", Ports: []Port{{Port: 80, TargetPort: 80, Protocol: TCP}}}}, reasons: []Reason{ReasonPortName}},
+		{name: "port name over 15", raw: `{"services":[{"name":"a","ports":[{"name":"abcdefghijklmnop","port":80},{"name":"http","port":81}]}]}`,
+			want: []Export{{Name: "a", Namespace: "default", Cluster: "cluster-a", Ports: []Port{
+				{Port: 80, TargetPort: 80, Protocol: TCP}, {Name: "http", Port: 81, TargetPort: 81, Protocol: TCP}}}}, reasons: []Reason{ReasonPortName}},
+		{name: "two bad port names", raw: `{"services":[{"name":"a","ports":[{"name":"a--b","port":80},{"name":"a--b","port":81}]}]}`,
+			want: []Export{{Name: "a", Namespace: "default", Cluster: "cluster-a", Ports: []Port{
+				{Port: 80, TargetPort: 80, Protocol: TCP}, {Port: 81, TargetPort: 81, Protocol: TCP}}}}, reasons: []Reason{ReasonPortName, ReasonPortName}},
+		{name: "bad port name and a bad port", raw: `{"services":[{"name":"a","ports":[{"name":"123","port":80},{"port":0}]}]}`, reasons: []Reason{ReasonPort}},
 		{name: "port name of 15", raw: `{"services":[{"name":"a","ports":[{"name":"abcdefghijklmno","port":80},{"name":"h2c","port":81}]}]}`,
 			want: []Export{{Name: "a", Namespace: "default", Cluster: "cluster-a", Ports: []Port{
 				{Name: "abcdefghijklmno", Port: 80, TargetPort: 80, Protocol: TCP}, {Name: "h2c", Port: 81, TargetPort: 81, Protocol: TCP}}}}},

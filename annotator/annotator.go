@@ -105,8 +105,8 @@ type serviceExports struct {
 // and what was left out, so that each is logged and counted once while it
 // lasts.
 type nsState struct {
-	exported, annotated int
-	skipped             map[string]string // key -> detail
+	exported, annotated, importers int
+	skipped                        map[string]string // key -> detail
 	// signed remembers the signature of each annotated Pod's value, so
 	// that a reconcile signs only what changed (ed25519 costs tens of µs).
 	signed map[types.UID]signature
@@ -380,7 +380,7 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 		results[e.svc.Name] = &exportResult{}
 	}
 	var errs []error
-	annotated := 0
+	annotated, importers := 0, 0
 	chk := newChecker(ns, c.cfg.Cluster)
 	c.mu.Lock()
 	prevSigned := c.state[ns].signed
@@ -397,10 +397,14 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 		if want != "" {
 			annotated++
 		}
+		importer := imports(pod)
+		if importer {
+			importers++
+		}
 		sig := c.sign(pod, want, prevSigned, signed)
 		var werr error
-		if !inSync(pod, want, sig) {
-			werr = c.writePod(ctx, pod, want, sig)
+		if !inSync(pod, want, sig, importer) {
+			werr = c.writePod(ctx, pod, want, sig, importer)
 			if werr != nil {
 				errs = append(errs, werr)
 			}
@@ -432,7 +436,7 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			c.metrics.StatusWrites.WithLabelValues("ok").Inc()
 		}
 	}
-	c.record(ns, nsState{exported: len(exportedSvcs), annotated: annotated, signed: signed}, skipped)
+	c.record(ns, nsState{exported: len(exportedSvcs), annotated: annotated, importers: importers, signed: signed}, skipped)
 	return errors.Join(errs...)
 }
 
@@ -451,18 +455,27 @@ func (c *Controller) sign(pod *corev1.Pod, want string, prev, next map[types.UID
 	return s.sig
 }
 
-// writePod applies want (the annotation value, or "" to remove what the
-// annotator wrote) and its signature sig (or none) to pod with server-side
-// apply. The UID makes the apply fail rather than touch another Pod of the
-// same name.
-func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig string) error {
+// writePod applies, with server-side apply, what the annotator owns on pod:
+// want (the export annotation's value, or "" for none) with the exporter
+// label and sig (its signature, or none), and the importer label when
+// importer. What it owned and no longer applies is removed. The UID makes
+// the apply fail rather than touch another Pod of the same name.
+func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig string, importer bool) error {
 	cfg := applycorev1.Pod(pod.Name, pod.Namespace).WithUID(pod.UID)
+	labels := map[string]string{}
 	if want != "" {
 		annos := map[string]string{annotation.ExportAnnotation: want}
 		if sig != "" {
 			annos[annotation.SignatureAnnotation] = sig
 		}
-		cfg.WithLabels(map[string]string{annotation.ExporterLabel: annotation.LabelValue}).WithAnnotations(annos)
+		labels[annotation.ExporterLabel] = annotation.LabelValue
+		cfg.WithAnnotations(annos)
+	}
+	if importer {
+		labels[annotation.ImporterLabel] = annotation.LabelValue
+	}
+	if len(labels) > 0 {
+		cfg.WithLabels(labels)
 	}
 	_, err := c.client.CoreV1().Pods(pod.Namespace).Apply(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	if apierrors.IsNotFound(err) {
@@ -473,10 +486,19 @@ func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig st
 		return fmt.Errorf("Pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	c.metrics.PodWrites.WithLabelValues("ok").Inc()
-	if want == "" {
-		klog.Infof("Pod %s/%s: no exported Service selects it: removed its export annotation and label", pod.Namespace, pod.Name)
-	} else {
-		klog.V(2).Infof("Pod %s/%s: %s=%s", pod.Namespace, pod.Name, annotation.ExportAnnotation, want)
+	if !exportInSync(pod, want, sig) {
+		if want == "" {
+			klog.Infof("Pod %s/%s: no exported Service selects it: removed its export annotation and label", pod.Namespace, pod.Name)
+		} else {
+			klog.V(2).Infof("Pod %s/%s: %s=%s", pod.Namespace, pod.Name, annotation.ExportAnnotation, want)
+		}
+	}
+	if !importerInSync(pod, importer) {
+		if importer {
+			klog.V(2).Infof("Pod %s/%s: imports services: labelled %s=%s", pod.Namespace, pod.Name, annotation.ImporterLabel, annotation.LabelValue)
+		} else {
+			klog.Infof("Pod %s/%s: imports nothing any more: removed the %s label the annotator set", pod.Namespace, pod.Name, annotation.ImporterLabel)
+		}
 	}
 	return nil
 }
@@ -500,7 +522,8 @@ func (c *Controller) record(ns string, now nsState, skipped map[string]skip) {
 	}
 	c.metrics.ExportedServices.Add(float64(now.exported - old.exported))
 	c.metrics.AnnotatedPods.Add(float64(now.annotated - old.annotated))
-	if now.exported == 0 && now.annotated == 0 && len(skipped) == 0 {
+	c.metrics.ImporterPods.Add(float64(now.importers - old.importers))
+	if now.exported == 0 && now.annotated == 0 && now.importers == 0 && len(skipped) == 0 {
 		delete(c.state, ns)
 		return
 	}

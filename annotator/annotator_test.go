@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -393,12 +394,20 @@ func TestSlimPod(t *testing.T) {
 	if len(s.Spec.Containers) != 1 || s.Spec.Containers[0].Ports[0].ContainerPort != 8080 {
 		t.Errorf("containers %+v, want the one with ports", s.Spec.Containers)
 	}
-	if len(s.ManagedFields) != 1 || !owned(s) {
+	if len(s.ManagedFields) != 1 || !ownedExport(s) {
 		t.Errorf("managedFields %+v: want only the annotator's, owning the label", s.ManagedFields)
 	}
 	s.ManagedFields = nil
-	if owned(s) || !inSync(s, "", "") {
+	if ownedExport(s) || !inSync(s, "", "", false) {
 		t.Error("with no entry of the annotator's: not owned, and nothing to remove")
+	}
+	// The transform may see its own output again (client-go's informers
+	// may transform an object twice): it keeps what it kept.
+	p.Annotations[annotation.ImportAnnotation] = `{"services":[{"name":"db"}]}`
+	once, _ := slimPod(p)
+	twice, _ := slimPod(once)
+	if !reflect.DeepEqual(once, twice) || !imports(twice.(*corev1.Pod)) {
+		t.Errorf("a second pass changed the slim Pod:\n%+v\n%+v", once, twice)
 	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "ns/p"}
 	if got, _ := slimPod(tomb); got != tomb {
@@ -469,7 +478,7 @@ func TestInSyncSignature(t *testing.T) {
 	} {
 		p := pod("p", map[string]string{annotation.ExporterLabel: annotation.LabelValue})
 		p.Annotations, p.ManagedFields = tc.annos, tc.mf
-		if got := inSync(p, want, tc.wantSig); got != tc.inSync {
+		if got := inSync(p, want, tc.wantSig, false); got != tc.inSync {
 			t.Errorf("%s: inSync = %v, want %v", tc.name, got, tc.inSync)
 		}
 	}
@@ -512,4 +521,72 @@ func TestControllerWriteFails(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A Pod with an import annotation gets the importer label; when the
+// annotation goes, the label goes too, unless someone else set it. A blank
+// annotation imports nothing. The export side of a Pod that also exports is
+// untouched.
+func TestImporterLabel(t *testing.T) {
+	importing := func(name string, lbls map[string]string, value string) *corev1.Pod {
+		p := pod(name, lbls)
+		p.Annotations = map[string]string{annotation.ImportAnnotation: value}
+		return p
+	}
+	const imp = `{"services":[{"name":"db","namespace":"other"}]}`
+	users := importing("users-label", map[string]string{annotation.ImporterLabel: annotation.LabelValue}, imp)
+	users.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:` + annotation.ImporterLabel + `":{}}}}`)}}}
+	f := startWith(t, Config{}, false, []runtime.Object{
+		svc("backend", app),
+		importing("client", nil, imp),
+		importing("both", app, imp),
+		importing("blank", nil, "  "),
+		users,
+	})
+	labelled := func(name string, want bool) func() error {
+		return func() error {
+			if got := f.pod(name).Labels[annotation.ImporterLabel] == annotation.LabelValue; got != want {
+				return fmt.Errorf("Pod %s: importer label %v, want %v (labels %v)", name, got, want, f.pod(name).Labels)
+			}
+			return nil
+		}
+	}
+	f.eventually("client labelled", labelled("client", true))
+	f.eventually("both labelled", labelled("both", true))
+	f.eventually("both exported", f.podHas("both", `{"services":[{"name":"backend","namespace":"ns","type":"ClusterSetIP"}]}`))
+	if owns(f.pod("users-label"), fieldImporter) {
+		t.Error("users-label: the annotator took the label its user set (nothing needed writing)")
+	}
+	if err := labelled("blank", false)(); err != nil {
+		t.Error(err)
+	}
+	importerPods := func(want float64) func() error {
+		return func() error {
+			if got := testutil.ToFloat64(f.m.ImporterPods); got != want {
+				return fmt.Errorf("importer_pods = %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+	f.eventually("importer_pods", importerPods(3))
+
+	// The import annotations go: the labels the annotator set go with them,
+	// the user's stays, the export stays.
+	for _, name := range []string{"client", "both", "users-label"} {
+		p := f.pod(name)
+		delete(p.Annotations, annotation.ImportAnnotation)
+		if _, err := f.client.CoreV1().Pods("ns").Update(context.Background(), p, metav1.UpdateOptions{FieldManager: "kubectl"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.eventually("client unlabelled", labelled("client", false))
+	f.eventually("both unlabelled", labelled("both", false))
+	f.eventually("importer_pods", importerPods(0))
+	if err := f.podHas("both", `{"services":[{"name":"backend","namespace":"ns","type":"ClusterSetIP"}]}`)(); err != nil {
+		t.Error(err)
+	}
+	if err := labelled("users-label", true)(); err != nil {
+		t.Error(err)
+	}
 }

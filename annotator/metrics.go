@@ -7,6 +7,7 @@ type Metrics struct {
 	Leader           prometheus.Gauge
 	ExportedServices prometheus.Gauge
 	AnnotatedPods    prometheus.Gauge
+	ImporterPods     prometheus.Gauge
 	PodWrites        *prometheus.CounterVec
 	StatusWrites     *prometheus.CounterVec
 	Reconciles       *prometheus.CounterVec
@@ -27,8 +28,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Services exported (annotation multicluster.kubernetes.io/export or a ServiceExport), as of the leader's last reconcile of each namespace."}),
 		AnnotatedPods: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "annotated_pods",
 			Help: "Pods that an exported Service selects, as of the leader's last reconcile of each namespace."}),
+		ImporterPods: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "importer_pods",
+			Help: "Pods with an import annotation (which get the importer label), as of the leader's last reconcile of each namespace."}),
 		PodWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "pod_writes_total",
-			Help: "Server-side applies of a Pod's export annotation and label (or of their removal), by result."}, []string{"result"}),
+			Help: "Server-side applies of a Pod's export annotation and labels (or of their removal), by result."}, []string{"result"}),
 		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "status_writes_total",
 			Help: "Updates of a ServiceExport's status conditions, by result."}, []string{"result"}),
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reconciles_total",
@@ -50,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Skipped.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Leader, m.ExportedServices, m.AnnotatedPods, m.PodWrites, m.StatusWrites, m.Reconciles, m.Skipped, m.PeerGrants, m.GrantWrites)
+		reg.MustRegister(m.Leader, m.ExportedServices, m.AnnotatedPods, m.ImporterPods, m.PodWrites, m.StatusWrites, m.Reconciles, m.Skipped, m.PeerGrants, m.GrantWrites)
 	}
 	return m
 }

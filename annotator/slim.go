@@ -2,6 +2,7 @@ package annotator
 
 import (
 	"bytes"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,12 +19,14 @@ var (
 	fieldExport    = []byte(`"f:` + annotation.ExportAnnotation + `"`)
 	fieldSignature = []byte(`"f:` + annotation.SignatureAnnotation + `"`)
 	fieldLabel     = []byte(`"f:` + annotation.ExporterLabel + `"`)
+	fieldImporter  = []byte(`"f:` + annotation.ImporterLabel + `"`)
 )
 
 // slimPod is the transform of the Pod informer: it keeps what selecting,
 // resolving ports and comparing needs (name, namespace, UID, labels, the
-// export and signature annotations, the annotator's own managedFields entries, container
-// ports, phase, deletion) and drops the rest of the Pod before it is stored.
+// export and signature annotations, whether the Pod imports anything, the
+// annotator's own managedFields entries, container ports, phase, deletion)
+// and drops the rest of the Pod before it is stored.
 func slimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -44,6 +47,17 @@ func slimPod(obj any) (any, error) {
 			}
 			out.Annotations[k] = v
 		}
+	}
+	if strings.TrimSpace(pod.Annotations[annotation.ImportAnnotation]) != "" {
+		// Only whether the Pod imports anything matters here (it gets the
+		// importer label); the value, up to the API server's 256 KiB of
+		// annotations, is not kept. The stand-in is not blank, so that a
+		// second pass of the transform over its own output (client-go's
+		// informers may make one) keeps it.
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		out.Annotations[annotation.ImportAnnotation] = importsStandIn
 	}
 	for _, mf := range pod.ManagedFields {
 		if mf.Manager == FieldManager {
@@ -100,9 +114,10 @@ func slimService(obj any) (any, error) {
 	return out, nil
 }
 
-// owned tells whether the annotator wrote the Pod's export annotation,
-// signature or label (and so removes them when nothing exports the Pod).
-func owned(pod *corev1.Pod) bool {
+// ownedExport tells whether the annotator wrote the Pod's export
+// annotation, signature or exporter label (and so removes them when nothing
+// exports the Pod).
+func ownedExport(pod *corev1.Pod) bool {
 	return owns(pod, fieldExport) || owns(pod, fieldSignature) || owns(pod, fieldLabel)
 }
 
@@ -116,12 +131,39 @@ func owns(pod *corev1.Pod, field []byte) bool {
 	return false
 }
 
+// importsStandIn replaces a non-blank import annotation's value in the
+// informer's store.
+const importsStandIn = "(imports)"
+
+// imports tells whether a Pod (as slimPod keeps it) carries a non-blank
+// import annotation, and so should carry the importer label.
+func imports(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[annotation.ImportAnnotation]
+	return ok
+}
+
 // inSync tells whether pod already carries want (the annotation value, or ""
-// for none) and sig (its signature, or "" when not signing) as the
-// annotator would leave them.
-func inSync(pod *corev1.Pod, want, sig string) bool {
+// for none), sig (its signature, or "" when not signing) and the importer
+// label when importer, as the annotator would leave them.
+func inSync(pod *corev1.Pod, want, sig string, importer bool) bool {
+	return exportInSync(pod, want, sig) && importerInSync(pod, importer)
+}
+
+// importerInSync: a Pod that imports carries the importer label (whoever set
+// it); one that does not keeps no importer label the annotator set (one
+// that someone else set is theirs).
+func importerInSync(pod *corev1.Pod, importer bool) bool {
+	if importer {
+		return pod.Labels[annotation.ImporterLabel] == annotation.LabelValue
+	}
+	return !owns(pod, fieldImporter)
+}
+
+// exportInSync is inSync for the export annotation, its signature and the
+// exporter label.
+func exportInSync(pod *corev1.Pod, want, sig string) bool {
 	if want == "" {
-		return !owned(pod) // what others wrote is theirs
+		return !ownedExport(pod) // what others wrote is theirs
 	}
 	if pod.Annotations[annotation.ExportAnnotation] != want || pod.Labels[annotation.ExporterLabel] != annotation.LabelValue {
 		return false

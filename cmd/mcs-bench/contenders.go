@@ -25,7 +25,7 @@ const (
     mcsannotations clusterset.local {
         cluster {CLUSTER}
         kubeconfig {KUBECONFIG}
-{PEERS}        snapshot {SNAPSHOT}
+{EXTRA}        snapshot {SNAPSHOT}
         ttl 5
     }
 }
@@ -69,7 +69,8 @@ const (
 // contender is one CoreDNS under test.
 type contender struct {
 	Name  string
-	SRV   bool // answers SRV (hosts does not: it answers A, AAAA and PTR only)
+	SRV   bool   // answers SRV (hosts does not: it answers A, AAAA and PTR only)
+	bin   string // the coredns binary when started with no wrapper; "" for bin/coredns
 	tmpl  string
 	vars  map[string]string
 	d     *harness.CoreDNS
@@ -87,6 +88,9 @@ func (c *contender) start(t harness.T, wrapper string, ds dataset, sample []int,
 	pp := harness.FreePort(t)
 	vars["PPROF"] = strconv.Itoa(pp)
 	c.pprof = "127.0.0.1:" + strconv.Itoa(pp)
+	if wrapper == "" {
+		wrapper = c.bin
+	}
 	if wrapper != "" {
 		old, had := os.LookupEnv(harness.EnvCoreDNS)
 		os.Setenv(harness.EnvCoreDNS, wrapper)
@@ -102,6 +106,14 @@ func (c *contender) start(t harness.T, wrapper string, ds dataset, sample []int,
 	c.d = harness.StartCoreDNS(t, c.tmpl, vars)
 	waitCorrect(t, c, ds, sample, bound)
 	return time.Since(start)
+}
+
+// binary is the contender's coredns binary, for symbols in its profiles.
+func (c *contender) binary() string {
+	if c.bin != "" {
+		return c.bin
+	}
+	return harness.FindTools().CoreDNS
 }
 
 // stop stops the contender's CoreDNS.

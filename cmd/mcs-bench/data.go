@@ -39,6 +39,7 @@ type dataset struct {
 	services   int
 	endpoints  int
 	namespaces int
+	loopback   bool // addresses in 127.201.0.0/16, not 10.64.0.0/10
 }
 
 func (d dataset) namespace(i int) string { return fmt.Sprintf("bench-%03d", i%d.namespaces) }
@@ -51,9 +52,13 @@ func (d dataset) qname(i int) string {
 	return d.service(i) + "." + d.namespace(i) + ".svc." + zone
 }
 
-// ip is endpoint j of service i: 10.64.0.1 onwards, unique for up to 4 million endpoints.
+// ip is endpoint j of service i: 10.64.0.1 onwards, unique for up to 4
+// million endpoints (127.201.0.1 onwards, up to 3.6 million, with loopback).
 func (d dataset) ip(i, j int) netip.Addr {
 	n := i*d.endpoints + j + 1
+	if d.loopback {
+		return netip.AddrFrom4([4]byte{127, byte(201 + n>>16), byte(n >> 8), byte(n)})
+	}
 	return netip.AddrFrom4([4]byte{10, byte(64 + n>>16), byte(n >> 8), byte(n)})
 }
 

@@ -47,7 +47,13 @@ type config struct {
 	GoBench       bool
 	InstrRuns     int    // counted callgrind runs per contender and query type
 	InstrQueries  int    // queries in one counted run (whole passes through the query file)
-	Stages        string // comma-separated subset of gobench,cold,dns,instr,live; "" for all
+	Stages        string // comma-separated subset of gobench,cold,probe,dns,instr,live; "" for all
+
+	ProbeRepeats   int           // failovers measured
+	ProbeEndpoints int           // asked endpoints probed in the probe cost stage
+	ProbeWindow    time.Duration // over which the probes' CPU is read
+	CompareCoreDNS string        // an older bin/coredns to run the live stage against in turns; "" for none
+	CompareTurns   int           // turns of each build
 
 	Out    string // BENCHMARKS.md
 	Raw    string // folder for raw output
@@ -75,7 +81,12 @@ func parseFlags() config {
 	flag.BoolVar(&c.GoBench, "gobench", true, "also run the plugin's Go benchmarks (heap per endpoint, cold load, ServeDNS allocations)")
 	flag.IntVar(&c.InstrRuns, "instr-runs", 3, "counted runs of each contender and query type under callgrind (instructions per answer)")
 	flag.IntVar(&c.InstrQueries, "instr-queries", 10000, "queries in one counted callgrind run (rounded up to whole passes through the query file)")
-	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, dns (throughput, latency, memory), instr (instructions per answer, under callgrind), live (propagation, resync); default all")
+	flag.IntVar(&c.ProbeRepeats, "probe-repeats", 5, "failovers measured with the probe defaults")
+	flag.IntVar(&c.ProbeEndpoints, "probe-endpoints", 10000, "asked endpoints probed (10 per service, each a TCP listener on 127.201.0.0/16) in the probe cost stage")
+	flag.DurationVar(&c.ProbeWindow, "probe-window", 30*time.Second, "how long the probing CoreDNS's CPU time is read")
+	flag.StringVar(&c.CompareCoreDNS, "compare-coredns", "", "an older build of bin/coredns: the live stage (propagation, resync) then runs in turns with bin/coredns and it, side by side; its commit is read from its folder's git tree")
+	flag.IntVar(&c.CompareTurns, "compare-turns", 3, "turns of each build with -compare-coredns")
+	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, probe (failover, probe cost, QPS with probing), dns (throughput, latency, memory), instr (instructions per answer, under callgrind), live (propagation, resync); default all")
 	flag.StringVar(&c.Out, "out", "", "report file (default BENCHMARKS.md at the repository root; bench/raw/smoke/BENCHMARKS.md with -smoke)")
 	flag.StringVar(&c.Raw, "raw", "", "folder for raw output (default bench/raw/<UTC time>, bench/raw/smoke with -smoke)")
 	flag.StringVar(&c.Render, "render", "", "render the report from this results.json of an earlier run instead of running (to -out, default the report that run wrote)")
@@ -102,6 +113,10 @@ func parseFlags() config {
 		def("gobench", func() { c.GoBench = false })
 		def("instr-queries", func() { c.InstrQueries = 600 })
 		def("instr-runs", func() { c.InstrRuns = 2 })
+		def("probe-repeats", func() { c.ProbeRepeats = 2 })
+		def("probe-endpoints", func() { c.ProbeEndpoints = 300 })
+		def("probe-window", func() { c.ProbeWindow = 3 * time.Second })
+		def("compare-turns", func() { c.CompareTurns = 1 })
 	}
 	c.Command = "go run ./cmd/mcs-bench " + strings.Join(os.Args[1:], " ")
 	return c
@@ -182,6 +197,10 @@ var scenarios = []scenario{
 		run: func(ctx context.Context, b *harness.Program, res *results, _ *world) { goBenchmarks(ctx, b, res) }},
 	{part: "cold", name: "cold start from a snapshot", targets: coldTargets,
 		run: func(_ context.Context, b *harness.Program, res *results, _ *world) { coldStart(b, res) }},
+	{part: "probe", name: "probe failover", targets: probeTargets,
+		run: func(_ context.Context, b *harness.Program, res *results, _ *world) { probeFailover(b, res) }},
+	{part: "probe", name: "probe cost and QPS with probing",
+		run: func(ctx context.Context, b *harness.Program, res *results, _ *world) { probeCost(ctx, b, res) }},
 	{part: "dns", name: "QPS and latency, pinned", world: true, targets: dnsTargets,
 		run: func(ctx context.Context, b *harness.Program, res *results, w *world) {
 			throughput(ctx, b, res, w, true)

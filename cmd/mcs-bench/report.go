@@ -37,6 +37,8 @@ type results struct {
 	Prop         []propResult
 	Resync       resyncResult // the watch resumes
 	Relist       resyncResult // the API server restarted while cut: every Pod listed again
+	Probe        *probeResult
+	Compare      *compareResult // the live stage in turns against an older build
 }
 
 type stageTime struct {
@@ -114,17 +116,21 @@ type resyncResult struct {
 	Reconnect                       time.Duration // restore to the first connection through the proxy; -1 if none
 	Probes, ProbeWrong, ProbeErrors int
 	FirstWrong                      string
+	ListedPods                      int // Pods of the data cluster listed again from the restore to the end, by CoreDNS's log; 0 if none
 }
 
-// minPodBytes is less than any of the bench's exporter Pods takes in a list,
-// gzipped (as the API server sends a list of alike Pods) or not.
-const minPodBytes = 60
+// reListed matches the line our plugin logs when the data cluster's Pods
+// were listed again (ingest's Relisted event).
+var reListed = regexp.MustCompile(`cluster/` + clusterA + `: listed (\d+) Pods again`)
 
-// listedAgain reports whether the relist row's bytes from the API server
-// are a list of every Pod: more than a resumed watch brought (the resync
-// row: a few kilobytes, whatever the count) plus minPodBytes per Pod.
-func listedAgain(relist, resumed resyncResult) bool {
-	return relist.Received >= resumed.Received+int64(relist.Endpoints)*minPodBytes
+// listedPods are the Pod counts of every such line in a CoreDNS log.
+func listedPods(log string) []int {
+	var ns []int
+	for _, m := range reListed.FindAllStringSubmatch(log, -1) {
+		n, _ := strconv.Atoi(m[1])
+		ns = append(ns, n)
+	}
+	return ns
 }
 
 // Kind names the case, as the report's rows say it.
@@ -276,12 +282,7 @@ func machine(root string) machineInfo {
 			m.CPUModel = strings.TrimSpace(string(mm[1]))
 		}
 	}
-	if out, err := exec.Command("git", "-C", root, "rev-parse", "--short=12", "HEAD").Output(); err == nil {
-		m.Commit = strings.TrimSpace(string(out))
-		if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-			m.Commit += " (with uncommitted changes in the tree)"
-		}
-	}
+	m.Commit = commitOf(root)
 	if out, err := exec.Command("dnsperf", "-h").CombinedOutput(); err == nil || len(out) > 0 {
 		if mm := regexp.MustCompile(`Version (\S+)`).FindSubmatch(out); mm != nil {
 			m.DNSPerf = string(mm[1])
@@ -382,8 +383,8 @@ func checkSane(r *results) {
 		bad("resync after an API server restart: not measured")
 	} else if r.Relist.WarmUp <= 0 {
 		bad("resync after an API server restart: the API server's warm-up not measured")
-	} else if !listedAgain(r.Relist, r.Resync) {
-		bad("resync after an API server restart: %d bytes from the API server for %d Pods, not a full list", r.Relist.Received, r.Relist.Endpoints)
+	} else if r.Relist.ListedPods != r.Relist.Endpoints {
+		bad("resync after an API server restart: CoreDNS's log says it listed %d Pods again, want all %d", r.Relist.ListedPods, r.Relist.Endpoints)
 	}
 	for _, q := range []string{"A", "SRV"} {
 		for _, c := range []string{ours, hosts, intree} {
@@ -414,6 +415,14 @@ func checkSane(r *results) {
 	}
 	if r.Cfg.GoBench && len(r.GoBench) == 0 {
 		bad("no Go benchmark output")
+	}
+	if p := r.Probe; p == nil || len(p.Failover) != r.Cfg.ProbeRepeats {
+		bad("probe failover: not measured %d times", r.Cfg.ProbeRepeats)
+	} else if on, off := r.Runs("probe", "A", "on"), r.Runs("probe", "A", "off"); p.Rounds() < 1 || p.CPUOn <= 0 || len(on) != r.Cfg.Runs || len(off) != r.Cfg.Runs || p.WrongAfter > 0 {
+		bad("probe cost: %.1f rounds, CPU %s, %d and %d QPS runs, %d services wrong after", p.Rounds(), p.CPUOn, len(on), len(off), p.WrongAfter)
+	}
+	if c := r.Compare; c != nil && len(c.Runs) != 2*r.Cfg.CompareTurns {
+		bad("compare: %d live runs, want %d", len(c.Runs), 2*r.Cfg.CompareTurns)
 	}
 }
 

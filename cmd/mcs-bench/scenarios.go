@@ -33,6 +33,7 @@ type world struct {
 	queries   map[string]string // qtype -> dnsperf file
 	sample    []int
 	wrapper   string
+	added     int // Pods the live stage added to a, each an endpoint
 }
 
 const (
@@ -74,7 +75,7 @@ func setup(b *harness.Program, res *results) *world {
 func (w *world) contenders(b *harness.Program) []*contender {
 	return []*contender{
 		{Name: ours, SRV: true, tmpl: oursCorefile, vars: map[string]string{
-			"CLUSTER": clusterA, "KUBECONFIG": w.a.Kubeconfig, "PEERS": "",
+			"CLUSTER": clusterA, "KUBECONFIG": w.a.Kubeconfig, "EXTRA": "",
 			"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}},
 		{Name: hosts, tmpl: hostsCorefile, vars: map[string]string{"HOSTS": w.hostsFile}},
 		{Name: intree, SRV: true, tmpl: intreeCorefile, vars: map[string]string{"KUBECONFIG": w.a.Kubeconfig}},
@@ -152,7 +153,7 @@ func throughput(ctx context.Context, b *harness.Program, res *results, w *world,
 		// The live baseline: our plugin watching a cluster with no exporter
 		// Pods (the peer cluster, still empty now).
 		base := &contender{Name: ours + " (empty)", tmpl: oursCorefile, vars: map[string]string{
-			"CLUSTER": clusterB, "KUBECONFIG": w.b.Kubeconfig, "PEERS": "",
+			"CLUSTER": clusterB, "KUBECONFIG": w.b.Kubeconfig, "EXTRA": "",
 			"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
 		empty := dataset{cluster: clusterB, services: 0, endpoints: 1, namespaces: 1}
 		base.start(b, "", empty, nil, startBound)
@@ -240,39 +241,41 @@ func (r *results) memory(t harness.T, c *contender, when string) {
 	r.Mems = append(r.Mems, mp)
 }
 
-// liveChanges measures propagation (local and peer) and the resync after a
-// cut link, on one CoreDNS with our plugin watching the data cluster through
-// a proxy and the peer cluster directly.
-func liveChanges(b *harness.Program, res *results, w *world) {
+// liveTurn measures propagation (local and peer) and the resync after a cut
+// link, on one CoreDNS (bin, "" for bin/coredns) with our plugin watching the
+// data cluster through proxy and the peer cluster directly. tag sets apart
+// the namespaces and files of one turn from another's.
+func liveTurn(b *harness.Program, res *results, w *world, proxy *harness.Proxy, bin, tag string) liveRun {
 	cfg := res.Cfg
-	proxy := harness.StartProxy(b, w.a.APIServerAddr())
-	c := &contender{Name: ours + " (live)", SRV: true, tmpl: oursCorefile, vars: map[string]string{
+	c := &contender{Name: ours + " (live)", SRV: true, bin: bin, tmpl: oursCorefile, vars: map[string]string{
 		"CLUSTER": clusterA, "KUBECONFIG": w.a.KubeconfigVia(b, proxy),
-		"PEERS":    fmt.Sprintf("        peer %s %s\n", clusterB, w.b.Kubeconfig),
+		"EXTRA":    fmt.Sprintf("        peer %s %s\n", clusterB, w.b.Kubeconfig),
 		"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
 	c.start(b, "", w.ds, w.sample, startBound)
-	defer c.keepLog(cfg.Raw, "live")
+	defer c.keepLog(cfg.Raw, "live"+tag)
 	defer c.stop(b)
 
+	var run liveRun
 	for _, side := range []struct {
 		name string
 		cl   *harness.Cluster
 		ip   string
 	}{{"local", w.a, "10.250.0.1"}, {"peer", w.b, "10.251.0.1"}} {
-		lat, api := propagate(b, c, side.cl, side.ip, cfg.Changes)
-		res.Prop = append(res.Prop, propResult{side.name, lat, api})
+		lat, api := propagate(b, c, w, side.cl, side.ip, cfg.Changes, tag)
+		run.Prop = append(run.Prop, propResult{side.name, lat, api})
 		b.Logf("propagation %s: %d changes, p50 %s, p99 %s (the PATCH itself: p50 %s)", side.name, len(lat),
 			pct(lat, 50), pct(lat, 99), pct(api, 50))
 	}
-	res.Resync = resync(b, c, w, proxy, cfg, false)
-	res.Relist = resync(b, c, w, proxy, cfg, true)
+	run.Resync = resync(b, c, w, proxy, cfg, false, tag)
+	run.Relist = resync(b, c, w, proxy, cfg, true, tag)
+	return run
 }
 
 // propagate makes n annotation changes on one Pod of cluster cl, each
 // exporting a new service name, and times each from the PATCH to the first
 // correct answer for the new name (and the PATCH round trip alone).
-func propagate(t harness.T, c *contender, cl *harness.Cluster, ip string, n int) (lat, api []time.Duration) {
-	ns := "prop-" + cl.Name
+func propagate(t harness.T, c *contender, w *world, cl *harness.Cluster, ip string, n int, tag string) (lat, api []time.Duration) {
+	ns := "prop-" + cl.Name + tag
 	cl.CreateNamespace(t, ns)
 	export := func(k int) string {
 		return harness.ExportJSON(harness.ExportService{Name: fmt.Sprintf("prop-%d", k), Ports: []harness.ExportPort{{Name: portName, Port: svcPort, TargetPort: targetPort}}})
@@ -280,6 +283,9 @@ func propagate(t harness.T, c *contender, cl *harness.Cluster, ip string, n int)
 	pod := harness.ExporterPod("prop", "", harness.ExportService{Name: "prop-0"})
 	pod.Annotations[harness.ExportAnnotation] = export(0)
 	cl.CreateReadyPods(t, ns, harness.ReadyPod{Pod: pod, IPs: []string{ip}})
+	if cl == w.a {
+		w.added++
+	}
 	waitName(t, c, "prop-0."+ns+".svc."+zone, ip, 60*time.Second)
 	for k := 1; k <= n; k++ {
 		name := fmt.Sprintf("prop-%d.%s.svc.%s", k, ns, zone)
@@ -322,11 +328,11 @@ func waitName(t harness.T, c *contender, name, ip string, bound time.Duration) {
 // API server first reads every object from etcd (its warm-up, reported
 // apart), and until then it turns watches away; the resync is what follows
 // a link that comes back to a running API server.
-func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cfg config, restart bool) resyncResult {
+func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cfg config, restart bool, tag string) resyncResult {
 	cutFor := cfg.CutFor
-	ns := "resync"
+	ns := "resync" + tag
 	if restart {
-		ns = "relist"
+		ns = "relist" + tag
 	}
 	w.a.CreateNamespace(b, ns)
 	ip := "10.252.0.1"
@@ -335,12 +341,10 @@ func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cf
 	}
 	pod := harness.ExporterPod("marker", "", harness.ExportService{Name: "before"})
 	w.a.CreateReadyPods(b, ns, harness.ReadyPod{Pod: pod, IPs: []string{ip}})
+	w.added++
 	waitName(b, c, "before."+ns+".svc."+zone, ip, 60*time.Second)
 
-	r := resyncResult{Endpoints: w.ds.total() + 1, CutFor: cutFor, Restart: restart}
-	if restart {
-		r.Endpoints++ // the marker of the resync without restart
-	}
+	r := resyncResult{Endpoints: w.ds.total() + w.added, CutFor: cutFor, Restart: restart}
 	var (
 		stop atomic.Bool
 		wg   sync.WaitGroup
@@ -409,18 +413,19 @@ func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cf
 	var prof sync.WaitGroup
 	if restart {
 		prof.Go(func() {
-			path := filepath.Join(cfg.Raw, "cpu-ours-relist.pprof")
-			if _, err := cpuProfile(context.Background(), c.pprof, harness.FindTools().CoreDNS, path, relistProfile); err != nil {
+			path := filepath.Join(cfg.Raw, "cpu-ours-relist"+tag+".pprof")
+			if _, err := cpuProfile(context.Background(), c.pprof, c.binary(), path, relistProfile); err != nil {
 				b.Logf("CPU profile of the relist: %v", err)
 			}
 		})
 		prof.Go(func() {
-			path := filepath.Join(cfg.Raw, "cpu-apiserver-relist.pprof")
+			path := filepath.Join(cfg.Raw, "cpu-apiserver-relist"+tag+".pprof")
 			if _, err := apiServerProfile(context.Background(), w.a, path, relistProfile); err != nil {
 				b.Logf("kube-apiserver's CPU profile of the relist: %v", err)
 			}
 		})
 	}
+	listed := len(listedPods(c.d.Log()))
 	restore := time.Now()
 	proxy.Restore(b)
 	reconnected := make(chan time.Duration, 1)
@@ -443,6 +448,9 @@ func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cf
 	time.Sleep(2 * time.Second) // keep probing after the resync
 	stop.Store(true)
 	wg.Wait()
+	if ls := listedPods(c.d.Log()); len(ls) > listed {
+		r.ListedPods = ls[len(ls)-1]
+	}
 	if r.RSSPeak, err = procStatusBytes(pid, "VmHWM"); err == nil {
 		r.AnonAfter, err = procStatusBytes(pid, "RssAnon")
 	}
@@ -507,38 +515,13 @@ func coldStart(b *harness.Program, res *results) {
 	dir := harness.TempDir(b)
 	snap := filepath.Join(dir, "table.db")
 	start := time.Now()
-	st, _, err := snapshot.Open(snap, snapshot.Options{Logf: b.Logf})
-	if err != nil {
-		b.Fatalf("snapshot: %v", err)
-	}
-	recs := make(map[string][]byte, ds.total())
-	for i := 0; i < ds.services; i++ {
-		for j := 0; j < ds.endpoints; j++ {
-			p := ds.tablePod(i, j)
-			v, err := table.EncodePod(p)
-			if err != nil {
-				b.Fatalf("encode: %v", err)
-			}
-			recs[p.Namespace+"/"+p.Name] = v
-		}
-	}
-	now := time.Now()
-	st.ReplaceSource(clusterA, recs, snapshot.Meta{ClusterID: clusterA, LastContact: now, LastFullSync: now})
-	if err := st.Close(); err != nil {
-		b.Fatalf("snapshot: %v", err)
-	}
-	fi, _ := os.Stat(snap)
-	r := coldResult{Endpoints: ds.total(), Services: ds.services, FileBytes: fi.Size(), WriteTook: time.Since(start)}
+	size := writeSnapshot(b, ds, snap)
+	r := coldResult{Endpoints: ds.total(), Services: ds.services, FileBytes: size, WriteTook: time.Since(start)}
 	b.Logf("snapshot of %d endpoints (%d services) written in %s: %.1f MB", r.Endpoints, r.Services, r.WriteTook.Round(time.Millisecond), float64(r.FileBytes)/1e6)
-
-	// An API server that is not there: a port nothing listens on.
-	kc := filepath.Join(dir, "unreachable.kubeconfig")
-	if err := harness.WriteKubeconfig(kc, clusterA, "https://127.0.0.1:"+strconv.Itoa(harness.FreePort(b)), "none"); err != nil {
-		b.Fatalf("%v", err)
-	}
+	kc := unreachableKubeconfig(b, dir)
 	empty := filepath.Join(dir, "empty.db")
 	base := &contender{Name: ours + " (empty snapshot)", tmpl: oursCorefile, vars: map[string]string{
-		"CLUSTER": clusterA, "KUBECONFIG": kc, "PEERS": "", "SNAPSHOT": empty}}
+		"CLUSTER": clusterA, "KUBECONFIG": kc, "EXTRA": "", "SNAPSHOT": empty}}
 	base.start(b, "", dataset{cluster: clusterA, endpoints: 1, namespaces: 1}, nil, startBound)
 	time.Sleep(500 * time.Millisecond)
 	res.memory(b, base, "no API server, empty snapshot")
@@ -566,7 +549,7 @@ func coldStart(b *harness.Program, res *results) {
 	}
 
 	c := &contender{Name: ours + " (cold)", tmpl: oursCorefile, vars: map[string]string{
-		"CLUSTER": clusterA, "KUBECONFIG": kc, "PEERS": "", "SNAPSHOT": snap}}
+		"CLUSTER": clusterA, "KUBECONFIG": kc, "EXTRA": "", "SNAPSHOT": snap}}
 	sample := sampleOf(ds, 25)
 	c.start(b, "", ds, sample, startBound)
 	if m := regexp.MustCompile(`loaded (\d+) records`).FindStringSubmatch(c.d.Log()); m != nil {
@@ -608,6 +591,47 @@ func coldStart(b *harness.Program, res *results) {
 	if _, err := exec.LookPath("perf"); err == nil {
 		r.Perf = perfColdStart(b, c, ds, probe, filepath.Join(cfg.Raw, "cold-start.perf"))
 	}
+}
+
+// writeSnapshot writes the data set into a snapshot file at path with the
+// plugin's own packages, as a source that was last in contact now, and
+// returns the file's size.
+func writeSnapshot(b *harness.Program, ds dataset, path string) int64 {
+	st, _, err := snapshot.Open(path, snapshot.Options{Logf: b.Logf})
+	if err != nil {
+		b.Fatalf("snapshot: %v", err)
+	}
+	recs := make(map[string][]byte, ds.total())
+	for i := 0; i < ds.services; i++ {
+		for j := 0; j < ds.endpoints; j++ {
+			p := ds.tablePod(i, j)
+			v, err := table.EncodePod(p)
+			if err != nil {
+				b.Fatalf("encode: %v", err)
+			}
+			recs[p.Namespace+"/"+p.Name] = v
+		}
+	}
+	now := time.Now()
+	st.ReplaceSource(ds.cluster, recs, snapshot.Meta{ClusterID: ds.cluster, LastContact: now, LastFullSync: now})
+	if err := st.Close(); err != nil {
+		b.Fatalf("snapshot: %v", err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatalf("snapshot: %v", err)
+	}
+	return fi.Size()
+}
+
+// unreachableKubeconfig writes a kubeconfig in dir whose API server is not
+// there (a port nothing listens on) and returns its path.
+func unreachableKubeconfig(t harness.T, dir string) string {
+	kc := filepath.Join(dir, "unreachable.kubeconfig")
+	if err := harness.WriteKubeconfig(kc, clusterA, "https://127.0.0.1:"+strconv.Itoa(harness.FreePort(t)), "none"); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return kc
 }
 
 // perfColdStart runs one more cold start under `perf record -g` (the CPU
@@ -671,7 +695,8 @@ func perfColdStart(b *harness.Program, c *contender, ds dataset, probe int, out 
 func goBenchmarks(ctx context.Context, b *harness.Program, res *results) {
 	for _, gb := range []struct{ pkg, args string }{
 		{"./internal/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad)$ -benchtime 3x -benchmem"},
-		{"./plugin/mcsannotations/", "-run ^$ -bench ^BenchmarkServeDNS$ -benchmem"},
+		{"./plugin/mcsannotations/", "-run ^$ -bench ^(BenchmarkServeDNS|BenchmarkServeDNSProbe)$ -benchmem"},
+		{"./internal/probe/", "-run ^$ -bench ^BenchmarkRound$ -benchmem"},
 		{"./internal/snapshot/", "-run ^$ -bench ^(BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 5x -benchmem"},
 		{"./internal/clients/", "-run ^$ -bench ^BenchmarkSlimClientMemory$ -benchtime 3x"},
 		{"./annotation/", "-run ^$ -bench ^(BenchmarkVerify|BenchmarkParseExports)$ -benchtime 2000x -benchmem"},

@@ -110,3 +110,21 @@ func liveTargets(r *results) []target {
 	}
 	return ts
 }
+
+func probeTargets(r *results) []target {
+	p := r.Probe
+	if p == nil {
+		return nil
+	}
+	var ts []target
+	if n := len(p.Failover); n > 0 {
+		worst := pct(p.Failover, 100)
+		ts = append(ts, target{"failover <= 5 s with the probe defaults (an endpoint's listener stopped, its peer cut off, to the last answer holding it)",
+			fmt.Sprintf("p50 %s, max %s over %d", ms(pct(p.Failover, 50)), ms(worst), n), worst <= 5*time.Second, true})
+	}
+	if on, off := r.QPS("probe", "A", "on"), r.QPS("probe", "A", "off"); !math.IsNaN(on / off) {
+		ts = append(ts, target{fmt.Sprintf("QPS with `probe all` / without >= 0.95 (A, pinned, %d asked endpoints probed)", p.Endpoints),
+			ratio(on, off), on/off >= 0.95, p.Endpoints >= 10000})
+	}
+	return ts
+}

@@ -1,16 +1,21 @@
 // Command mcs-demo is `make demo`: two local Kubernetes clusters, sample
-// workloads, our CoreDNS answering multi-cluster names, and what happens when
-// the link to the API server is cut and CoreDNS restarts while it is.
+// workloads, the MCS objects (ServiceImports with their ClusterSetIPs,
+// EndpointSlices) our controller keeps in each, our CoreDNS answering
+// multi-cluster names, and what happens when the links between the clusters
+// and to an API server are cut and CoreDNS and the controllers restart while
+// they are.
 //
 // It runs real etcd and kube-apiserver processes on 127.0.0.1 through the
 // end-to-end test harness (test/harness), creates the Services,
 // ServiceExports and Pods of manifests/examples/<cluster>.yaml with
-// client-go, acts as the Pods' kubelet, runs bin/mcs-annotator in each
-// cluster (it writes the Pods' export annotations) and bin/coredns, and
-// prints dig's answers at each step. It checks every
-// answer and exits non-zero with a message when one is wrong; it stops every
-// process it started (by PID) and removes its temporary folders, also on
-// failure and on Ctrl-C.
+// client-go, acts as the Pods' kubelet, and runs in each cluster
+// bin/mcs-annotator with its MCS controller (it writes the Pods' export
+// annotations, and the ServiceImports, derived Services and EndpointSlices
+// from both clusters' exports) and bin/coredns, each watching the other
+// cluster through a link the demo cuts. It prints the MCS objects and dig's
+// answers at each step, checks every object and answer, and exits non-zero
+// with a message when one is wrong; it stops every process it started (by
+// PID) and removes its temporary folders, also on failure and on Ctrl-C.
 //
 // Run it with `make demo` (which first builds bin/coredns and the tools), or
 // after `make build tools`:
@@ -38,6 +43,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
@@ -54,25 +60,56 @@ const (
 	restartTimeout  = 5 * time.Second  // answers after the restart
 )
 
-// peers: edge-a's CoreDNS also watches edge-b (the Corefile word
-// `peer edge-b KUBECONFIG`, through a TCP proxy the demo can cut), so that
-// db.demo, whose only Pod is in edge-b, resolves, also offline.
-// `make demo DEMO_FLAGS=-peers=false` watches edge-a alone.
-var peers = flag.Bool("peers", true, "edge-a's CoreDNS also watches edge-b (Corefile word `peer edge-b KUBECONFIG`)")
+// peers: each cluster's CoreDNS and MCS controller also watch the other
+// cluster (the Corefile word `peer NAME KUBECONFIG` and the controller's
+// --peer NAME=KUBECONFIG, through a TCP proxy the demo can cut), so that
+// db.demo, whose only Pod is in edge-b, resolves in edge-a, also offline.
+// `make demo DEMO_FLAGS=-peers=false` watches each cluster alone.
+var peers = flag.Bool("peers", true, "each cluster's CoreDNS and MCS controller also watch the other cluster")
 
-// corefile is edge-a's CoreDNS configuration; {PEERS} is one
+// corefile is a cluster's CoreDNS configuration; {PEERS} is one
 // `peer NAME KUBECONFIG` line per peer, or nothing.
 const corefile = `clusterset.local:{PORT} {
     bind 127.0.0.1
     errors
     mcsannotations clusterset.local {
-        cluster ` + local + `
+        cluster {CLUSTER}
         kubeconfig {KUBECONFIG}
 {PEERS}        snapshot {DIR}/table.db
         ttl 5
     }
 }
 `
+
+// site is one demo cluster: its API server, its link to the other
+// cluster's, its annotator with the MCS controller, its CoreDNS.
+type site struct {
+	c       *harness.Cluster
+	link    *harness.Proxy // to the peer's API server (nil: -peers=false)
+	watched []string       // this cluster, and its peer
+	ctlArgs []string
+	ctl     *harness.Annotator
+	dns     *harness.CoreDNS
+	checks  []check // what its CoreDNS must answer
+}
+
+// startController runs bin/mcs-annotator with its MCS controller.
+func (s *site) startController(r *harness.Program) {
+	s.ctl = harness.StartAnnotator(r, s.c.Kubeconfig, s.ctlArgs...)
+}
+
+// waitReconciled waits until the controller has written (or found right)
+// everything once since it started.
+func (s *site) waitReconciled(r *harness.Program) {
+	harness.Eventually(r, mcsTimeout, func() error {
+		v, ok, err := s.ctl.Metric("mcs_controller_reconcile_seconds_count")
+		if err != nil || !ok || v == 0 {
+			return fmt.Errorf("%s: the MCS controller has not reconciled since it started (%v, %v); log:\n%s",
+				s.c.Name, v, err, harness.Tail(s.ctl.Process().LogPath, 20))
+		}
+		return nil
+	})
+}
 
 func main() {
 	flag.Parse()
@@ -91,7 +128,7 @@ func main() {
 
 	switch code {
 	case 0:
-		fmt.Println("== step 8: clean up: stop every process by PID, remove the temporary folders")
+		fmt.Println("== step 9: clean up: stop every process by PID, remove the temporary folders")
 		r.SetStep(" at clean-up")
 	case 130:
 		fmt.Println("== interrupted: stop every process by PID, remove the temporary folders")
@@ -117,7 +154,7 @@ func main() {
 	fmt.Printf("== demo passed in %s\n", time.Since(start).Round(100*time.Millisecond))
 }
 
-// demo runs steps 1 to 7; any failure ends it through r.Fatalf.
+// demo runs steps 1 to 8; any failure ends it through r.Fatalf.
 func demo(r *harness.Program) {
 	harness.RequireTools(r) // every tool, or a clear failure
 	dig, err := exec.LookPath("dig")
@@ -132,37 +169,66 @@ func demo(r *harness.Program) {
 	step(r, 1, "start two local clusters, %s and %s (etcd + kube-apiserver each, on 127.0.0.1)", local, peerName)
 	cs := harness.StartClusters(r, local, peerName)
 	a, b := cs[0], cs[1]
-
-	step(r, 2, "create the sample workloads from manifests/examples/, act as their kubelet, run the annotator")
-	world := model{}
-	for _, c := range cs {
-		c.InstallMCSCRDs(r) // edge-b's db is exported by a ServiceExport
-		pods, exports := createWorkloads(r, c, filepath.Join(root, "manifests", "examples", c.Name+".yaml"))
-		annotate(r, c, pods, exports, world)
-	}
-
-	watched := []string{local}
-	vars := map[string]string{"KUBECONFIG": a.Kubeconfig, "PEERS": ""}
-	var link *harness.Proxy // edge-a's link to edge-b's API server
+	sites := []*site{{c: a, watched: []string{local}}, {c: b, watched: []string{peerName}}}
 	if *peers {
-		link = harness.StartProxy(r, b.APIServerAddr())
-		vars["PEERS"] = fmt.Sprintf("        peer %s %s\n", peerName, b.KubeconfigVia(r, link))
-		watched = append(watched, peerName)
+		// Each cluster watches the other through a link the demo can cut.
+		for i, s := range sites {
+			other := sites[1-i].c
+			s.link = harness.StartProxy(r, other.APIServerAddr())
+			s.watched = append(s.watched, other.Name)
+		}
 	}
-	step(r, 3, "start our CoreDNS for %s (watches %s; snapshot on disk)", local, strings.Join(watched, " and "))
-	d := harness.StartCoreDNS(r, corefile, vars)
-	fmt.Println(harness.Indent(d.Corefile, "   | "))
-	checks := world.checks(watched)
+	ea := sites[0]
 
-	step(r, 4, "ask CoreDNS (dig @127.0.0.1 -p %d) while everything is up", d.Port)
-	took := waitAll(r, d, checks, syncTimeout)
-	fmt.Printf("   CoreDNS answered correctly %s after it first answered\n", took.Round(time.Millisecond))
-	showAll(r, dig, d, checks)
+	step(r, 2, "create the sample workloads from manifests/examples/, act as their kubelet, run the annotator with its MCS controller")
+	world := model{}
+	types := map[string]mcsv1beta1.ServiceImportType{}
+	for i, s := range sites {
+		s.c.InstallMCSCRDs(r) // ServiceExports and the controller's ServiceImports
+		pods, exports := createWorkloads(r, s.c, filepath.Join(root, "manifests", "examples", s.c.Name+".yaml"), types)
+		s.ctlArgs = []string{"--cluster", s.c.Name, "--leader-elect=false", "--mcs-controller"}
+		if s.link != nil {
+			other := sites[1-i].c
+			s.ctlArgs = append(s.ctlArgs, "--peer", other.Name+"="+other.KubeconfigVia(r, s.link))
+		}
+		s.startController(r)
+		annotate(r, s.c, s.ctl, pods, exports, world)
+	}
 
-	if link != nil {
-		step(r, 5, "cut the site off: the link to %s (127.0.0.1:%d) and %s's own kube-apiserver (SIGKILL, PID %d)",
-			peerName, link.Port(), local, a.APIServer().PID())
-		link.Cut(r)
+	step(r, 3, "the MCS objects the controllers wrote, in each cluster (every exported service, with its ClusterSetIP)")
+	objs := waitMCS(r, sites, world, types)
+	for _, s := range sites {
+		showMCS(s.c.Name, objs[s.c.Name])
+	}
+
+	step(r, 4, "start our CoreDNS in each cluster (it watches %s; snapshot on disk) and ask it (dig)", strings.Join(ea.watched, " and "))
+	for i, s := range sites {
+		vars := map[string]string{"CLUSTER": s.c.Name, "KUBECONFIG": s.c.Kubeconfig, "PEERS": ""}
+		if s.link != nil {
+			other := sites[1-i].c
+			vars["PEERS"] = fmt.Sprintf("        peer %s %s\n", other.Name, other.KubeconfigVia(r, s.link))
+		}
+		s.dns = harness.StartCoreDNS(r, corefile, vars)
+		s.checks = objs[s.c.Name].clusterSetIPChecks()
+		if s == ea {
+			s.checks = append(world.checks(ea.watched), s.checks...)
+		}
+		if len(objs[s.c.Name].clusterSetIPChecks()) == 0 {
+			r.Fatalf("%s: no ClusterSetIP service to ask for (manifests/examples exports web as one)", s.c.Name)
+		}
+	}
+	fmt.Println(harness.Indent(ea.dns.Corefile, "   | "))
+	for _, s := range sites {
+		took := waitAll(r, s.dns, s.checks, syncTimeout)
+		fmt.Printf("   %s's CoreDNS answered correctly %s after it first answered\n", s.c.Name, took.Round(time.Millisecond))
+		showAll(r, dig, s.dns, s.checks)
+	}
+
+	if ea.link != nil {
+		step(r, 5, "cut the clusters apart (both links) and %s off: its own kube-apiserver too (SIGKILL, PID %d)", local, a.APIServer().PID())
+		for _, s := range sites {
+			s.link.Cut(r)
+		}
 	} else {
 		step(r, 5, "cut the link to %s's API server: kill its kube-apiserver (SIGKILL, PID %d)", local, a.APIServer().PID())
 	}
@@ -170,17 +236,17 @@ func demo(r *harness.Program) {
 	if err := a.Ready(); err == nil {
 		r.Fatalf("%s's API server still answers after it was stopped", local)
 	}
-	if link != nil {
-		fmt.Printf("   %s's API server is down and %s is unreachable; watching the answers for %s\n", local, peerName, offlineWatch)
-	} else {
-		fmt.Printf("   %s's API server is down; watching the answers for %s\n", local, offlineWatch)
+	fmt.Printf("   %s's API server is down and the clusters cannot reach each other; watching the answers (and %s's objects) for %s\n",
+		local, peerName, offlineWatch)
+	steady(r, sites, func() { sameMCS(r, sites, objs, "after the cut") }, offlineWatch)
+	for _, s := range sites {
+		showAll(r, dig, s.dns, s.checks)
 	}
-	steady(r, d, checks, offlineWatch)
-	showAll(r, dig, d, checks)
 
-	step(r, 6, "restart CoreDNS while still cut off: it answers from its snapshot")
+	step(r, 6, "restart %s's CoreDNS while still cut off: it answers from its snapshot", local)
+	d := ea.dns
 	d.Restart(r)
-	took = waitAll(r, d, checks, restartTimeout)
+	took := waitAll(r, d, ea.checks, restartTimeout)
 	if err := a.Ready(); err == nil {
 		r.Fatalf("%s's API server answers again: the step proves nothing", local)
 	}
@@ -189,10 +255,45 @@ func demo(r *harness.Program) {
 	for _, l := range snapshotLines(d.Log()) {
 		fmt.Println("   log: " + l)
 	}
-	showAll(r, dig, d, checks)
+	showAll(r, dig, d, ea.checks)
 
 	step(r, 7, "what an operator sees while still cut off: bin/mcsctl snapshot %s", filepath.Join(d.Dir, "table.db"))
-	showSnapshot(r, filepath.Join(d.Dir, "table.db"), world.checks(watched))
+	showSnapshot(r, filepath.Join(d.Dir, "table.db"), ea.checks)
+
+	if ea.link != nil {
+		step(r, 8, "%s's API server comes back, the clusters stay cut apart; restart both CoreDNS and both MCS controllers", local)
+	} else {
+		step(r, 8, "%s's API server comes back; restart both CoreDNS and both MCS controllers", local)
+	}
+	a.StartAPIServer(r)
+	for _, s := range sites {
+		if s.link != nil && s.link.Mode() != harness.Cut {
+			r.Fatalf("the link of %s is %s: the step proves nothing", s.c.Name, s.link.Mode())
+		}
+		s.ctl.Stop(r)
+		s.startController(r)
+		s.dns.Restart(r)
+	}
+	for _, s := range sites {
+		s.waitReconciled(r)
+		took := waitAll(r, s.dns, s.checks, restartTimeout)
+		fmt.Printf("   %s: controller PID %d reconciled, CoreDNS PID %d answered correctly %s after it first answered\n",
+			s.c.Name, s.ctl.Process().PID(), s.dns.Process().PID(), took.Round(time.Millisecond))
+	}
+	fmt.Printf("   watching the objects of both clusters and the answers for %s\n", offlineWatch)
+	steady(r, sites, func() { sameMCS(r, sites, objs, "after the restarts while cut apart") }, offlineWatch)
+	after := map[string]mcsObjects{}
+	for _, s := range sites {
+		o, err := readMCS(r, s.c)
+		if err != nil {
+			r.Fatalf("%v", err)
+		}
+		after[s.c.Name] = o
+		showMCS(s.c.Name, o)
+		showAll(r, dig, s.dns, s.checks)
+	}
+	sameMCS(r, sites, objs, "at the end")
+	fmt.Println("   the objects and the answers are what they were before the cut")
 }
 
 // showSnapshot runs bin/mcsctl (built beside bin/coredns by make build) on
@@ -243,8 +344,10 @@ type workloadPod struct {
 // and Ready with the IPs of its `status` (as a kubelet would). It returns
 // the Pods, each marked when an exported Service (annotation
 // multicluster.kubernetes.io/export: "true", or a ServiceExport) selects it,
-// and the ServiceExports ("namespace/name").
-func createWorkloads(r *harness.Program, c *harness.Cluster, path string) ([]workloadPod, []string) {
+// and the ServiceExports ("namespace/name"); it records in types the type of
+// ServiceImport each exported Service gets ("name.namespace": Headless for
+// clusterIP None, else ClusterSetIP).
+func createWorkloads(r *harness.Program, c *harness.Cluster, path string, types map[string]mcsv1beta1.ServiceImportType) ([]workloadPod, []string) {
 	objs, err := harness.ReadManifests(path)
 	if err != nil {
 		r.Fatalf("%v", err)
@@ -272,6 +375,10 @@ func createWorkloads(r *harness.Program, c *harness.Cluster, path string) ([]wor
 				}
 				if svc.Annotations[harness.ServiceExportAnnotation] == "true" || exportedBy[svc.Namespace+"/"+svc.Name] {
 					selectors = append(selectors, labels.SelectorFromSet(svc.Spec.Selector))
+					types[svc.Name+"."+svc.Namespace] = mcsv1beta1.ClusterSetIP
+					if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+						types[svc.Name+"."+svc.Namespace] = mcsv1beta1.Headless
+					}
 				}
 			}
 			if _, err := c.CreateObjects([]*unstructured.Unstructured{u}, false); err != nil {
@@ -310,12 +417,11 @@ func createWorkloads(r *harness.Program, c *harness.Cluster, path string) ([]wor
 	return pods, exports
 }
 
-// annotate runs the annotator against c, waits until it has written the
+// annotate waits until the annotator a, running against c, has written the
 // export annotation of every Pod an exported Service selects and the Ready
 // condition of each ServiceExport, and records those Pods, as the annotator
 // left them, in the model.
-func annotate(r *harness.Program, c *harness.Cluster, pods []workloadPod, exports []string, world model) {
-	a := harness.StartAnnotator(r, c.Kubeconfig, "--cluster", c.Name, "--leader-elect=false")
+func annotate(r *harness.Program, c *harness.Cluster, a *harness.Annotator, pods []workloadPod, exports []string, world model) {
 	var shown bool
 	took := harness.Eventually(r, annotateTimeout, func() error {
 		for _, w := range pods {
@@ -568,16 +674,24 @@ func waitAll(r *harness.Program, d *harness.CoreDNS, checks []check, timeout tim
 	}
 }
 
-// steady checks every answer every 250 ms for a while: each must stay right.
-func steady(r *harness.Program, d *harness.CoreDNS, checks []check, period time.Duration) {
-	n := 0
+// steady checks every answer of every site, and runs also (which fails the
+// demo itself when something is wrong), every 250 ms for a while: each must
+// stay right.
+func steady(r *harness.Program, sites []*site, also func(), period time.Duration) {
+	n, answers := 0, 0
 	for end := time.Now().Add(period); time.Now().Before(end); n++ {
-		if err := verifyAll(d, checks); err != nil {
-			r.Fatalf("wrong answer %s after the cut: %v", time.Since(end.Add(-period)).Round(time.Millisecond), err)
+		for _, s := range sites {
+			if err := verifyAll(s.dns, s.checks); err != nil {
+				r.Fatalf("%s: wrong answer %s into the watch: %v", s.c.Name, time.Since(end.Add(-period)).Round(time.Millisecond), err)
+			}
+			if n == 0 {
+				answers += len(s.checks)
+			}
 		}
+		also()
 		time.Sleep(250 * time.Millisecond)
 	}
-	fmt.Printf("   all %d answers were right %d times in a row\n", len(checks), n)
+	fmt.Printf("   all %d answers (and the objects) were right %d times in a row\n", answers, n)
 }
 
 // showAll prints dig's view of every check, and fails when dig's status
@@ -599,6 +713,11 @@ func showAll(r *harness.Program, dig string, d *harness.CoreDNS, checks []check)
 		if status != dns.RcodeToString[c.rcode] {
 			r.Fatalf("dig %s %s: status %s, want %s", c.name, dns.TypeToString[c.qtype], status, dns.RcodeToString[c.rcode])
 		}
+		if c.qtype == dns.TypeA {
+			if got := digAddrs(records, c.name); strings.Join(got, " ") != strings.Join(c.want, " ") {
+				r.Fatalf("dig %s A: addresses %q, want %q", c.name, got, c.want)
+			}
+		}
 	}
 }
 
@@ -617,6 +736,20 @@ func digAnswer(out string) (status string, records []string) {
 		records = append(records, strings.Join(strings.Fields(l), " "))
 	}
 	return status, records
+}
+
+// digAddrs returns the sorted addresses of the A records of name among
+// dig's records ("name ttl IN A address").
+func digAddrs(records []string, name string) []string {
+	var out []string
+	for _, rec := range records {
+		f := strings.Fields(rec)
+		if len(f) == 5 && strings.EqualFold(f[0], name) && f[2] == "IN" && f[3] == "A" {
+			out = append(out, f[4])
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // snapshotLines are the plugin's log lines about the snapshot since the last

@@ -123,6 +123,7 @@ func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dyna
 	c := &Controller{cfg: cfg, table: t, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
 		kick: make(chan struct{}, 1), ready: make(chan struct{})}
 	t.OnPodChange(func(table.Key, *table.Pod) { c.Kick() })
+	m.sources.Store(&sources)
 	return c
 }
 

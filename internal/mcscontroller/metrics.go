@@ -1,6 +1,7 @@
 package mcscontroller
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,32 @@ type Metrics struct {
 	Writes    *prometheus.CounterVec // by kind and result
 	Foreign   prometheus.Counter
 	Reconcile prometheus.Histogram
+
+	// sources are read at scrape time for the clusters' last contact (set
+	// by New; none before).
+	sources atomic.Pointer[[]Source]
+}
+
+var contactDesc = prometheus.NewDesc("mcs_controller_cluster_last_contact_seconds",
+	"Seconds since the cluster's API server last answered the controller (-1 if never), by cluster (the local one and each peer).", []string{"cluster"}, nil)
+
+// contact is the collector of mcs_controller_cluster_last_contact_seconds.
+type contact struct{ m *Metrics }
+
+func (c contact) Describe(ch chan<- *prometheus.Desc) { ch <- contactDesc }
+
+func (c contact) Collect(ch chan<- prometheus.Metric) {
+	srcs := c.m.sources.Load()
+	if srcs == nil {
+		return
+	}
+	for _, s := range *srcs {
+		since := -1.0
+		if t := s.LastContact(); !t.IsZero() {
+			since = time.Since(t).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(contactDesc, prometheus.GaugeValue, since, s.Cluster())
+	}
 }
 
 // writeKinds are the kinds of write, pre-registered with both results.
@@ -41,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Writes.WithLabelValues(k, "error")
 	}
 	if reg != nil {
-		reg.MustRegister(m.Imports, m.Slices, m.Conflicts, m.Writes, m.Foreign, m.Reconcile)
+		reg.MustRegister(m.Imports, m.Slices, m.Conflicts, m.Writes, m.Foreign, m.Reconcile, contact{m})
 	}
 	return m
 }

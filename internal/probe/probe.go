@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -170,7 +171,7 @@ type target struct {
 // New returns a prober of t's endpoints.
 func New(t Table, cfg Config, opts Options) *Prober {
 	if opts.Dialer == nil {
-		opts.Dialer = &net.Dialer{}
+		opts.Dialer = probeDialer()
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -369,6 +370,21 @@ func (p *Prober) set(tg *target, down bool, reason string) {
 	p.suppressed = 0
 }
 
+// probeDialer is a net.Dialer whose connections, once closed, linger in
+// TIME_WAIT for 1 s instead of the kernel's 60 s, as the kubelet's probes do
+// (kubernetes issue 89898): 10,000 endpoints probed every 2 s would otherwise
+// keep some 300,000 sockets in TIME_WAIT on CoreDNS's node. Not 0, which
+// would end each connection with a RST rather than a FIN.
+func probeDialer() *net.Dialer {
+	return &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 1})
+		})
+		return errors.Join(err, serr)
+	}}
+}
+
 // errStatus is an HTTP probe's answer outside 2xx and 3xx.
 var errStatus = errors.New("HTTP status")
 
@@ -377,7 +393,14 @@ func (p *Prober) probe(ctx context.Context, addr netip.AddrPort) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.http == nil {
-		c, err := p.opts.Dialer.DialContext(ctx, "tcp", addr.String())
+		var c net.Conn
+		var err error
+		if nd, ok := p.opts.Dialer.(*net.Dialer); ok {
+			// The address as it is: no string to format and parse again.
+			c, err = nd.DialTCP(ctx, "tcp", netip.AddrPort{}, addr)
+		} else {
+			c, err = p.opts.Dialer.DialContext(ctx, "tcp", addr.String())
+		}
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -465,5 +467,61 @@ func TestHTTP(t *testing.T) {
 		if (err == nil) != tc.up {
 			t.Errorf("GET %s on %s: %v, want up %v", tc.path, tc.addr, err, tc.up)
 		}
+	}
+}
+
+// The TCP probe with the default dialer: a listener is up, a closed port is
+// down, and the probe's socket lingers 1 s (a FIN, not a RST; no 60 s in
+// TIME_WAIT), as the kubelet's probes do.
+func TestTCPProbeDefaultDialer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closedBy := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			closedBy <- err
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		closedBy <- err
+	}()
+	p := New(nil, Defaults(All), Options{})
+	if err := p.probe(context.Background(), netip.MustParseAddrPort(ln.Addr().String())); err != nil {
+		t.Fatalf("probe of a listener: %v", err)
+	}
+	if err := <-closedBy; !errors.Is(err, io.EOF) {
+		t.Errorf("the listener read %v after the probe closed, want EOF (a FIN)", err)
+	}
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := netip.MustParseAddrPort(closed.Addr().String())
+	closed.Close()
+	if err := p.probe(context.Background(), down); err == nil {
+		t.Errorf("probe of a closed port %s: up, want down", down)
+	}
+
+	c, err := probeDialer().DialTCP(context.Background(), "tcp", netip.AddrPort{}, netip.MustParseAddrPort(ln.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l *unix.Linger
+	if err := raw.Control(func(fd uintptr) { l, err = unix.GetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER) }); err != nil || l == nil {
+		t.Fatalf("SO_LINGER: %v", err)
+	}
+	if l.Onoff != 1 || l.Linger != 1 {
+		t.Errorf("SO_LINGER %+v, want on, 1 s", *l)
 	}
 }

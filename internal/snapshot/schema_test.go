@@ -16,9 +16,12 @@ import (
 // code (testdata/genv1.go.txt): the cluster edge-a's two Pods, and the
 // clients and ClusterSetIP services as the sources "~clients" and
 // "~serviceimports".
-func copySchema1(t *testing.T) string {
+func copySchema1(t *testing.T) string { return copyTestdata(t, "schema1.db") }
+
+// copyTestdata copies testdata/name into a temporary directory.
+func copyTestdata(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile("testdata/schema1.db")
+	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

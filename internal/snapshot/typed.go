@@ -83,10 +83,27 @@ func (s *Store) LoadClients(fn func(c *clients.Client, ips []netip.Addr)) (bad i
 	return len(stale), err
 }
 
+// importStateKey, in the ClusterSetIP bucket, holds whether ServiceImports
+// were served (table.ImportState's String): after a restart while the API
+// server is unreachable, services exported as ClusterSetIP answer as they
+// did. It has no "/", so it is never a record's key.
+const importStateKey = "import-state"
+
 // ReplaceClusterSetIPs makes list the whole content of the ClusterSetIP
-// bucket. An entry that does not encode is left out and counted in bad.
+// bucket, without an import state. An entry that does not encode is left out
+// and counted in bad.
 func (s *Store) ReplaceClusterSetIPs(list []table.ClusterSetIP) (bad int) {
-	recs := make(map[string][]byte, len(list))
+	return s.ReplaceImports(list, table.ImportsUnknown)
+}
+
+// ReplaceImports makes list and state the whole content of the ClusterSetIP
+// bucket (ImportsUnknown is not stored). An entry that does not encode is
+// left out and counted in bad.
+func (s *Store) ReplaceImports(list []table.ClusterSetIP, state table.ImportState) (bad int) {
+	recs := make(map[string][]byte, len(list)+1)
+	if state != table.ImportsUnknown {
+		recs[importStateKey] = []byte(state.String())
+	}
 	for _, ci := range list {
 		b, err := EncodeClusterSetIP(ci)
 		if err != nil {
@@ -106,6 +123,9 @@ func (s *Store) LoadClusterSetIPs() (list []table.ClusterSetIP, bad int, err err
 	var stale []string
 	err = s.view(func(tx *bolt.Tx) error {
 		return forEach(typedBucket(tx, kindClusterSetIPs), func(k, v []byte) {
+			if string(k) == importStateKey {
+				return
+			}
 			ci, err := DecodeClusterSetIP(v)
 			if err != nil || !IsNameKey(k, ci.Namespace, ci.Name) {
 				stale = append(stale, string(k))
@@ -118,6 +138,23 @@ func (s *Store) LoadClusterSetIPs() (list []table.ClusterSetIP, bad int, err err
 		s.deleteKey(clusterSetIPsRef, k)
 	}
 	return list, len(stale), err
+}
+
+// LoadImportState returns the import state committed to the file
+// (ImportsUnknown when none, or one this version does not know).
+func (s *Store) LoadImportState() (state table.ImportState, err error) {
+	err = s.view(func(tx *bolt.Tx) error {
+		if b := typedBucket(tx, kindClusterSetIPs); b != nil {
+			switch string(b.Get([]byte(importStateKey))) {
+			case table.ImportsServed.String():
+				state = table.ImportsServed
+			case table.ImportsAbsent.String():
+				state = table.ImportsAbsent
+			}
+		}
+		return nil
+	})
+	return state, err
 }
 
 // typedBucket returns the bucket of a typed kind; in a schema 1 file (read

@@ -159,6 +159,30 @@ func TestNamespaceRecordsCap(t *testing.T) {
 	}
 }
 
+// A capped namespace whose Pods all go is reported within the cap (0), as
+// one whose Pods shrink is: the plugin deletes the namespace's capped_records
+// series on that report, so it must come however the namespace empties.
+func TestNamespaceGoneReportsUncapped(t *testing.T) {
+	c := cfg()
+	c.NamespaceRecords = 100
+	tb := New(c)
+	reports := map[string][]int{}
+	tb.OnCapped(func(ns string, _, capped int) { reports[ns] = append(reports[ns], capped) })
+	tb.ReplaceCluster("edge-a", append(amplifyPods("hostile", 20, 4, 4), amplifyPods("quiet", 1, 1, 1)...))
+	tb.Rebuild()
+	if r := reports["hostile"]; len(r) != 1 || r[0] <= 0 {
+		t.Fatalf("reports %v, want hostile capped", reports)
+	}
+	tb.ReplaceCluster("edge-a", amplifyPods("quiet", 1, 1, 1))
+	tb.Rebuild()
+	if r := reports["hostile"]; len(r) != 2 || r[1] != 0 {
+		t.Errorf("reports %v, want a second one for hostile with nothing capped", reports)
+	}
+	if len(reports["quiet"]) != 0 {
+		t.Errorf("quiet reported: %v", reports)
+	}
+}
+
 // BenchmarkAmplification is the attack of issue 26 item 1: 400 Pods, each
 // exporting 64 services with 20 named ports, every SRV and A name asked.
 // It reports the heap the rendered answers hold (B-heap), with no cap on a

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"unsafe"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -18,6 +20,7 @@ const (
 	recordJSON    = 'j' // JSON of Pod; still read, no longer written
 	recordBinary  = 'b' // the compact form below; about ten times faster to read
 	recordAllowed = 'c' // the compact form with each export's allowed namespaces
+	recordService = 'd' // 'c' with each port's appProtocol and each export's Service fields
 )
 
 // Limits that a decoded record must respect (a damaged or hostile file must
@@ -40,13 +43,23 @@ var protocols = [...]string{annotation.TCP, annotation.UDP, annotation.SCTP}
 // Strings are a uvarint length and bytes; counts and ports are uvarints.
 // A record with allowed namespaces is 'c' and has, after each export's
 // ports, n-allowed { namespace }: records without any stay 'b', readable by
-// older versions.
+// older versions. A record with any of the Service fields of an export
+// (annotation.Service) or a port's appProtocol is 'd': 'c' with each port's
+// appProtocol after its protocol, and after each export's allowed namespaces
+//
+//	type exportedAt sessionAffinity timeout internalTrafficPolicy
+//	trafficDistribution n-labels { key value } n-annotations { key value }
+//
+// (annotation values may be up to annotation.MaxBytes long).
 func EncodePod(p *Pod) ([]byte, error) {
 	b := make([]byte, 0, 128)
 	version := byte(recordBinary)
 	for _, e := range p.Exports {
-		if len(e.Allowed) > 0 {
+		if len(e.Allowed) > 0 && version == recordBinary {
 			version = recordAllowed
+		}
+		if hasServiceFields(&e) {
+			version = recordService
 		}
 	}
 	b = append(b, version)
@@ -79,15 +92,52 @@ func EncodePod(p *Pod) ([]byte, error) {
 			b = binary.AppendUvarint(b, uint64(pt.Port))
 			b = binary.AppendUvarint(b, uint64(pt.TargetPort))
 			b = append(b, byte(proto))
+			if version == recordService {
+				b = appendString(b, pt.AppProtocol)
+			}
 		}
-		if version == recordAllowed {
+		if version >= recordAllowed {
 			b = binary.AppendUvarint(b, uint64(len(e.Allowed)))
 			for _, ns := range e.Allowed {
 				b = appendString(b, ns)
 			}
 		}
+		if version == recordService {
+			b = appendService(b, &e.Service)
+		}
 	}
 	return b, nil
+}
+
+// hasServiceFields reports whether e needs a 'd' record.
+func hasServiceFields(e *annotation.Export) bool {
+	var none annotation.Service
+	if !e.Service.Equal(&none) {
+		return true
+	}
+	for _, pt := range e.Ports {
+		if pt.AppProtocol != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func appendService(b []byte, s *annotation.Service) []byte {
+	for _, v := range []string{s.Type, s.ExportedAt, s.SessionAffinity} {
+		b = appendString(b, v)
+	}
+	b = binary.AppendUvarint(b, uint64(s.SessionAffinityTimeoutSeconds))
+	b = appendString(b, s.InternalTrafficPolicy)
+	b = appendString(b, s.TrafficDistribution)
+	for _, m := range []map[string]string{s.Labels, s.Annotations} {
+		b = binary.AppendUvarint(b, uint64(len(m)))
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			b = appendString(b, k)
+			b = appendString(b, m[k])
+		}
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte { return wire.AppendString(b, s) }
@@ -196,8 +246,8 @@ func (s *Decoder) Decode(b []byte) (*Pod, error) {
 	}
 	var p *Pod
 	switch b[0] {
-	case recordBinary, recordAllowed:
-		d := decoder{Reader: wire.Reader{B: b[1:]}, shared: s, allowed: b[0] == recordAllowed}
+	case recordBinary, recordAllowed, recordService:
+		d := decoder{Reader: wire.Reader{B: b[1:]}, shared: s, allowed: b[0] >= recordAllowed, service: b[0] == recordService}
 		p = d.pod()
 		if d.Err != nil {
 			return nil, d.Err
@@ -225,6 +275,7 @@ type decoder struct {
 	wire.Reader
 	shared  *Decoder
 	allowed bool // each export has its allowed namespaces
+	service bool // each port its appProtocol, each export its Service fields
 }
 
 func (d *decoder) uvarint(max uint64) uint64 { return d.Uvarint(max) }
@@ -271,6 +322,27 @@ func (d *decoder) pod() *Pod {
 	return p
 }
 
+// service1 reads an export's Service fields ('d' records).
+func (d *decoder) service1(s *annotation.Service) {
+	s.Type, s.ExportedAt, s.SessionAffinity = d.sharedString(), d.sharedString(), d.sharedString()
+	s.SessionAffinityTimeoutSeconds = int32(d.uvarint(annotation.MaxAffinityTimeout))
+	s.InternalTrafficPolicy, s.TrafficDistribution = d.sharedString(), d.sharedString()
+	for _, m := range []*map[string]string{&s.Labels, &s.Annotations} {
+		n := d.uvarint(annotation.MaxBytes)
+		for range n {
+			k := d.string()
+			v := string(d.bytes(int(d.uvarint(annotation.MaxBytes))))
+			if d.Err != nil {
+				return
+			}
+			if *m == nil {
+				*m = make(map[string]string, min(n, 16))
+			}
+			(*m)[k] = v
+		}
+	}
+}
+
 // exports reads the count and the exports (nil when none).
 func (d *decoder) exports() []annotation.Export {
 	n := d.uvarint(maxItems)
@@ -291,6 +363,9 @@ func (d *decoder) exports() []annotation.Export {
 					}
 					pt.Protocol = protocols[proto[0]]
 				}
+				if d.service {
+					pt.AppProtocol = d.sharedString()
+				}
 				e.Ports = append(e.Ports, pt)
 			}
 		}
@@ -301,6 +376,9 @@ func (d *decoder) exports() []annotation.Export {
 					e.Allowed = append(e.Allowed, d.sharedString())
 				}
 			}
+		}
+		if d.service {
+			d.service1(&e.Service)
 		}
 		if d.Err != nil {
 			break

@@ -39,6 +39,9 @@ type Index struct {
 	// demand records the services looked up, for a prober (health.go);
 	// nil when none takes the list.
 	demand *demand
+	// importState: whether a controller is expected to allocate the
+	// ClusterSetIPs of services exported as ClusterSetIP (Index.answer).
+	importState ImportState
 
 	SOA     dns.SOA
 	NS      dns.NS
@@ -66,6 +69,10 @@ type Service struct {
 	// FailOpen: every ready endpoint failed its probes, and all of them are
 	// answered (health.go).
 	FailOpen bool
+	// form is the service with its SRV answers in service form
+	// (withServiceForm), rendered on first use (serviceForm).
+	form     *Service
+	formOnce sync.Once
 	// perCluster holds the answers limited to one cluster, for imports that
 	// name a cluster, rendered from pods on the first such lookup (split);
 	// nil when every endpoint is in one cluster (then the service itself is
@@ -154,6 +161,9 @@ type entry struct {
 const (
 	entryQueued uint32 = 1 << iota
 	entryFailOpen
+	// entryClusterSetIP: the service is exported as ClusterSetIP
+	// (exportedClusterSetIP); set before the index is published.
+	entryClusterSetIP
 )
 
 func (e *entry) get() *Service {

@@ -20,10 +20,14 @@ const (
 	KindApex                     // SOA or NS at the zone apex
 	KindNameserver               // ns.dns.<zone> A/AAAA: the handler answers with its own address
 	KindClusterSetIP             // <svc>.<ns>.svc A/AAAA of a ClusterSetIP service
+	// KindPendingClusterSetIP: the name of a service exported as ClusterSetIP
+	// whose ClusterSetIP is not known yet, where a controller is expected to
+	// allocate it. The handler answers NODATA with a short negative TTL.
+	KindPendingClusterSetIP
 	numKinds
 )
 
-var kindNames = [...]string{"nxdomain", "nodata", "service", "endpoint", "srv", "version", "apex", "nameserver", "clustersetip"}
+var kindNames = [...]string{"nxdomain", "nodata", "service", "endpoint", "srv", "version", "apex", "nameserver", "clustersetip", "clustersetip_pending"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -96,7 +100,28 @@ func (ix *Index) Lookup(qname string, qtype uint16) Answer {
 		return Answer{Kind: KindNXDomain}
 	}
 	ix.demand.mark(e)
-	return e.get().lookup(prefix, qtype)
+	return ix.answer(e, prefix, qtype)
+}
+
+// answer answers a name under the service of e (no ClusterSetIP known for
+// it). A service exported as ClusterSetIP never answers endpoint-form records
+// at its service and port names: while a controller is expected to allocate
+// its ClusterSetIP (ServiceImports are served, or it is not known yet whether
+// they are), those names answer KindPendingClusterSetIP; where none can run
+// (no ServiceImports served), the endpoints' addresses and SRV records in
+// service form (target the service name). Endpoint names answer as always.
+func (ix *Index) answer(e *entry, prefix string, qtype uint16) Answer {
+	svc := e.get()
+	if e.flags.Load()&entryClusterSetIP == 0 || (prefix != "" && prefix[0] != '_') {
+		return svc.lookup(prefix, qtype)
+	}
+	if ix.importState == ImportsAbsent {
+		return svc.serviceForm(ix.cfg.Zone, ix.cfg.TTL).lookup(prefix, qtype)
+	}
+	if prefix != "" && svc.SRV[prefix] == nil {
+		return Answer{Kind: KindNXDomain}
+	}
+	return Answer{Kind: KindPendingClusterSetIP}
 }
 
 // SplitServiceName splits a name of the form
@@ -151,16 +176,24 @@ func splitService(qname, zone string) (prefix, key string, dot int, ok bool) {
 // prefix "" for the service name itself, "_http._tcp" for a port, or
 // "<hostname>.<clusterid>" for an endpoint — limited to cluster's endpoints
 // when cluster is not "". Alias names use it. A ClusterSetIP service answers
-// its service and port names with its ClusterSetIP, unless cluster is set: the
-// virtual IP leads to every cluster's endpoints, so an import limited to one
-// cluster keeps that cluster's endpoints.
+// its service and port names with its ClusterSetIP (or as Lookup does while
+// it is not known), unless cluster is set: the virtual IP leads to every
+// cluster's endpoints, so an import limited to one cluster keeps that
+// cluster's endpoints, in endpoint form.
 func (ix *Index) LookupService(namespace, name, cluster, prefix string, qtype uint16) Answer {
-	if cluster == "" && len(ix.imports) > 0 {
-		if ci := ix.imports[name+"."+namespace]; ci != nil {
+	if cluster == "" {
+		key := name + "." + namespace
+		if ci := ix.imports[key]; ci != nil {
 			if a, ok := clusterSetIP(ci, prefix, qtype); ok {
 				return a
 			}
 		}
+		e := ix.services[key]
+		if e == nil {
+			return Answer{Kind: KindNXDomain}
+		}
+		ix.demand.mark(e)
+		return ix.answer(e, prefix, qtype)
 	}
 	svc := ix.Service(namespace, name)
 	if svc != nil {

@@ -67,9 +67,8 @@ type svcList struct {
 }
 
 // nsKey groups records by cluster and namespace: the records are kept in one
-// podSet per group, keyed by Pod name. A single map keyed by Key (three
-// strings, 48 bytes) took about 30 bytes more per record, and a
-// map[string]*Pod per group about 40 more than a podSet (BenchmarkIndexHeap).
+// podSet per group, keyed by Pod name: smaller per record than one map keyed
+// by Key or a map[string]*Pod per group (BenchmarkIndexHeap).
 type nsKey struct{ Cluster, Namespace string }
 
 // Table is safe for concurrent use.
@@ -89,8 +88,9 @@ type Table struct {
 
 	// The ClusterSetIP services (SetClusterSetIPs): as set, and rendered,
 	// keyed as the index's services are. Replaced whole, never changed.
-	importList []ClusterSetIP
-	imports    map[string]*Service
+	importList  []ClusterSetIP
+	imports     map[string]*Service
+	importState ImportState
 
 	kick     chan struct{}
 	built    atomic.Uint64 // the gen the current index reflects
@@ -99,6 +99,7 @@ type Table struct {
 	onChange func(*Index)
 	onPod    func(Key, *Pod)
 	onName   func(*Pod, annotation.Export)
+	named    []unencodable // found by checkNames under mu, reported once it is released
 	onCapped func(namespace string, records, capped int)
 	capped   map[string]int // by namespace: records left out by the cap (the builder's)
 }
@@ -136,8 +137,15 @@ func (t *Table) OnPodChange(f func(Key, *Pod)) { t.onPod = f }
 // whose endpoint name under the service of export e cannot be encoded in DNS
 // (EndpointNameFits): that endpoint is left out of SRV answers and has no
 // endpoint name; its addresses still answer the service name. It is called
-// with the table's write lock held, as OnPodChange. Set it before any write.
+// by the writer after the table's lock is released (it logs: a slow log
+// must not hold up the table's readers and writers). Set it before any write.
 func (t *Table) OnUnencodable(f func(p *Pod, e annotation.Export)) { t.onName = f }
+
+// unencodable is an export of a record whose endpoint name cannot be encoded.
+type unencodable struct {
+	p *Pod
+	e annotation.Export
+}
 
 // OnCapped registers f to be called (from the builder) when the records the
 // cap leaves out of a namespace's answers change: records is what its
@@ -145,7 +153,8 @@ func (t *Table) OnUnencodable(f func(p *Pod, e annotation.Export)) { t.onName = 
 // cap again). Set it before Run.
 func (t *Table) OnCapped(f func(namespace string, records, capped int)) { t.onCapped = f }
 
-// checkNames reports p's exports whose endpoint name cannot be encoded.
+// checkNames collects p's exports whose endpoint name cannot be encoded, for
+// unlock to report; t.mu is held.
 func (t *Table) checkNames(p *Pod) {
 	if t.onName == nil {
 		return
@@ -156,10 +165,23 @@ func (t *Table) checkNames(p *Pod) {
 		b := dashedInto(buf[:0], p.IPs[0])
 		host = unsafe.String(unsafe.SliceData(b), len(b)) // read below only, while buf lives
 	}
+	if host == "" {
+		return // no address and no hostname (a Pod not yet scheduled): no endpoint name, nothing answered
+	}
 	for _, e := range p.Exports {
 		if !EndpointNameFits(host, p.Cluster, e.Name, e.Namespace, t.cfg.Zone) {
-			t.onName(p, e)
+			t.named = append(t.named, unencodable{p, e})
 		}
+	}
+}
+
+// unlock releases t.mu after a write, then reports what checkNames found.
+func (t *Table) unlock() {
+	named := t.named
+	t.named = nil
+	t.mu.Unlock()
+	for _, u := range named {
+		t.onName(u.p, u.e)
 	}
 }
 
@@ -168,7 +190,7 @@ func (t *Table) Upsert(p *Pod) {
 	t.mu.Lock()
 	t.upsertLocked(p)
 	t.gen++
-	t.mu.Unlock()
+	t.unlock()
 	t.signal()
 }
 
@@ -242,7 +264,7 @@ func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
 	}
 	t.linkAllLocked(fresh)
 	t.gen++
-	t.mu.Unlock()
+	t.unlock()
 	t.signal()
 }
 
@@ -308,10 +330,9 @@ func (t *Table) linkLocked(p *Pod) {
 // linkAllLocked links many records at once. The records of one service
 // share a Common (sources and the snapshot's decoder hand them out that way),
 // so they are grouped by it and each group joins its services' lists in one
-// append: linking 100,000 records one at a time hashed two strings three times
-// a record and grew every list from one element by doubling (about 50,000
-// allocations and 6 MB of garbage at a cold start). Records with equal but
-// separate Commons only make smaller groups.
+// append, rather than hashing two strings three times a record and growing
+// every list from one element by doubling. Records with equal but separate
+// Commons only make smaller groups.
 func (t *Table) linkAllLocked(ps []*Pod) {
 	if len(ps) == 0 {
 		return
@@ -338,7 +359,7 @@ func (t *Table) linkAllLocked(ps []*Pod) {
 	}
 	// An empty table (the snapshot's load, a first list) gets its maps at
 	// about their size (a group is a service's records), rather than
-	// growing them a step at a time: 2.3 MB less garbage at 100,000 records.
+	// growing them a step at a time.
 	if len(t.bySvc) == 0 {
 		t.bySvc = make(map[svcKey]svcList, len(start))
 	}
@@ -467,7 +488,7 @@ func (t *Table) Rebuild() *Index {
 		pods, failOpen := t.healthyLocked(sk, l.pods)
 		members[sk] = healthy{pods, failOpen, l.pods}
 	}
-	imports, dem := t.imports, t.demand
+	imports, dem, state := t.imports, t.demand, t.importState
 	t.mu.Unlock()
 
 	old := t.cur.Load()
@@ -479,9 +500,14 @@ func (t *Table) Rebuild() *Index {
 		name := sk.Name + "." + sk.Namespace
 		if serves(sk, h.pods) {
 			e := &entry{cfg: &t.cfg, sk: sk, pods: h.pods, access: accessOf(sk, h.all), cost: recordCost(&t.cfg, sk, h.pods)}
+			var flags uint32
 			if h.failOpen {
-				e.flags.Store(entryFailOpen)
+				flags |= entryFailOpen
 			}
+			if exportedClusterSetIP(sk, h.all) {
+				flags |= entryClusterSetIP
+			}
+			e.flags.Store(flags)
 			services[name] = e
 		} else {
 			delete(services, name)
@@ -489,7 +515,7 @@ func (t *Table) Rebuild() *Index {
 	}
 	t.capNamespaces(services, members)
 	idx := newIndex(t.cfg, services, imports, uint32(time.Now().Unix()))
-	idx.demand = dem
+	idx.demand, idx.importState = dem, state
 	t.cur.Store(idx)
 	t.built.Store(gen)
 	if t.onChange != nil {
@@ -552,7 +578,7 @@ func (t *Table) capNamespaces(services map[string]*entry, members map[svcKey]hea
 			}
 			if b != e.budget {
 				ne := &entry{cfg: e.cfg, sk: e.sk, pods: e.pods, access: e.access, cost: e.cost, budget: b}
-				ne.flags.Store(e.flags.Load() & entryFailOpen)
+				ne.flags.Store(e.flags.Load() & (entryFailOpen | entryClusterSetIP))
 				services[k] = ne
 			}
 		}

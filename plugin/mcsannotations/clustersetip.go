@@ -36,9 +36,11 @@ func (m *MCS) importEvents() serviceimport.Events {
 			log.Warningf("ServiceImport %s/%s: %d things ignored: first: %s", ns, name, len(rej), rej[0])
 		},
 		Watching: func(gvr schema.GroupVersionResource) {
+			m.table.SetImportState(table.ImportsServed)
 			log.Infof("ServiceImports: watching %s: services with a ClusterSetIP ServiceImport answer with its IPs", gvr.GroupVersion())
 		},
 		Absent: func() {
+			m.table.SetImportState(table.ImportsAbsent)
 			log.Infof("ServiceImports: the API server serves no %s ServiceImports: no ClusterSetIP services (looking again every %s)",
 				mcsapi.Group, importRecheck)
 		},
@@ -54,7 +56,7 @@ func (m *MCS) journalImports(list []table.ClusterSetIP) {
 
 // saveImports replaces the ClusterSetIP services in st with list.
 func (m *MCS) saveImports(st *snapshot.Store, list []table.ClusterSetIP) {
-	if bad := st.ReplaceClusterSetIPs(list); bad > 0 {
+	if bad := st.ReplaceImports(list, m.table.ImportState()); bad > 0 {
 		snapshotErrors.WithLabelValues("encode").Add(float64(bad))
 	}
 }
@@ -69,5 +71,10 @@ func (m *MCS) loadImports(st *snapshot.Store) {
 		log.Errorf("snapshot %s: loading the ClusterSetIP services: %v", m.snapshotPath, err)
 	}
 	m.table.SetClusterSetIPs(list)
-	log.Infof("snapshot: %d ClusterSetIP services (from ServiceImports)", len(list))
+	state, err := st.LoadImportState()
+	if err == nil && m.table.ImportState() == table.ImportsUnknown {
+		// The watcher's first word replaces it.
+		m.table.SetImportState(state)
+	}
+	log.Infof("snapshot: %d ClusterSetIP services (from ServiceImports); ServiceImports %s", len(list), state)
 }

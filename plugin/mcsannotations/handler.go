@@ -195,10 +195,16 @@ func (m *MCS) respond(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, sta
 	case table.KindNXDomain:
 		msg.Rcode = dns.RcodeNameError
 		fallthrough
-	case table.KindNoData:
+	case table.KindNoData, table.KindPendingClusterSetIP:
 		soa := ix.SOA
 		if zone != m.zones[0] { // an alias name in an alias zone
 			soa.Hdr.Name, soa.Ns, soa.Mbox = zone, "ns.dns."+zone, "hostmaster."+zone
+		}
+		if ans.Kind == table.KindPendingClusterSetIP {
+			// Resolvers cache this NODATA for the SOA's TTL or minimum,
+			// whichever is less: ask again soon, the IP is on its way.
+			soa.Hdr.Ttl, soa.Minttl = min(soa.Hdr.Ttl, pendingTTL), min(soa.Minttl, pendingTTL)
+			m.logPending(state, zone)
 		}
 		msg.Ns = []dns.RR{&soa}
 	}
@@ -208,6 +214,35 @@ func (m *MCS) respond(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, sta
 	}
 	w.WriteMsg(msg)
 	return dns.RcodeSuccess, nil
+}
+
+// pendingTTL is the negative TTL of the answer of a ClusterSetIP service
+// whose ClusterSetIP is not known yet (table.KindPendingClusterSetIP).
+const pendingTTL = 5
+
+// maxPendingLogged bounds the services logPending remembers.
+const maxPendingLogged = 10000
+
+// logPending logs, once per service, that a ClusterSetIP service is answered
+// NODATA while its ClusterSetIP is not known (answers_total counts every such
+// answer, kind clustersetip_pending).
+func (m *MCS) logPending(state request.Request, zone string) {
+	_, name, ns, ok := table.SplitServiceName(strings.ToLower(state.Name()), zone)
+	if !ok {
+		return
+	}
+	key := ns + "/" + name
+	m.pendingMu.Lock()
+	defer m.pendingMu.Unlock()
+	if _, seen := m.pendingLogged[key]; seen || len(m.pendingLogged) >= maxPendingLogged {
+		return
+	}
+	if m.pendingLogged == nil {
+		m.pendingLogged = map[string]struct{}{}
+	}
+	m.pendingLogged[key] = struct{}{}
+	log.Infof("%s: exported as ClusterSetIP, its ClusterSetIP not known yet (no ServiceImport with IPs; ServiceImports %s): answered NODATA, TTL %ds, until the MCS controller allocates it",
+		key, m.table.Index().ImportState(), pendingTTL)
 }
 
 // appendAddrs copies address templates into rrs, IP bytes included, in three

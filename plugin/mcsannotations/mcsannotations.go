@@ -67,6 +67,11 @@ type MCS struct {
 	store          atomic.Pointer[snapshot.Store]
 	snapshotLoaded atomic.Bool // the snapshot held a complete list of some source
 
+	// pendingLogged: the ClusterSetIP services logged as answered while
+	// their ClusterSetIP is not known (logPending).
+	pendingMu     sync.Mutex
+	pendingLogged map[string]struct{}
+
 	mu     sync.Mutex
 	cancel context.CancelFunc
 }
@@ -310,26 +315,39 @@ func ingestOptions(name string) ingest.Options {
 	}}
 }
 
-// logRejected logs skipped annotation entries once per change, and counts them.
+// logRejected logs skipped annotation entries, and the port names dropped
+// from kept entries, once per change, and counts them.
 func logRejected(cluster, ns, name string, rej []annotation.Rejection) {
+	var skipped, dropped []annotation.Rejection
 	for _, r := range rej {
 		rejectedAnnotations.WithLabelValues(cluster, string(r.Reason)).Inc()
+		if r.Kept() {
+			dropped = append(dropped, r)
+		} else {
+			skipped = append(skipped, r)
+		}
 	}
-	if len(rej) == 1 && rej[0].Index < 0 {
-		log.Warningf("cluster %s: Pod %s/%s: annotation ignored as a whole: %s", cluster, ns, name, rej[0])
-		return
+	if len(dropped) > 0 {
+		log.Warningf("cluster %s: Pod %s/%s: %d port names dropped (the ports answer unnamed, without SRV names): first: %s", cluster, ns, name, len(dropped), dropped[0])
 	}
-	log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(rej), rej[0])
+	switch {
+	case len(skipped) == 1 && skipped[0].Index < 0:
+		log.Warningf("cluster %s: Pod %s/%s: annotation ignored as a whole: %s", cluster, ns, name, skipped[0])
+	case len(skipped) > 0:
+		log.Warningf("cluster %s: Pod %s/%s: %d annotation entries skipped: first: %s", cluster, ns, name, len(skipped), skipped[0])
+	}
 }
 
 // logCapped logs and sets the records the per-namespace cap leaves out, once
-// per change.
+// per change. A namespace within the cap again has no series: the gauge holds
+// only the capped namespaces, so namespaces that come and go do not grow it.
 func logCapped(ns string, records, capped int) {
-	cappedRecords.WithLabelValues(ns).Set(float64(capped))
 	if capped == 0 {
+		cappedRecords.DeleteLabelValues(ns)
 		log.Infof("namespace %s: its answers hold %d records, within records_per_namespace again", ns, records)
 		return
 	}
+	cappedRecords.WithLabelValues(ns).Set(float64(capped))
 	log.Warningf("namespace %s: its services' answers would hold %d records, more than records_per_namespace: %d left out (each service keeps an equal share)", ns, records, capped)
 }
 

@@ -42,7 +42,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "capped_records",
-		Help:      "Records left out of a namespace's answers by records_per_namespace (0 once within it again), by namespace.",
+		Help:      "Records left out of a namespace's answers by records_per_namespace, by namespace; only capped namespaces have a series.",
 	}, []string{"namespace"})
 
 	answers = promauto.NewCounterVec(prometheus.CounterOpts{
@@ -264,6 +264,7 @@ func (m *MCS) registerSeries() {
 		cl := s.Cluster()
 		informers = append(informers, clusterInformer(cl))
 		sourceExpirations.WithLabelValues(cl)
+		unencodableNames.WithLabelValues(cl)
 		for _, r := range annotation.Reasons {
 			rejectedAnnotations.WithLabelValues(cl, string(r))
 		}

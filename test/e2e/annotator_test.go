@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -341,14 +342,14 @@ func TestAnnotatorAnnotationExport(t *testing.T) {
 	// DNS, from what the annotator wrote.
 	backendName := svc("backend", ns)
 	e.eventuallyAddrs(t, backendName, dns.TypeA, "10.244.10.1", "10.244.10.2")
-	e.eventually(t, harness.Query{Name: "_http._tcp." + backendName, Type: dns.TypeSRV},
-		hasSRVs("8080 "+host(dashed("10.244.10.1"), "backend", ns), "8080 "+host(dashed("10.244.10.2"), "backend", ns)))
+	// ClusterIP Services are exported as ClusterSetIP: with no ServiceImports
+	// served, their names answer the endpoints' addresses and SRV in service
+	// form (the port the endpoints listen on).
+	e.eventually(t, harness.Query{Name: "_http._tcp." + backendName, Type: dns.TypeSRV}, hasSRVs("8080 "+backendName))
 	apiName := svc("api", ns)
 	e.eventuallyAddrs(t, apiName, dns.TypeA, "10.244.10.11", "10.244.10.12") // api-2 too, without its http port
-	e.eventually(t, harness.Query{Name: "_http._tcp." + apiName, Type: dns.TypeSRV},
-		hasSRVs("8081 "+host(dashed("10.244.10.11"), "api", ns)))
-	e.eventually(t, harness.Query{Name: "_metrics._tcp." + apiName, Type: dns.TypeSRV},
-		hasSRVs("9100 "+host(dashed("10.244.10.11"), "api", ns), "9100 "+host(dashed("10.244.10.12"), "api", ns)))
+	e.eventually(t, harness.Query{Name: "_http._tcp." + apiName, Type: dns.TypeSRV}, hasSRVs("8081 "+apiName))
+	e.eventually(t, harness.Query{Name: "_metrics._tcp." + apiName, Type: dns.TypeSRV}, hasSRVs("9100 "+apiName))
 	e.eventuallyAddrs(t, svc("admin", ns), dns.TypeA, "10.244.10.11")
 	e.eventuallyAddrs(t, svc("quiet", ns), dns.TypeA)
 	e.eventuallyAddrs(t, svc("off", ns), dns.TypeA)
@@ -474,6 +475,10 @@ func TestAnnotatorServiceExport(t *testing.T) {
 	e := newEnv(t)
 	c := e.c
 	c.InstallMCSCRDs(t)
+	// CoreDNS looks for ServiceImports every 30 s: restarted, it sees them
+	// served from the start.
+	e.dns.Kill(t, syscall.SIGTERM)
+	e.dns.Start(t)
 	ns := c.NewNamespace(t)
 	app := func(v string) map[string]string { return map[string]string{"app": v} }
 
@@ -511,9 +516,12 @@ func TestAnnotatorServiceExport(t *testing.T) {
 	wantConditions(t, c, ns, "ghost",
 		cond{"Valid", metav1.ConditionFalse, "NoService"},
 		cond{"Ready", metav1.ConditionFalse, "Failed"})
-	e.eventuallyAddrs(t, svc("web", ns), dns.TypeA, "10.244.20.1", "10.244.20.2")
-	e.eventually(t, harness.Query{Name: "_http._tcp." + svc("web", ns), Type: dns.TypeSRV},
-		hasSRVs("8080 "+host(dashed("10.244.20.1"), "web", ns), "8080 "+host(dashed("10.244.20.2"), "web", ns)))
+	// ServiceImports are served and no MCS controller runs: the ClusterSetIP
+	// services wait for their ClusterSetIP (NODATA), never the Pods'
+	// addresses; their endpoint names answer.
+	e.eventually(t, harness.Query{Name: svc("web", ns), Type: dns.TypeA}, isPending)
+	e.eventually(t, harness.Query{Name: "_http._tcp." + svc("web", ns), Type: dns.TypeSRV}, isPending)
+	e.eventuallyAddrs(t, host(dashed("10.244.20.1"), "web", ns), dns.TypeA, "10.244.20.1")
 	for _, p := range []string{"ext-1", "ghost-1"} {
 		if err := noExport(c, ns, p); err != nil {
 			t.Errorf("its ServiceExport is not valid: %v", err)
@@ -530,7 +538,7 @@ func TestAnnotatorServiceExport(t *testing.T) {
 		cond{"Valid", metav1.ConditionTrue, "Valid"},
 		cond{"Ready", metav1.ConditionTrue, "Exported"},
 		cond{"Conflict", metav1.ConditionFalse, "NoConflicts"})
-	e.eventuallyAddrs(t, svc("ghost", ns), dns.TypeA, "10.244.20.21")
+	e.eventually(t, harness.Query{Name: svc("ghost", ns), Type: dns.TypeA}, isPending)
 	if err := noExport(c, ns, "ext-1"); err != nil {
 		t.Errorf("ExternalName: %v", err)
 	}
@@ -540,7 +548,7 @@ func TestAnnotatorServiceExport(t *testing.T) {
 	plainPod(t, c, ns, "turn-1", "10.244.20.31", app("turn"))
 	c.CreateServiceExport(t, "v1beta1", ns, "turn")
 	wantExports(t, c, ns, "turn-1", export("turn", ns, port("http", 80, 8080)))
-	e.eventuallyAddrs(t, svc("turn", ns), dns.TypeA, "10.244.20.31")
+	e.eventually(t, harness.Query{Name: svc("turn", ns), Type: dns.TypeA}, isPending)
 	toExternalName(t, c, ns, "turn")
 	wantNoExport(t, c, ns, "turn-1")
 	wantConditions(t, c, ns, "turn",
@@ -554,7 +562,7 @@ func TestAnnotatorServiceExport(t *testing.T) {
 	wantNoExport(t, c, ns, "web-2")
 	e.eventuallyAddrs(t, svc("web", ns), dns.TypeA)
 	wantExports(t, c, ns, "ghost-1", export("ghost", ns, port("grpc", 9090, 9091)))
-	e.eventuallyAddrs(t, svc("ghost", ns), dns.TypeA, "10.244.20.21")
+	e.eventually(t, harness.Query{Name: svc("ghost", ns), Type: dns.TypeA}, isPending)
 	if !a.Running() {
 		t.Errorf("annotator exited during the test")
 	}
@@ -597,7 +605,7 @@ func TestAnnotatorServiceExportCRDLate(t *testing.T) {
 	wantConditions(t, c, ns, "late",
 		cond{"Valid", metav1.ConditionTrue, "Valid"},
 		cond{"Ready", metav1.ConditionTrue, "Exported"})
-	e.eventuallyAddrs(t, svc("late", ns), dns.TypeA, "10.244.30.1")
+	e.eventually(t, harness.Query{Name: svc("late", ns), Type: dns.TypeA}, pendingOrAddrs("10.244.30.1"))
 	if !a.Running() {
 		t.Errorf("annotator exited during the test")
 	}
@@ -732,12 +740,82 @@ func TestAnnotatorLeaderElection(t *testing.T) {
 	plainPod(t, c, ns, "two-1", "10.244.40.11", app2)
 	wantExports(t, c, ns, "two-1", export("two", ns, port("grpc", 9090, 9091)))
 	e.eventuallyAddrs(t, svc("two", ns), dns.TypeA, "10.244.40.11")
-	e.eventually(t, harness.Query{Name: "_grpc._tcp." + svc("two", ns), Type: dns.TypeSRV},
-		hasSRVs("9091 "+host(dashed("10.244.40.11"), "two", ns)))
+	e.eventually(t, harness.Query{Name: "_grpc._tcp." + svc("two", ns), Type: dns.TypeSRV}, hasSRVs("9091 "+svc("two", ns)))
 	eventuallyMetric(t, as[follower], metricWritesOK, "> 0 (the new leader's)", func(v float64) bool { return v > 0 })
 	wantExports(t, c, ns, "one-1", wantOne)
 	e.eventuallyAddrs(t, svc("one", ns), dns.TypeA, "10.244.40.1", "10.244.40.2")
 	if !as[follower].Running() {
 		t.Errorf("annotator %s exited", ids[follower])
 	}
+}
+
+// importerCorefile serves clusterset.local for edge-a alone; without imports
+// enforce, CoreDNS knows only the Pods with the importer label as clients.
+const importerCorefile = `clusterset.local:{PORT} {
+    bind 127.0.0.1
+    mcsannotations clusterset.local {
+        cluster edge-a
+        kubeconfig {KUBECONFIG}
+        ttl 5
+    }
+}
+`
+
+// A Pod that carries only an import annotation gets the importer label from
+// the annotator, so CoreDNS answers its alias; when the annotation goes, the
+// annotator removes the label it set and the alias stops answering.
+func TestAnnotatorImporterLabel(t *testing.T) {
+	harness.RequireTools(t)
+	c := harness.StartCluster(t, clusterID)
+	d := harness.StartCoreDNS(t, importerCorefile, map[string]string{"KUBECONFIG": c.Kubeconfig})
+	nsA, ns := c.NewNamespace(t), c.NewNamespace(t)
+	exporters(t, c, nsA, backend, "10.250.9.1")
+	const me = "127.0.0.71"
+	p := harness.ImporterPod("consumer", harness.ImportService{Name: "backend", Namespace: nsA, Alias: "be"})
+	delete(p.Labels, harness.ImporterLabel) // the user writes only the annotation
+	c.CreateReadyPods(t, ns, harness.ReadyPod{Pod: p, IPs: ips(me)})
+	alias := from(me, svcIn("be", ns, zone), dns.TypeA)
+	waitFor(t, d, from(me, svc("backend", nsA), dns.TypeA), hasAddrs("10.250.9.1"))
+	expect(t, d, alias, isNXDOMAIN) // not a known client yet
+
+	a := startAnnotator(t, c)
+	labelled := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for got := podLabel(t, c, ns, "consumer", harness.ImporterLabel); got != want; got = podLabel(t, c, ns, "consumer", harness.ImporterLabel) {
+			if time.Now().After(deadline) {
+				t.Fatalf("consumer's importer label = %q after 20 s, want %q", got, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	labelled("true")
+	waitFor(t, d, alias, hasAddrs("10.250.9.1"))
+	eventuallyMetric(t, a, "mcs_annotator_importer_pods", "one importing Pod", func(v float64) bool { return v == 1 })
+
+	// The import annotation goes: so do the label and the alias.
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, "consumer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(pod.Annotations, harness.ImportAnnotation)
+	if _, err := c.Client.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labelled("")
+	waitFor(t, d, alias, isNXDOMAIN)
+}
+
+// podLabel reads one label of a Pod ("" when absent).
+func podLabel(t *testing.T, c *harness.Cluster, ns, name, key string) string {
+	t.Helper()
+	ctx, cancel := ctxTimeout()
+	defer cancel()
+	p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Labels[key]
 }

@@ -7,6 +7,7 @@ package e2e
 // the snapshot after a restart while the API server is down.
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -90,4 +91,32 @@ func TestClusterSetIP(t *testing.T) {
 	}
 	check(t)
 	logPluginLines(t, d, "ServiceImport", "ClusterSetIP")
+}
+
+// isPending accepts what a service exported as ClusterSetIP answers while its
+// ClusterSetIP is not known and ServiceImports are served: NOERROR, no
+// answer, an SOA whose TTL and minimum (the negative TTL) are a few seconds.
+func isPending(m *dns.Msg) error {
+	if err := isNoData(m); err != nil {
+		return err
+	}
+	for _, rr := range m.Ns {
+		if soa, ok := rr.(*dns.SOA); ok && (soa.Hdr.Ttl > 5 || soa.Minttl > 5) {
+			return fmt.Errorf("negative TTL %d/%d, want at most 5", soa.Hdr.Ttl, soa.Minttl)
+		}
+	}
+	return nil
+}
+
+// pendingOrAddrs accepts isPending or exactly these addresses: a ClusterSetIP
+// service answers its endpoints' addresses while the plugin has not yet seen
+// that ServiceImports are served (it looks every 30 s), NODATA from then on.
+func pendingOrAddrs(want ...string) func(*dns.Msg) error {
+	addrs := hasAddrs(want...)
+	return func(m *dns.Msg) error {
+		if err := addrs(m); err != nil && isPending(m) != nil {
+			return fmt.Errorf("%v, and not pending either", err)
+		}
+		return nil
+	}
 }

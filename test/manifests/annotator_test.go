@@ -56,16 +56,23 @@ func (g grant) String() string {
 	return g.verb + " " + g.resource + "." + g.group
 }
 
-// annotatorClusterGrants is exactly what the contract lists cluster-wide.
+// annotatorClusterGrants is exactly what the contract lists cluster-wide:
+// the annotator's, and the MCS controller's (--mcs-controller, the same
+// identity): its derived Services, EndpointSlices and ServiceImports applied
+// (an apply that creates needs create and patch) and deleted, namespaces read.
 var annotatorClusterGrants = grants(
 	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
-	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+	rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch", "create", "patch", "delete"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceexports"}, Verbs: []string{"get", "list", "watch"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceexports/status"}, Verbs: []string{"patch"}},
 	// The peer grants (issue 26): RoleBindings of the peer reader, and
 	// bind on its one ClusterRole.
 	rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"list", "create", "delete"}},
 	rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterroles"}, Verbs: []string{"bind"}},
+	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceimports"}, Verbs: []string{"list", "watch", "create", "patch", "delete"}},
+	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceimports/status"}, Verbs: []string{"patch"}},
 )
 
 // annotatorLeaseGrants is what the contract lists in its own namespace.
@@ -101,10 +108,8 @@ func exactGrants(t *testing.T, what string, rules []rbacv1.PolicyRule, want map[
 		}
 		for _, v := range r.Verbs {
 			switch {
-			case v == "patch" && !slices.Contains(r.Resources, "pods") && !slices.Contains(r.Resources, "serviceexports/status"):
-				t.Errorf("%s: patch on %v: the annotator patches Pods and ServiceExport status only", what, r.Resources)
 			case v == "update" && !slices.Contains(r.Resources, "leases") && !slices.Equal(r.ResourceNames, []string{exportingList}):
-				t.Errorf("%s: update on %v: the annotator updates its Lease and the list of exporting namespaces only (ServiceExport status is a patch)", what, r.Resources)
+				t.Errorf("%s: update on %v: the annotator updates its Lease and the list of exporting namespaces only (every other write is an apply: a patch)", what, r.Resources)
 			case v == "bind" && !slices.Equal(r.ResourceNames, []string{peerGrant}):
 				t.Errorf("%s: bind on %v: the annotator binds the peer reader's ClusterRole %s only", what, r.ResourceNames, peerGrant)
 			case (v == "create" || v == "delete" || v == "deletecollection" || v == "update") && slices.Contains(r.Resources, "pods"):
@@ -303,9 +308,12 @@ func TestAnnotatorStatic(t *testing.T) {
 	f := flags(t, ctr.Args)
 	for name := range f {
 		if !slices.Contains([]string{"cluster", "lease-namespace", "lease-name", "listen", "leader-elect", "id", "workers",
-			"lease-duration", "renew-deadline", "retry-period", "serviceexport-poll"}, name) {
-			t.Errorf("flag --%s is not the annotator's", name)
+			"lease-duration", "renew-deadline", "retry-period", "serviceexport-poll", "mcs-controller", "peer-expire"}, name) {
+			t.Errorf("flag --%s is not the annotator's (or needs a file the base does not mount)", name)
 		}
+	}
+	if v, ok := f["mcs-controller"]; !ok || (v != "" && v != "true") {
+		t.Errorf("--mcs-controller %q (given: %v): the base runs the MCS controller", v, ok)
 	}
 
 	// The cluster ID: the same placeholder as the Corefile's.
@@ -512,6 +520,20 @@ func annotatorArgs(t *testing.T, d *appsv1.Deployment, cluster string) []string 
 		t.Fatalf("the Deployment's arguments %q give --cluster %q, --lease-namespace %q", out, f["cluster"], f["lease-namespace"])
 	}
 	return out
+}
+
+// clientsOf returns a typed and a dynamic client with kubeconfig's identity.
+func clientsOf(t *testing.T, kubeconfig string) (*kubernetes.Clientset, dynamic.Interface) {
+	t.Helper()
+	cfg, err := harness.RESTConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return harness.NewClient(t, kubeconfig, 0), dyn
 }
 
 // metric reads one sample of the annotator's metrics; an absent sample
@@ -731,17 +753,9 @@ func TestAnnotatorManifests(t *testing.T) {
 	t.Run("LeastPrivilege", func(t *testing.T) {
 		cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		sa := harness.NewClient(t, kubeconfig, 0)
-		cfg, err := harness.RESTConfig(kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sadyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sa, sadyn := clientsOf(t, kubeconfig)
 		allowed, forbidden := verdicts(t)
-		_, err = sa.CoreV1().Pods("").List(cx, metav1.ListOptions{Limit: 1})
+		_, err := sa.CoreV1().Pods("").List(cx, metav1.ListOptions{Limit: 1})
 		allowed("list pods in all namespaces", err)
 		_, err = sa.CoreV1().Services(ns).Get(cx, "api", metav1.GetOptions{})
 		allowed("get a service", err)

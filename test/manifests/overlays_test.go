@@ -130,6 +130,29 @@ func nonRootCoreDNS(t *testing.T, d *appsv1.Deployment, snapVol string) {
 // kustomize's Go API) to the base with the cluster's ID in the Corefile and
 // the annotator's flags, its peer, signature verification and signing, and
 // the images' tag; nothing else in the Corefile differs.
+// secretsReadable checks that a Pod running as a non-root user can read its
+// Secret volumes: the kubelet writes Secret files owned by root unless the
+// Pod has an fsGroup, which then owns them; so the Pod needs the fsGroup
+// and the mode must let that group read.
+func secretsReadable(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	sc := d.Spec.Template.Spec.SecurityContext
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
+			continue // root reads anything
+		}
+		if sc.FSGroup == nil {
+			t.Errorf("%s: Secret volume %s, user %d and no fsGroup: its files stay root's and unreadable", d.Name, v.Name, *sc.RunAsUser)
+		}
+		if m := v.Secret.DefaultMode; m != nil && *m&0o040 == 0 {
+			t.Errorf("%s: Secret volume %s has mode %#o: the fsGroup cannot read it", d.Name, v.Name, *m)
+		}
+	}
+}
+
 func TestOverlaysStatic(t *testing.T) {
 	base := manifests(t, "base")
 	baseCorefile := find(t, base, "ConfigMap", "coredns").Object["data"].(map[string]any)["Corefile"].(string)
@@ -180,6 +203,8 @@ func TestOverlaysStatic(t *testing.T) {
 				}
 			}
 			nonRootCoreDNS(t, &dns, "snapshot")
+			secretsReadable(t, &dns)
+			secretsReadable(t, &ann)
 			ctr := ann.Spec.Template.Spec.Containers[0]
 			f := flags(t, ctr.Args)
 			if f["cluster"] != me || f["sign-key"] != "/etc/mcs/signing/key.pem" || f["lease-namespace"] != "$(POD_NAMESPACE)" {
@@ -193,6 +218,30 @@ func TestOverlaysStatic(t *testing.T) {
 			}
 			if !signing {
 				t.Errorf("the annotator does not mount Secret mcs-annotator-signing-key at /etc/mcs/signing")
+			}
+
+			// The MCS controller reads the peer as CoreDNS does: the
+			// Corefile's kubeconfig path, from the same Secret at the
+			// same place.
+			peerFile := "/etc/mcs/peers/" + peer + ".kubeconfig"
+			if _, on := f["mcs-controller"]; !on || f["peer"] != peer+"="+peerFile {
+				t.Errorf("annotator flags %v: want --mcs-controller and --peer=%s=%s", f, peer, peerFile)
+			}
+			if !strings.Contains(corefile, "peer "+peer+" "+peerFile+"\n") {
+				t.Errorf("the Corefile does not read %s from %s, as the controller's --peer does", peer, peerFile)
+			}
+			secretAt := func(d *appsv1.Deployment, ctr corev1.Container) string {
+				for _, m := range ctr.VolumeMounts {
+					for _, v := range d.Spec.Template.Spec.Volumes {
+						if m.Name == v.Name && m.MountPath == "/etc/mcs/peers" && v.Secret != nil {
+							return v.Secret.SecretName
+						}
+					}
+				}
+				return ""
+			}
+			if a, c := secretAt(&ann, ctr), secretAt(&dns, dns.Spec.Template.Spec.Containers[0]); a == "" || a != c {
+				t.Errorf("/etc/mcs/peers: the annotator mounts Secret %q, CoreDNS %q: want the same", a, c)
 			}
 		})
 	}

@@ -28,8 +28,11 @@ import (
 
 // liveCorefile is edge-a with peer edge-b (locality any: an answer holds
 // both clusters' endpoints), a snapshot, imports enforce
-// (127.0.0.1 allowed, so that other loopback sources are refused) and the
-// prometheus plugin on {METRICS}.
+// (127.0.0.1 allowed, so that other loopback sources are refused), health
+// probes of every asked service (nothing listens on the test's Pod IPs, so
+// every endpoint is down and answers fail open), a per-namespace record cap
+// that one namespace of the test exceeds, and the prometheus plugin on
+// {METRICS}.
 const liveCorefile = `clusterset.local:{PORT} {
     bind 127.0.0.1
     prometheus 127.0.0.1:{METRICS}
@@ -42,6 +45,8 @@ const liveCorefile = `clusterset.local:{PORT} {
         expire 1h
         imports enforce allow 127.0.0.1/32
         ttl 5
+        records_per_namespace 12
+        probe all interval 1s timeout 1s fails 1 passes 1
     }
 }
 `
@@ -51,9 +56,12 @@ const liveWait = 30 * time.Second
 
 // Every series the alerting rules and the dashboard select exists in a live
 // scrape of bin/coredns (against real kube-apiservers: its own cluster and a
-// peer, with a snapshot) and of bin/mcs-annotator, before any of the events
-// the alerts watch for has happened: a selector that matches nothing would
-// be an alert that never fires or a panel that stays empty.
+// peer, with a snapshot) and of bin/mcs-annotator running the MCS
+// controller (--mcs-controller, edge-b its peer): counters before any of the
+// events they count has happened; the gauges that have a series only while
+// something is wrong (capped_records, probe_endpoints_down) because the
+// scenario makes it so. A selector that matches nothing would be an alert
+// that never fires or a panel that stays empty.
 func TestLiveScrapeHasEverySeries(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolCoreDNS, harness.ToolAnnotator)
 	sels := selectors(t, allQueries(t))
@@ -62,17 +70,30 @@ func TestLiveScrapeHasEverySeries(t *testing.T) {
 	}
 	cs := harness.StartClusters(t, "edge-a", "edge-b")
 	a, b := cs[0], cs[1]
-	backend := harness.ExportService{Name: "backend", Ports: []harness.ExportPort{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}
+	// The endpoints are loopback addresses on a port nothing listens on:
+	// the probes fail for certain (a sandbox may accept any other connect).
+	closed := int32(harness.FreePort(t))
+	backend := harness.ExportService{Name: "backend", Ports: []harness.ExportPort{{Name: "http", Port: 80, TargetPort: closed, Protocol: "TCP"}}}
 	ns := a.NewNamespace(t)
 	b.CreateNamespace(t, ns)
-	a.CreateReadyPods(t, ns, harness.ReadyPod{Pod: harness.ExporterPod("backend-a", "", backend), IPs: []string{"10.1.0.1"}})
-	b.CreateReadyPods(t, ns, harness.ReadyPod{Pod: harness.ExporterPod("backend-b", "", backend), IPs: []string{"10.2.0.1"}})
+	a.CreateReadyPods(t, ns, harness.ReadyPod{Pod: harness.ExporterPod("backend-a", "", backend), IPs: []string{"127.88.0.1"}})
+	b.CreateReadyPods(t, ns, harness.ReadyPod{Pod: harness.ExporterPod("backend-b", "", backend), IPs: []string{"127.88.0.2"}})
+	// A namespace over records_per_namespace (12): 5 endpoints with a named
+	// port are 15 records (addresses, SRV under the bare name and the
+	// port's); backend's 2 are 6.
+	big := a.NewNamespace(t)
+	var bigPods []harness.ReadyPod
+	for i := range 5 {
+		bigPods = append(bigPods, harness.ReadyPod{Pod: harness.ExporterPod(fmt.Sprintf("big-%d", i), "", backend), IPs: []string{fmt.Sprintf("127.88.1.%d", i+1)}})
+	}
+	a.CreateReadyPods(t, big, bigPods...)
 
 	metrics := harness.FreePort(t)
 	d := harness.StartCoreDNS(t, liveCorefile, map[string]string{
 		"KUBECONFIG": a.Kubeconfig, "PEERB": b.Kubeconfig, "METRICS": strconv.Itoa(metrics)})
 	ann := harness.StartAnnotator(t, a.Kubeconfig, "--cluster", "edge-a",
-		"--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms")
+		"--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms",
+		"--mcs-controller", "--peer", "edge-b="+b.Kubeconfig)
 
 	// Answers (service, nxdomain) and a refusal, so that the query counters
 	// have series; both sources connected and a snapshot commit made.
@@ -99,10 +120,17 @@ func TestLiveScrapeHasEverySeries(t *testing.T) {
 		if coredns, err = scrape("http://127.0.0.1:"+strconv.Itoa(metrics)+"/metrics", "coredns"); err != nil {
 			return err
 		}
+		// Asked again each time: the prober probes the services asked
+		// lately, and a down endpoint's answer is the fail-open one.
+		if _, err := d.Exchange(harness.Query{Name: name, Type: dns.TypeA}); err != nil {
+			return err
+		}
 		for _, want := range []string{
 			`coredns_mcsannotations_source_state{cluster="edge-a",state="connected"} 1`,
 			`coredns_mcsannotations_source_state{cluster="edge-b",state="connected"} 1`,
 			`coredns_mcsannotations_snapshot_last_write_timestamp_seconds`,
+			`coredns_mcsannotations_capped_records{namespace="` + big + `"}`,
+			`coredns_mcsannotations_probe_endpoints_down{cluster="edge-b"}`,
 		} {
 			if !has(coredns, want) {
 				return fmt.Errorf("CoreDNS: no %s yet", want)
@@ -113,6 +141,9 @@ func TestLiveScrapeHasEverySeries(t *testing.T) {
 		}
 		if !has(annotator, "mcs_annotator_leader 1") {
 			return fmt.Errorf("the annotator does not lead yet")
+		}
+		if !has(annotator, `mcs_controller_cluster_last_contact_seconds{cluster="edge-b"}`) {
+			return fmt.Errorf("the MCS controller has no series of edge-b yet")
 		}
 		return nil
 	})

@@ -1,0 +1,641 @@
+// Package soak runs bin/coredns against two real kube-apiservers (edge-a,
+// its own cluster, and edge-b, a peer behind a cuttable link) through a loop
+// of faults for a set time, while Pods churn and a DNS client asks every
+// service without pause and compares each answer with what the API servers
+// say it should be. `make soak` runs it for SOAK_DURATION (10m); `make
+// soak-short` for about 75 s.
+//
+// The faults, in turn until the time is up: edge-a's API server killed
+// (SIGKILL) and started again, hung (SIGSTOP) and resumed; the peer link cut
+// and restored three times (flaps), then silent (accepting, passing
+// nothing); CoreDNS restarted, reloaded (SIGUSR1), and restarted over a
+// damaged snapshot; edge-b's API server killed and started again.
+//
+// An answer is ok (the current set of ready addresses), stale (a set the
+// service had before: the change has not reached DNS yet), wrong (a set the
+// service never had), missing (no address of a cluster whose part of the
+// service has some; counted apart within 10 s of a CoreDNS start, when a
+// damaged snapshot leaves it empty until its sources have listed) or failed
+// (no reply, or an error rcode). Staleness is measured from the
+// change, and separately from the end of the last fault (after recovery).
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+const soakCorefile = `clusterset.local:{PORT} {
+    bind 127.0.0.1
+    mcsannotations clusterset.local {
+        cluster edge-a
+        kubeconfig {KUBECONFIG}
+        peer edge-b {PEERB}
+        snapshot {DIR}/snapshot.db
+        locality any
+        ttl 5
+    }
+}
+`
+
+const (
+	services       = 4 // per cluster, the same names in both
+	podsPerService = 3 // per cluster
+	churnEvery     = 300 * time.Millisecond
+	probeEvery     = 10 * time.Millisecond
+	opTimeout      = 5 * time.Second
+)
+
+// Result is what a soak reports (soak.json).
+type Result struct {
+	Duration                       string         `json:"duration"`
+	Cycles                         int            `json:"fault_cycles"`
+	Faults                         map[string]int `json:"faults"`
+	ChurnOps                       int64          `json:"churn_ops"`
+	ChurnErrors                    int64          `json:"churn_errors"`
+	Checked                        int64          `json:"answers_checked"`
+	OK                             int64          `json:"ok"`
+	Stale                          int64          `json:"stale"`
+	Wrong                          int64          `json:"wrong"`
+	Missing                        int64          `json:"missing"`
+	MissingAfterStart              int64          `json:"missing_within_10s_of_a_coredns_start"`
+	Failed                         int64          `json:"failed"`
+	FailedWhileCoreDNSDown         int64          `json:"failed_while_coredns_down"`
+	LongestStalenessMs             int64          `json:"longest_staleness_ms"`
+	LongestStalenessAfterRecoverMs int64          `json:"longest_staleness_after_recovery_ms"`
+	WrongExamples                  []string       `json:"wrong_examples,omitempty"`
+	MissingExamples                []string       `json:"missing_examples,omitempty"`
+}
+
+func duration(t *testing.T) time.Duration {
+	v := os.Getenv("SOAK_DURATION")
+	if v == "" {
+		return 75 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 10*time.Second || d > 24*time.Hour {
+		t.Fatalf("SOAK_DURATION %q: want a duration from 10s to 24h", v)
+	}
+	return d
+}
+
+// pod is the model of one exporter Pod.
+type pod struct {
+	cluster, name, svc, ip string
+	ready                  bool
+}
+
+// model is what the API servers hold, as the churn wrote it, and every set
+// of addresses each service has had in each cluster (the sets an answer may
+// lag behind). Sets are kept per cluster: the clusters reach DNS
+// independently (a cut peer's part lags while the local part is current).
+type model struct {
+	mu       sync.Mutex
+	pods     map[string]*pod          // by cluster/name
+	current  map[part]string          // the address set now
+	since    map[part]time.Time       // when it became current
+	history  map[part]map[string]bool // every set it had
+	faultEnd time.Time                // when the last fault ended
+	inFault  bool
+}
+
+// part is a service's addresses in one cluster.
+type part struct{ svc, cluster string }
+
+func (m *model) set(k part) string {
+	var ips []string
+	for _, p := range m.pods {
+		if p.svc == k.svc && p.cluster == k.cluster && p.ready {
+			ips = append(ips, p.ip)
+		}
+	}
+	slices.Sort(ips)
+	return strings.Join(ips, ",")
+}
+
+// expect records the set k has with the model's Pods now as one it may have
+// (before the write that makes it so, so that an answer that comes first is
+// not taken as wrong).
+func (m *model) expect(k part) {
+	if m.history[k] == nil {
+		m.history[k] = map[string]bool{}
+	}
+	m.history[k][m.set(k)] = true
+}
+
+func (m *model) settle(k part) {
+	m.expect(k)
+	if s := m.set(k); m.current[k] != s {
+		m.current[k], m.since[k] = s, time.Now()
+	}
+}
+
+// clusterOf is the cluster of a test address: 10.<cluster index + 1>.x.y.
+func clusterOf(ip string) string {
+	if strings.HasPrefix(ip, "10.1.") {
+		return "edge-a"
+	}
+	return "edge-b"
+}
+
+// verdict classifies an answer for svc: ok, stale (with its staleness from
+// the change and from the end of the last fault, -1 during one), missing or
+// wrong.
+func (m *model) verdict(svc string, got []string, now time.Time) (v string, stale, after time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	by := map[string][]string{}
+	for _, ip := range got {
+		by[clusterOf(ip)] = append(by[clusterOf(ip)], ip)
+	}
+	v, after = "ok", -1
+	missing := false
+	for _, cl := range []string{"edge-a", "edge-b"} {
+		k := part{svc, cl}
+		s := strings.Join(by[cl], ",")
+		switch {
+		case s == m.current[k]:
+		case m.history[k][s]:
+			v = "stale"
+			stale = max(stale, now.Sub(m.since[k]))
+			if !m.inFault {
+				after = max(after, now.Sub(later(m.since[k], m.faultEnd)))
+			}
+		case s == "":
+			missing = true // a cluster's part absent (not synced yet after an empty start)
+		default:
+			return "wrong", 0, -1
+		}
+	}
+	if missing {
+		return "missing", 0, -1
+	}
+	return v, stale, after
+}
+
+type counts struct {
+	checked, ok, stale, wrong, missing, missingStart, failed, failedDown atomic.Int64
+	longest, longestAfter                                                atomic.Int64
+	churnOps, churnErrors                                                atomic.Int64
+	mu                                                                   sync.Mutex
+	examples, missingExamples                                            []string
+}
+
+func maxInto(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+func TestSoak(t *testing.T) {
+	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolCoreDNS)
+	total := duration(t)
+	cs := harness.StartClusters(t, "edge-a", "edge-b")
+	a, b := cs[0], cs[1]
+	clusters := map[string]*harness.Cluster{"edge-a": a, "edge-b": b}
+	const ns = "soak"
+	for _, c := range cs {
+		c.CreateNamespace(t, ns)
+	}
+	m := &model{pods: map[string]*pod{}, current: map[part]string{}, since: map[part]time.Time{}, history: map[part]map[string]bool{}}
+	var names []string
+	for s := range services {
+		svc := fmt.Sprintf("svc-%d", s)
+		names = append(names, svc)
+		for ci, c := range cs {
+			var rp []harness.ReadyPod
+			for i := range podsPerService {
+				p := &pod{cluster: c.Name, name: fmt.Sprintf("%s-%d", svc, i), svc: svc, ip: fmt.Sprintf("10.%d.%d.%d", ci+1, s, i+1), ready: true}
+				m.pods[c.Name+"/"+p.name] = p
+				rp = append(rp, harness.ReadyPod{Pod: exporter(p), IPs: []string{p.ip}})
+			}
+			c.CreateReadyPods(t, ns, rp...)
+			m.settle(part{svc, c.Name})
+		}
+	}
+
+	peer := harness.StartProxy(t, b.APIServerAddr())
+	d := harness.StartCoreDNS(t, soakCorefile, map[string]string{"KUBECONFIG": a.Kubeconfig, "PEERB": b.KubeconfigVia(t, peer)})
+	for _, svc := range names {
+		want := strings.Split(m.current[part{svc, "edge-a"}]+","+m.current[part{svc, "edge-b"}], ",")
+		slices.Sort(want)
+		harness.Eventually(t, 30*time.Second, func() error {
+			r, err := d.Exchange(harness.Query{Name: svc + "." + ns + ".svc.clusterset.local.", Type: dns.TypeA})
+			if err != nil {
+				return err
+			}
+			if got := harness.Addrs(r); !slices.Equal(got, want) {
+				return fmt.Errorf("%s: %v, want %v", svc, got, want)
+			}
+			return nil
+		})
+	}
+
+	var (
+		c         counts
+		down      sync.Map // cluster name -> true while its API server is down or hung
+		coreDown  atomic.Bool
+		coreStart atomic.Int64 // unix ns of CoreDNS's last start
+		wg        sync.WaitGroup
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+
+	// Churn: one Pod at a time, a Ready flip or a replacement (new IP).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(1, 2))
+		next := 100
+		for ctx.Err() == nil {
+			time.Sleep(churnEvery)
+			keys := make([]string, 0, len(m.pods))
+			m.mu.Lock()
+			for k, p := range m.pods {
+				if _, isDown := down.Load(p.cluster); !isDown {
+					keys = append(keys, k)
+				}
+			}
+			m.mu.Unlock()
+			if len(keys) == 0 {
+				continue
+			}
+			slices.Sort(keys)
+			k := keys[rng.IntN(len(keys))]
+			m.mu.Lock()
+			p := *m.pods[k]
+			cl := clusters[p.cluster]
+			pk := part{p.svc, p.cluster}
+			replace := rng.IntN(3) == 0
+			after := p
+			if replace {
+				next++
+				ci := 1
+				if p.cluster == "edge-b" {
+					ci = 2
+				}
+				after.name = fmt.Sprintf("%s-r%d", p.svc, next)
+				after.ip = fmt.Sprintf("10.%d.%d.%d", ci, 100+next/250, next%250+1)
+				after.ready = true
+			} else {
+				after.ready = !p.ready
+			}
+			// Every set the write may pass through is expected before it is
+			// made: for a replacement, the old Pod gone and the new one not
+			// yet there, then the new one.
+			delete(m.pods, k)
+			m.expect(pk)
+			m.pods[p.cluster+"/"+after.name] = &after
+			m.expect(pk)
+			delete(m.pods, p.cluster+"/"+after.name)
+			m.pods[k] = &p
+			m.mu.Unlock()
+
+			c.churnOps.Add(1)
+			var err error
+			if replace {
+				err = replacePod(ctx, cl.Client, ns, p, after)
+			} else {
+				err = setStatus(ctx, cl.Client, ns, after)
+			}
+			m.mu.Lock()
+			if err == nil {
+				delete(m.pods, k)
+				m.pods[p.cluster+"/"+after.name] = &after
+				m.settle(pk)
+			}
+			m.mu.Unlock()
+			if err != nil {
+				c.churnErrors.Add(1)
+				// What the API server holds now is unknown: read it again.
+				if err := relist(ctx, cl, ns, m); err != nil {
+					t.Logf("soak: relist of %s: %v", cl.Name, err)
+				}
+			}
+		}
+	}()
+
+	// Probing: every service in turn, without pause.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			time.Sleep(probeEvery)
+			svc := names[i%len(names)]
+			wasDown := coreDown.Load()
+			r, err := harness.Exchange(d.Addr(), harness.Query{Name: svc + "." + ns + ".svc.clusterset.local.", Type: dns.TypeA, Timeout: time.Second})
+			now := time.Now()
+			c.checked.Add(1)
+			if err != nil || (r.Rcode != dns.RcodeSuccess && r.Rcode != dns.RcodeNameError) {
+				if wasDown || coreDown.Load() {
+					c.failedDown.Add(1)
+				} else {
+					c.failed.Add(1)
+				}
+				continue
+			}
+			got := harness.Addrs(r) // sorted
+			v, stale, after := m.verdict(svc, got, now)
+			switch v {
+			case "ok":
+				c.ok.Add(1)
+			case "missing":
+				if now.Sub(time.Unix(0, coreStart.Load())) < 10*time.Second {
+					c.missingStart.Add(1)
+				} else {
+					c.missing.Add(1)
+					c.mu.Lock()
+					if len(c.missingExamples) < 10 {
+						c.missingExamples = append(c.missingExamples, fmt.Sprintf("%s at %s: %v", svc, now.Sub(start).Round(time.Millisecond), got))
+					}
+					c.mu.Unlock()
+				}
+			case "stale":
+				c.stale.Add(1)
+				maxInto(&c.longest, stale.Milliseconds())
+				if after >= 0 {
+					maxInto(&c.longestAfter, after.Milliseconds())
+				}
+			default:
+				c.wrong.Add(1)
+				c.mu.Lock()
+				if len(c.examples) < 10 {
+					m.mu.Lock()
+					c.examples = append(c.examples, fmt.Sprintf("%s at %s: %v, current %q and %q", svc, now.Sub(start).Round(time.Millisecond), got,
+						m.current[part{svc, "edge-a"}], m.current[part{svc, "edge-b"}]))
+					m.mu.Unlock()
+				}
+				c.mu.Unlock()
+			}
+		}
+	}()
+
+	// The faults, in the test's goroutine (the harness may stop it).
+	faults := map[string]int{}
+	fault := func(name string, f func()) bool {
+		if time.Since(start) >= total || t.Failed() {
+			return false
+		}
+		if !d.Running() {
+			t.Fatalf("CoreDNS exited on its own before %s:\n%s", name, d.LogTail(40))
+		}
+		m.mu.Lock()
+		m.inFault = true
+		m.mu.Unlock()
+		t.Logf("soak %s: %s", time.Since(start).Round(time.Second), name)
+		f()
+		faults[name]++
+		m.mu.Lock()
+		m.inFault, m.faultEnd = false, time.Now()
+		m.mu.Unlock()
+		time.Sleep(2 * time.Second) // settle: changes must show within this after recovery
+		return true
+	}
+	apiDown := func(cl *harness.Cluster, f func()) {
+		down.Store(cl.Name, true)
+		defer down.Delete(cl.Name)
+		f()
+	}
+	restartCoreDNS := func(between func()) {
+		coreDown.Store(true)
+		d.Stop(t)
+		between()
+		d.Start(t)
+		coreStart.Store(time.Now().UnixNano())
+		coreDown.Store(false)
+	}
+	cycles := 0
+	for ok := true; ok; cycles++ {
+		ok = fault("apiserver_kill", func() {
+			apiDown(a, func() { a.KillAPIServer(t, syscall.SIGKILL); time.Sleep(3 * time.Second); a.StartAPIServer(t) })
+		}) &&
+			fault("apiserver_hang", func() {
+				apiDown(a, func() { a.PauseAPIServer(t); time.Sleep(4 * time.Second); a.ResumeAPIServer(t) })
+			}) &&
+			fault("peer_flaps", func() {
+				for range 3 {
+					peer.Cut(t)
+					time.Sleep(1500 * time.Millisecond)
+					peer.Restore(t)
+					time.Sleep(1500 * time.Millisecond)
+				}
+			}) &&
+			fault("peer_silent", func() { peer.Blackhole(t); time.Sleep(4 * time.Second); peer.Restore(t) }) &&
+			fault("coredns_restart", func() { restartCoreDNS(func() {}) }) &&
+			fault("coredns_reload", func() {
+				if err := d.Process().Signal(syscall.SIGUSR1); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+			}) &&
+			fault("snapshot_damage", func() {
+				restartCoreDNS(func() { damage(t, filepath.Join(d.Dir, "snapshot.db")) })
+			}) &&
+			fault("peer_apiserver_kill", func() {
+				apiDown(b, func() { b.KillAPIServer(t, syscall.SIGKILL); time.Sleep(3 * time.Second); b.StartAPIServer(t) })
+			})
+	}
+	cancel()
+	wg.Wait()
+
+	res := Result{
+		Duration: time.Since(start).Round(time.Second).String(), Cycles: cycles, Faults: faults,
+		ChurnOps: c.churnOps.Load(), ChurnErrors: c.churnErrors.Load(),
+		Checked: c.checked.Load(), OK: c.ok.Load(), Stale: c.stale.Load(), Wrong: c.wrong.Load(), Missing: c.missing.Load(), MissingAfterStart: c.missingStart.Load(),
+		Failed: c.failed.Load(), FailedWhileCoreDNSDown: c.failedDown.Load(),
+		LongestStalenessMs: c.longest.Load(), LongestStalenessAfterRecoverMs: c.longestAfter.Load(),
+		WrongExamples: c.examples, MissingExamples: c.missingExamples,
+	}
+	write(t, res)
+	if n := strings.Count(d.Log(), "was unusable"); n < faults["snapshot_damage"] {
+		t.Errorf("the snapshot was damaged %d times, found unusable %d times", faults["snapshot_damage"], n)
+	}
+	if !d.Running() {
+		t.Errorf("CoreDNS exited on its own:\n%s", d.LogTail(40))
+	}
+	if res.Wrong > 0 {
+		t.Errorf("%d answers held a set of addresses the service never had: %v", res.Wrong, res.WrongExamples)
+	}
+	if res.Checked == 0 || res.OK == 0 {
+		t.Errorf("no answer checked as current: %+v", res)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// serviceLabel names the service a Pod of the soak exports (for relist).
+const serviceLabel = "soak.mcsannotations.io/service"
+
+func exporter(p *pod) harness.Pod {
+	hp := harness.ExporterPod(p.name, "", harness.ExportService{Name: p.svc, Ports: []harness.ExportPort{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}})
+	hp.Labels[serviceLabel] = p.svc
+	return hp
+}
+
+// setStatus writes p's status as the kubelet would: Running, its IP, Ready
+// or not.
+func setStatus(ctx context.Context, c kubernetes.Interface, ns string, p pod) error {
+	cond := corev1.ConditionFalse
+	if p.ready {
+		cond = corev1.ConditionTrue
+	}
+	b, err := json.Marshal(map[string]any{"status": map[string]any{
+		"phase": corev1.PodRunning, "podIP": p.ip, "podIPs": []map[string]string{{"ip": p.ip}},
+		"conditions": []corev1.PodCondition{{Type: corev1.PodReady, Status: cond, LastTransitionTime: metav1.Now()}},
+	}})
+	if err != nil {
+		return err
+	}
+	cx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	_, err = c.CoreV1().Pods(ns).Patch(cx, p.name, types.MergePatchType, b, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// replacePod deletes old and creates its replacement, Ready with a new IP.
+func replacePod(ctx context.Context, c kubernetes.Interface, ns string, old, p pod) error {
+	cx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	zero := int64(0)
+	if err := c.CoreV1().Pods(ns).Delete(cx, old.name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		return err
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(cx, exporter(&p).Object(ns), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return setStatus(ctx, c, ns, p)
+}
+
+// relist reads cl's Pods into the model after a write whose outcome is
+// unknown, trying for at most a minute.
+func relist(ctx context.Context, cl *harness.Cluster, ns string, m *model) error {
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(500 * time.Millisecond) {
+		cx, cancel := context.WithTimeout(ctx, opTimeout)
+		var list *corev1.PodList
+		list, err = cl.Client.CoreV1().Pods(ns).List(cx, metav1.ListOptions{})
+		cancel()
+		if err != nil {
+			continue
+		}
+		m.mu.Lock()
+		for k, p := range m.pods {
+			if p.cluster == cl.Name {
+				delete(m.pods, k)
+			}
+		}
+		svcs := map[string]bool{}
+		for _, lp := range list.Items {
+			svc := lp.Labels[serviceLabel]
+			svcs[svc] = true
+			ready := lp.DeletionTimestamp == nil && lp.Status.Phase == corev1.PodRunning && lp.Status.PodIP != ""
+			ok := false
+			for _, cond := range lp.Status.Conditions {
+				if cond.Type == corev1.PodReady {
+					ok = cond.Status == corev1.ConditionTrue
+				}
+			}
+			m.pods[cl.Name+"/"+lp.Name] = &pod{cluster: cl.Name, name: lp.Name, svc: svc, ip: lp.Status.PodIP, ready: ready && ok}
+		}
+		for svc := range svcs {
+			m.settle(part{svc, cl.Name})
+		}
+		for k := range m.current { // a service whose Pods are all gone
+			if k.cluster == cl.Name && !svcs[k.svc] {
+				m.settle(k)
+			}
+		}
+		m.mu.Unlock()
+		return nil
+	}
+	return err
+}
+
+// damage overwrites both of bbolt's meta pages (the first 8 KiB) and 4 KiB
+// in the middle of the snapshot file with bytes that are no bbolt page: the
+// next start must find it unusable, move it aside and resync.
+func damage(t *testing.T, path string) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("damage %s: %v", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 8192)
+	for i := range junk {
+		junk[i] = byte(i*7 + 13)
+	}
+	for _, at := range []int64{0, st.Size() / 2} {
+		if _, err := f.WriteAt(junk, at); err != nil {
+			t.Fatalf("damage %s: %v", path, err)
+		}
+	}
+}
+
+// write saves the result as soak.json and soak.md in SOAK_OUT (default: the
+// test's temporary folder, logged).
+func write(t *testing.T, r Result) {
+	dir := os.Getenv("SOAK_OUT")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md strings.Builder
+	fmt.Fprintf(&md, "### Soak (%s, %d fault cycles begun)\n\n", r.Duration, r.Cycles)
+	fmt.Fprintf(&md, "Faults: %s. Churn: %d Pod changes (%d failed while an API server was down).\n\n", faultList(r.Faults), r.ChurnOps, r.ChurnErrors)
+	md.WriteString("| answers checked | ok | stale | wrong | missing | missing just after a CoreDNS start | failed | failed while CoreDNS was down | longest staleness | longest after recovery |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&md, "| %d | %d | %d | %d | %d | %d | %d | %d | %d ms | %d ms |\n", r.Checked, r.OK, r.Stale, r.Wrong, r.Missing, r.MissingAfterStart, r.Failed, r.FailedWhileCoreDNSDown, r.LongestStalenessMs, r.LongestStalenessAfterRecoverMs)
+	for name, b := range map[string][]byte{"soak.json": append(js, '\n'), "soak.md": []byte(md.String())} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("soak result in %s:\n%s\n%s", dir, js, md.String())
+}
+
+func faultList(f map[string]int) string {
+	var out []string
+	for k, v := range f {
+		out = append(out, fmt.Sprintf("%s x%d", k, v))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
