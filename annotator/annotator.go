@@ -64,6 +64,10 @@ type Config struct {
 	// sets the Conflict condition from every cluster's exports: the annotator
 	// then leaves that condition alone, so that each condition has one writer.
 	ClustersetConflicts bool
+	// PeerReader, NAMESPACE/NAME of the ServiceAccount that peers read
+	// this cluster with, gets a grant in each exporting namespace and the
+	// list of them (grants.go). Empty: neither.
+	PeerReader string
 }
 
 // Controller is the annotator of one cluster.
@@ -86,6 +90,8 @@ type Controller struct {
 
 	mu    sync.Mutex
 	state map[string]nsState // by namespace: what its last reconcile found
+
+	grantsWake chan struct{} // a reconcile ran (grants.go); nil without PeerReader
 }
 
 // serviceExports is the ServiceExport informer of the version served.
@@ -127,6 +133,9 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, disco discovery.Dis
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcs-annotator"}),
 		state: map[string]nsState{},
+	}
+	if cfg.PeerReader != "" {
+		c.grantsWake = make(chan struct{}, 1)
 	}
 	podInf := c.factory.Core().V1().Pods()
 	svcInf := c.factory.Core().V1().Services()
@@ -271,6 +280,9 @@ func (c *Controller) Run(ctx context.Context) {
 		c.queue.Add(ns)
 	}
 	var wg sync.WaitGroup
+	if c.grantsWake != nil {
+		wg.Go(func() { c.runGrants(ctx) })
+	}
 	for range c.cfg.Workers {
 		wg.Go(func() {
 			for c.next(ctx) {
@@ -504,6 +516,9 @@ func (c *Controller) record(ns string, now nsState, skipped map[string]skip) {
 			c.metrics.Skipped.WithLabelValues(k.reason).Inc()
 			klog.Warningf("%s (%s)", k.detail, k.reason)
 		}
+	}
+	if now.exported != old.exported {
+		c.signalGrants()
 	}
 	c.metrics.ExportedServices.Add(float64(now.exported - old.exported))
 	c.metrics.AnnotatedPods.Add(float64(now.annotated - old.annotated))

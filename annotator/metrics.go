@@ -12,6 +12,8 @@ type Metrics struct {
 	StatusWrites     *prometheus.CounterVec
 	Reconciles       *prometheus.CounterVec
 	Skipped          *prometheus.CounterVec
+	PeerGrants       prometheus.Gauge
+	GrantWrites      *prometheus.CounterVec
 }
 
 // NewMetrics makes the metrics and registers them with reg (when not nil).
@@ -36,17 +38,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Reconciles of a namespace, by result (an error retries with backoff)."}, []string{"result"}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "skipped_total",
 			Help: "Exports or ports left out, by reason, counted once per change (each also logged once)."}, []string{"reason"}),
+		PeerGrants: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "peer_grants",
+			Help: "Namespaces whose Pods the peer reader may read (each with at least one exported Service), as of the leader's last sync of the grants."}),
+		GrantWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "grant_writes_total",
+			Help: "Writes of the peer reader's RoleBindings and of the list of exporting namespaces, by result."}, []string{"result"}),
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.PodWrites.WithLabelValues(r)
 		m.StatusWrites.WithLabelValues(r)
 		m.Reconciles.WithLabelValues(r)
+		m.GrantWrites.WithLabelValues(r)
 	}
 	for _, r := range skipReasons {
 		m.Skipped.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Leader, m.ExportedServices, m.AnnotatedPods, m.ImporterPods, m.PodWrites, m.StatusWrites, m.Reconciles, m.Skipped)
+		reg.MustRegister(m.Leader, m.ExportedServices, m.AnnotatedPods, m.ImporterPods, m.PodWrites, m.StatusWrites, m.Reconciles, m.Skipped, m.PeerGrants, m.GrantWrites)
 	}
 	return m
 }

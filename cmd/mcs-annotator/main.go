@@ -54,6 +54,7 @@ type options struct {
 	mcsController  bool
 	peers          peerFlags
 	peerExpire     time.Duration
+	peerReader     string
 	version        bool
 }
 
@@ -76,6 +77,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.mcsController, "mcs-controller", false, "also run the MCS controller: ServiceImports, derived Services and EndpointSlices from every cluster's export annotations (needs --cluster)")
 	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
+	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")
 	fs.BoolVar(&o.version, "version", false, "print the version and commit, and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -94,6 +96,11 @@ func parseFlags(args []string) (options, error) {
 	}
 	if err := checkMCS(o); err != nil {
 		return o, err
+	}
+	if o.peerReader != "" {
+		if err := annotator.ParsePeerReader(o.peerReader); err != nil {
+			return o, fmt.Errorf("--peer-reader: %w", err)
+		}
 	}
 	if o.workers < 1 {
 		return o, fmt.Errorf("--workers %d: must be at least 1", o.workers)
@@ -175,7 +182,7 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := annotator.NewMetrics(reg)
-	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, Workers: o.workers, ServiceExportPoll: o.sePoll, ClustersetConflicts: o.mcsController}, m)
+	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, Workers: o.workers, ServiceExportPoll: o.sePoll, ClustersetConflicts: o.mcsController, PeerReader: o.peerReader}, m)
 
 	if o.listen != "" {
 		srv, err := serve(o.listen, reg, ctl)

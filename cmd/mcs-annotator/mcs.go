@@ -88,6 +88,13 @@ func startMCS(ctx context.Context, o options, client kubernetes.Interface, dyn d
 		StateChanged: func(cluster string, from, to source.State, err error) {
 			klog.Infof("mcs-controller: cluster %s: %s -> %s (%v)", cluster, from, to, err)
 		},
+		Scope: func(cluster string, sc source.Scope) {
+			if sc.ClusterWide {
+				klog.Warningf("mcs-controller: cluster %s: reading Pods of every namespace: %s; a credential that may read every Pod is broader than needed", cluster, sc.Why)
+				return
+			}
+			klog.Infof("mcs-controller: cluster %s: reading Pods of its %d exporting namespaces", cluster, len(sc.Namespaces))
+		},
 	}
 	var srcs []*source.Source
 	srcs = append(srcs, source.New(o.cluster, client, t, events, source.Options{}))
@@ -97,11 +104,14 @@ func startMCS(ctx context.Context, o options, client kubernetes.Interface, dyn d
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
 		pc.UserAgent = "mcs-controller"
+		// A list and a watch per exporting namespace of the peer (see the
+		// plugin's clientFor).
+		pc.QPS, pc.Burst = 50, 200
 		c, err := kubernetes.NewForConfig(pc)
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
-		srcs = append(srcs, source.New(p.name, c, t, events, source.Options{}))
+		srcs = append(srcs, source.New(p.name, c, t, events, source.Options{Scoped: true}))
 	}
 	var feeds []mcscontroller.Source
 	for _, s := range srcs {

@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -37,10 +38,10 @@ func (m *Meta) Same(o Meta) bool {
 	return m.UID == o.UID && m.ResourceVersion != "" && m.ResourceVersion == o.ResourceVersion
 }
 
-// Streamer lists Pods one at a time as they arrive, as podproto's client
-// does.
+// Streamer lists the Pods of one namespace (all when it is empty) one at a
+// time as they arrive, as podproto's client does.
 type Streamer interface {
-	ListPods(ctx context.Context, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error)
+	ListPodsIn(ctx context.Context, namespace string, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error)
 }
 
 // Pods returns the ListerWatcher of the Pods that selector (a label
@@ -49,28 +50,19 @@ type Streamer interface {
 // each Pod is transformed as it arrives: a relist holds one Pod's bytes at a
 // time and the slim objects, never the whole response nor its full Pods.
 func Pods(client kubernetes.Interface, selector string, transform func(*v1.Pod) (runtime.Object, error)) *ListerWatcher {
-	pods := client.CoreV1().Pods(metav1.NamespaceAll)
-	lw := &ListerWatcher{
-		Transform: func(obj runtime.Object) (runtime.Object, error) {
-			if p, ok := obj.(*v1.Pod); ok {
-				return transform(p)
-			}
-			return nil, fmt.Errorf("a %T where a Pod was expected", obj)
-		},
-		WatchFunc: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.LabelSelector = selector
-			return pods.Watch(ctx, opts)
-		},
-		ListFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.LabelSelector = selector
-			return pods.List(ctx, opts)
-		},
-	}
+	return PodsIn(client, metav1.NamespaceAll, selector, transform)
+}
+
+// PodsIn is Pods in one namespace: its list and watch need a grant in that
+// namespace only (a RoleBinding), where Pods needs a cluster-wide one.
+func PodsIn(client kubernetes.Interface, namespace, selector string, transform func(*v1.Pod) (runtime.Object, error)) *ListerWatcher {
+	pods := client.CoreV1().Pods(namespace)
+	lw := typed(transform, func(opts *metav1.ListOptions) { opts.LabelSelector = selector }, pods.List, pods.Watch)
 	if s, ok := client.(Streamer); ok {
 		lw.ListFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = selector
 			list := &List{}
-			meta, err := s.ListPods(ctx, opts, func(p *v1.Pod) error {
+			meta, err := s.ListPodsIn(ctx, namespace, opts, func(p *v1.Pod) error {
 				obj, err := transform(p)
 				if err == nil {
 					list.Items = append(list.Items, obj)
@@ -85,4 +77,37 @@ func Pods(client kubernetes.Interface, selector string, transform func(*v1.Pod) 
 		}
 	}
 	return lw
+}
+
+// ConfigMap returns the ListerWatcher of the one ConfigMap namespace/name
+// (a field selector on its name, which RBAC's resourceNames can grant),
+// each cut down by transform.
+func ConfigMap(client kubernetes.Interface, namespace, name string, transform func(*v1.ConfigMap) (runtime.Object, error)) *ListerWatcher {
+	cms := client.CoreV1().ConfigMaps(namespace)
+	field := fields.OneTermEqualSelector("metadata.name", name).String()
+	return typed(transform, func(opts *metav1.ListOptions) { opts.FieldSelector = field }, cms.List, cms.Watch)
+}
+
+// typed returns the ListerWatcher of objects of type T, listed with list
+// and watched with watch, each with the options that selects sets, and
+// cut down by transform.
+func typed[T runtime.Object, L runtime.Object](transform func(T) (runtime.Object, error), selects func(*metav1.ListOptions),
+	list func(context.Context, metav1.ListOptions) (L, error), watchf func(context.Context, metav1.ListOptions) (watch.Interface, error)) *ListerWatcher {
+	return &ListerWatcher{
+		Transform: func(obj runtime.Object) (runtime.Object, error) {
+			if t, ok := obj.(T); ok {
+				return transform(t)
+			}
+			var want T
+			return nil, fmt.Errorf("a %T where a %T was expected", obj, want)
+		},
+		WatchFunc: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			selects(&opts)
+			return watchf(ctx, opts)
+		},
+		ListFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			selects(&opts)
+			return list(ctx, opts)
+		},
+	}
 }

@@ -60,8 +60,13 @@ type clientset struct {
 // as the server sends it, gzipped when it is large (client-go's transport
 // asks for gzip and unzips as it reads).
 func (c clientset) ListPods(ctx context.Context, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error) {
+	return c.ListPodsIn(ctx, metav1.NamespaceAll, opts, each)
+}
+
+// ListPodsIn is ListPods in one namespace (all when namespace is empty).
+func (c clientset) ListPodsIn(ctx context.Context, namespace string, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error) {
 	ctx = WithStreamed(ctx)
-	body, err := c.core.RESTClient().Get().Resource("pods").VersionedParams(&opts, scheme.ParameterCodec).Stream(ctx)
+	body, err := c.core.RESTClient().Get().Namespace(namespace).Resource("pods").VersionedParams(&opts, scheme.ParameterCodec).Stream(ctx)
 	if err != nil {
 		return metav1.ListMeta{}, err
 	}

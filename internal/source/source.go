@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -47,8 +46,12 @@ type Events struct {
 	// StateChanged reports a transition, with the error that caused it if any.
 	StateChanged func(cluster string, from, to State, err error)
 	// Synced reports that the first complete list of a reflector (after
-	// Start or Expire) has replaced the cluster's records.
+	// Start or Expire) has replaced the cluster's records (of every
+	// reflector, for a scoped source).
 	Synced func(cluster string)
+	// Scope reports what a scoped source reads, at start and at each
+	// change.
+	Scope func(cluster string, sc Scope)
 }
 
 // Options tune a source; zero values take the defaults.
@@ -69,9 +72,22 @@ type Options struct {
 	// Events.Rejected (annotation.ReasonUnsigned, ReasonBadSignature). Nil:
 	// no verification.
 	Key ed25519.PublicKey
-	// Ingest tunes the reflector; its Failed event is the source's too (the
-	// state turns Disconnected).
+	// Ingest tunes the reflectors; their Failed event is the source's too
+	// (the state turns Disconnected).
 	Ingest ingest.Options
+	// Scoped reads only the namespaces that the cluster publishes as
+	// exporting (ConfigMap ExportingNamespacesName in
+	// ExportingNamespacesNamespace, kept by its annotator), one watch each,
+	// following the list as it changes: a peer's credential then needs a
+	// grant in those namespaces only. Without the list (an older exporter)
+	// or leave to read it, or with more than MaxNamespaces names, it reads
+	// every namespace, as without Scoped; Events.Scope says so.
+	Scoped bool
+	// MaxNamespaces bounds the watches of a scoped source (default 1000).
+	MaxNamespaces int
+	// RecheckList is how often a scoped source that may not read the list
+	// tries again (default 1 minute).
+	RecheckList time.Duration
 }
 
 // Source is one cluster's feed into the table.
@@ -89,11 +105,10 @@ type Source struct {
 	expired     atomic.Bool  // records dropped by Expire; cleared by the next complete list
 	started     atomic.Int64 // unix nanoseconds of the last start of the reflector
 
-	mu     sync.Mutex              // serialises Start, Stop and Expire; guards cancel, run and store
-	cancel context.CancelFunc      // of the check loop
-	run    *ingest.Run             // the running reflector; nil when stopped
-	store  *ingest.Store[*slimPod] // the run's store
-	wg     sync.WaitGroup          // the check loop
+	mu     sync.Mutex         // serialises Start, Stop and Expire; guards cancel and feed
+	cancel context.CancelFunc // of the check loop
+	feed   *feed              // the running reflectors; nil when stopped
+	wg     sync.WaitGroup     // the check loop
 }
 
 // New returns a source for cluster; Start starts it.
@@ -106,6 +121,12 @@ func New(cluster string, client kubernetes.Interface, t *table.Table, ev Events,
 	}
 	if opts.ReconnectInterval <= 0 {
 		opts.ReconnectInterval = 500 * time.Millisecond
+	}
+	if opts.MaxNamespaces <= 0 {
+		opts.MaxNamespaces = 1000
+	}
+	if opts.RecheckList <= 0 {
+		opts.RecheckList = time.Minute
 	}
 	return &Source{cluster: cluster, client: client, table: t, ev: ev, opts: opts}
 }
@@ -196,31 +217,19 @@ func (s *Source) Start() error {
 	return nil
 }
 
-// startRun starts a reflector of the exported Pods into a new store; s.mu
-// is held.
+// startRun starts the reflectors of the exported Pods; s.mu is held.
 func (s *Source) startRun() {
 	s.started.Store(time.Now().UnixNano())
-	s.store = s.newStore()
-	opts := s.opts.Ingest
-	failed := opts.Events.Failed
-	opts.Events.Failed = func(err error) {
-		s.setState(Disconnected, err)
-		if failed != nil {
-			failed(err)
-		}
-	}
-	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	s.run = ingest.Start(ingest.Pods(s.client, selector, slimFor(s.store, toSlim(s.cluster, s.opts.Key))), s.store, opts)
+	s.feed = s.startFeed()
 }
 
-// stopRun closes the store and stops the reflector; s.mu is held.
+// stopRun stops the reflectors; s.mu is held.
 func (s *Source) stopRun() error {
-	if s.run == nil {
+	if s.feed == nil {
 		return nil
 	}
-	s.store.Close()
-	err := s.run.Stop()
-	s.run, s.store = nil, nil
+	err := s.feed.stop()
+	s.feed = nil
 	return err
 }
 

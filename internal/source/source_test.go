@@ -270,7 +270,7 @@ func TestRelistKeepsUnchangedObjects(t *testing.T) {
 	s, tb := startSynced(t, client)
 	stored := func(name string) *slimPod {
 		s.mu.Lock()
-		st := s.store
+		st := s.feed.parts[""].store
 		s.mu.Unlock()
 		p, ok := st.Get("default/" + name)
 		if !ok {

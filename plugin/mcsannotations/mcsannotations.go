@@ -107,6 +107,12 @@ func wrapTransport(rc *rest.Config) {
 	})
 }
 
+// The client-side rate limit of the Pod clients (see clientFor).
+const (
+	peerQPS   = 50
+	peerBurst = 200
+)
+
 // clientFor builds the API client of a source; tests replace it.
 var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
 	rc, err := restConfigFor(kubeconfig, kubecontext)
@@ -114,6 +120,11 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 		return nil, err
 	}
 	rc.UserAgent = "coredns-" + pluginName
+	// A peer is read one exporting namespace at a time: a list and a watch
+	// each at start and after an outage, which client-go's default rate
+	// limit (5 a second, bursts of 10) spreads over seconds. The API server
+	// protects itself (priority and fairness).
+	rc.QPS, rc.Burst = peerQPS, peerBurst
 	// Pods in protobuf: decoding is several times cheaper than JSON, which
 	// is most of a (re)list's cost. JSON stays acceptable for what has no
 	// protobuf form (custom resources).
@@ -218,8 +229,10 @@ func newMCS(cfg config) (*MCS, error) {
 		if err != nil {
 			return nil, err
 		}
+		// A peer is read in its exporting namespaces only (its credential
+		// need not read more); the local cluster everywhere.
 		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(p.name),
-			source.Options{Key: cfg.keys[p.name], Ingest: ingestOptions(clusterInformer(p.name))}))
+			source.Options{Key: cfg.keys[p.name], Ingest: ingestOptions(clusterInformer(p.name)), Scoped: true}))
 	}
 	m.newProber(cfg.probe)
 	return m, nil
@@ -260,7 +273,22 @@ func (m *MCS) sourceEvents(cluster string) source.Events {
 			}
 			log.Infof("cluster %s: %s -> %s", cluster, from, to)
 		},
+		Scope: logScope,
 	}
+}
+
+// logScope logs and counts what a peer's source reads.
+func logScope(cluster string, sc source.Scope) {
+	if len(sc.Ignored) > 0 {
+		log.Warningf("cluster %s: its list of exporting namespaces has lines that are no namespace name, ignored: %q", cluster, sc.Ignored)
+	}
+	if sc.ClusterWide {
+		sourceWatches.WithLabelValues(cluster).Set(1)
+		log.Warningf("cluster %s: reading Pods of every namespace: %s; a credential that may read every Pod is broader than needed", cluster, sc.Why)
+		return
+	}
+	sourceWatches.WithLabelValues(cluster).Set(float64(len(sc.Namespaces)))
+	log.Infof("cluster %s: reading Pods of its %d exporting namespaces: %q", cluster, len(sc.Namespaces), sc.Namespaces)
 }
 
 // ingestOptions are the options of a reflector, by its name (as the

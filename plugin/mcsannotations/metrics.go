@@ -31,6 +31,13 @@ var (
 		Help:      "Endpoints left out of SRV answers and endpoint names because their name cannot be encoded in DNS (a label over 63 octets, a name over 255), by source cluster; counted once per change of the record.",
 	}, []string{"cluster"})
 
+	sourceWatches = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "source_watches",
+		Help:      "Pod watches a peer's source keeps: one per exporting namespace of the peer, or 1 when it reads every namespace.",
+	}, []string{"cluster"})
+
 	cappedRecords = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,

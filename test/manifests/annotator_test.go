@@ -67,6 +67,10 @@ var annotatorClusterGrants = grants(
 	rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch", "create", "patch", "delete"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceexports"}, Verbs: []string{"get", "list", "watch"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceexports/status"}, Verbs: []string{"patch"}},
+	// The peer grants (issue 26): RoleBindings of the peer reader, and
+	// bind on its one ClusterRole.
+	rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"list", "create", "delete"}},
+	rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterroles"}, Verbs: []string{"bind"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceimports"}, Verbs: []string{"list", "watch", "create", "patch", "delete"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceimports/status"}, Verbs: []string{"patch"}},
 )
@@ -74,6 +78,8 @@ var annotatorClusterGrants = grants(
 // annotatorLeaseGrants is what the contract lists in its own namespace.
 var annotatorLeaseGrants = grants(
 	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	// The list of exporting namespaces.
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
 )
 
 // grants expands rules into the set of (group, resource, verb) they allow.
@@ -102,8 +108,10 @@ func exactGrants(t *testing.T, what string, rules []rbacv1.PolicyRule, want map[
 		}
 		for _, v := range r.Verbs {
 			switch {
-			case v == "update" && !slices.Contains(r.Resources, "leases"):
-				t.Errorf("%s: update on %v: the annotator updates its Lease only (every other write is an apply: a patch)", what, r.Resources)
+			case v == "update" && !slices.Contains(r.Resources, "leases") && !slices.Equal(r.ResourceNames, []string{exportingList}):
+				t.Errorf("%s: update on %v: the annotator updates its Lease and the list of exporting namespaces only (every other write is an apply: a patch)", what, r.Resources)
+			case v == "bind" && !slices.Equal(r.ResourceNames, []string{peerGrant}):
+				t.Errorf("%s: bind on %v: the annotator binds the peer reader's ClusterRole %s only", what, r.ResourceNames, peerGrant)
 			case (v == "create" || v == "delete" || v == "deletecollection" || v == "update") && slices.Contains(r.Resources, "pods"):
 				t.Errorf("%s: %s on pods: the annotator only patches Pods' metadata", what, v)
 			}
@@ -265,7 +273,7 @@ func TestAnnotatorStatic(t *testing.T) {
 	exactGrants(t, "ClusterRole "+a.role.Name, a.role.Rules, annotatorClusterGrants)
 	exactGrants(t, "Role "+a.leaseRole.Name, a.leaseRole.Rules, annotatorLeaseGrants)
 	for _, r := range a.role.Rules {
-		if len(r.ResourceNames) > 0 {
+		if len(r.ResourceNames) > 0 && !slices.Equal(r.Verbs, []string{"bind"}) {
 			t.Errorf("ClusterRole rule %+v is limited to names: the annotator watches all of them", r)
 		}
 	}
@@ -337,7 +345,7 @@ func TestAnnotatorStatic(t *testing.T) {
 		if len(r.ResourceNames) == 0 {
 			continue
 		}
-		if !slices.Contains(r.ResourceNames, lease) {
+		if slices.Contains(r.Resources, "leases") && !slices.Contains(r.ResourceNames, lease) {
 			t.Errorf("Role rule %+v: names %v do not cover the Lease %q", r, r.ResourceNames, lease)
 		}
 		if slices.Contains(r.Verbs, "create") {
@@ -615,6 +623,30 @@ func TestAnnotatorManifests(t *testing.T) {
 		})
 	})
 
+	// The peer grants (issue 26): ns exports, so the peer reader may read
+	// its Pods, and the list names it.
+	t.Run("PeerGrants", func(t *testing.T) {
+		harness.Eventually(t, 20*time.Second, func() error {
+			cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			rb, err := c.Client.RbacV1().RoleBindings(ns).Get(cx, peerGrant, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if want := peerGrantBinding(ns); rb.RoleRef != want.RoleRef || !slices.Equal(rb.Subjects, want.Subjects) || rb.Labels[managedByLabel] != annotatorSA {
+				return fmt.Errorf("RoleBinding %s/%s: %+v, want %+v", ns, peerGrant, rb, want)
+			}
+			cm, err := c.Client.CoreV1().ConfigMaps(kubeSystem).Get(cx, exportingList, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got := cm.Data[exportingKey]; got != ns+"\n" {
+				return fmt.Errorf("ConfigMap %s/%s: %q, want %q", kubeSystem, exportingList, got, ns+"\n")
+			}
+			return nil
+		})
+	})
+
 	t.Run("ServiceExportStatus", func(t *testing.T) {
 		harness.Eventually(t, 20*time.Second, func() error {
 			for name, want := range map[string]map[string]condition{
@@ -821,6 +853,33 @@ func admissionPolicy(t *testing.T, c *harness.Cluster, sa *kubernetes.Clientset,
 	_, err = sa.CoordinationV1().Leases(kubeSystem).Create(cx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager", Namespace: kubeSystem}}, metav1.CreateOptions{})
 	refused("create another Lease", err)
 
+	// The peer grants: the one RoleBinding of the one ClusterRole to the
+	// peer reader, the one ConfigMap. RBAC allows each of these (create and
+	// delete cannot be limited by name); the policy refuses them.
+	grantNS := c.NewNamespace(t)
+	other := peerGrantBinding(grantNS)
+	other.Name = "other"
+	_, err = sa.RbacV1().RoleBindings(grantNS).Create(cx, other, metav1.CreateOptions{})
+	refused("create another RoleBinding", err)
+	everyone := peerGrantBinding(grantNS)
+	everyone.Subjects = []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}}
+	_, err = sa.RbacV1().RoleBindings(grantNS).Create(cx, everyone, metav1.CreateOptions{})
+	refused("grant every user", err)
+	if _, err := c.Client.RbacV1().RoleBindings(grantNS).Create(cx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refused("delete another RoleBinding", sa.RbacV1().RoleBindings(grantNS).Delete(cx, other.Name, metav1.DeleteOptions{}))
+	_, err = sa.CoreV1().ConfigMaps(kubeSystem).Create(cx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: kubeSystem}}, metav1.CreateOptions{})
+	refused("create another ConfigMap", err)
+	own := peerGrantBinding(grantNS)
+	own.Labels = nil // the running annotator would delete it (grantNS exports nothing)
+	if _, err := sa.RbacV1().RoleBindings(grantNS).Create(cx, own, metav1.CreateOptions{}); err != nil {
+		t.Errorf("create the peer grant as the annotator: %v", err)
+	}
+	if err := sa.RbacV1().RoleBindings(grantNS).Delete(cx, peerGrant, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("delete the peer grant as the annotator: %v", err)
+	}
+
 	ownKeys := fmt.Sprintf(`{"metadata":{"labels":{%q:"true","multicluster.kubernetes.io/importer":"true"},"annotations":{%q:"{}","multicluster.kubernetes.io/export-signature":"x"}}}`,
 		harness.ExporterLabel, harness.ExportAnnotation)
 	if err := patch(sa, types.MergePatchType, ownKeys); err != nil {
@@ -838,6 +897,9 @@ func admissionPolicy(t *testing.T, c *harness.Cluster, sa *kubernetes.Clientset,
 		t.Fatal(err)
 	}
 	harness.Eventually(t, 20*time.Second, func() error { return patch(sa, types.StrategicMergePatchType, image) })
+	if err := sa.RbacV1().RoleBindings(grantNS).Delete(cx, other.Name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("delete another RoleBinding without the policy: %v (RBAC alone allows it)", err)
+	}
 	if got := c.GetPod(t, ns, pod).Spec.Containers[0].Image; got != "registry.example/evil:1" {
 		t.Errorf("image %q after the unguarded patch", got)
 	}

@@ -41,7 +41,23 @@ const (
 	// The identities the manifests create.
 	corednsSA = "coredns"
 	peerSA    = "mcsannotations-peer-reader"
+	// What the annotator binds per exporting namespace, and the list of
+	// those namespaces that peers follow (issue 26).
+	peerGrant      = "mcsannotations:peer-reader"
+	exportingList  = "mcsannotations-exporting-namespaces"
+	exportingKey   = "namespaces"
+	managedByLabel = "app.kubernetes.io/managed-by"
 )
+
+// peerGrantBinding is the RoleBinding the annotator makes in an exporting
+// namespace.
+func peerGrantBinding(ns string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: peerGrant, Namespace: ns, Labels: map[string]string{managedByLabel: annotatorSA}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: peerGrant},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: kubeSystem, Name: peerSA}},
+	}
+}
 
 // manifests renders manifests/<dir> (a kustomization) with kustomize's Go
 // API, as `kubectl apply -k` would.
@@ -222,16 +238,29 @@ func TestStatic(t *testing.T) {
 	}
 	nonRootCoreDNS(t, &c.deployment, snapVol)
 
+	// The peer reader: Pods list/watch in a ClusterRole that nothing binds
+	// cluster-wide (the annotator binds it per exporting namespace), and
+	// the list of exporting namespaces by name.
 	var p struct {
-		sa      corev1.ServiceAccount
-		role    rbacv1.ClusterRole
-		binding rbacv1.ClusterRoleBinding
-		secret  corev1.Secret
+		sa          corev1.ServiceAccount
+		role        rbacv1.ClusterRole
+		listRole    rbacv1.Role
+		listBinding rbacv1.RoleBinding
+		secret      corev1.Secret
 	}
-	typed(t, manifests(t, "peer"), map[string]any{"ServiceAccount": &p.sa, "ClusterRole": &p.role, "ClusterRoleBinding": &p.binding, "Secret": &p.secret})
+	typed(t, manifests(t, "peer"), map[string]any{"ServiceAccount": &p.sa, "ClusterRole": &p.role, "Role": &p.listRole, "RoleBinding": &p.listBinding, "Secret": &p.secret})
 	readOnly(t, &p.role)
-	if p.binding.RoleRef.Name != p.role.Name || len(p.binding.Subjects) != 1 || p.binding.Subjects[0].Name != p.sa.Name || p.sa.Name != peerSA {
-		t.Errorf("peer ClusterRoleBinding %+v does not bind %s to %s", p.binding, p.sa.Name, p.role.Name)
+	if p.role.Name != peerGrant || len(p.role.Rules) != 1 || !slices.Equal(p.role.Rules[0].Resources, []string{"pods"}) ||
+		!slices.Equal(p.role.Rules[0].Verbs, []string{"list", "watch"}) {
+		t.Errorf("peer ClusterRole %+v: want %s, pods list and watch only", p.role, peerGrant)
+	}
+	if r := p.listRole; r.Namespace != kubeSystem || len(r.Rules) != 1 || !slices.Equal(r.Rules[0].Resources, []string{"configmaps"}) ||
+		!slices.Equal(r.Rules[0].ResourceNames, []string{exportingList}) || !slices.Equal(r.Rules[0].Verbs, []string{"get", "list", "watch"}) {
+		t.Errorf("peer Role %+v: want configmap %s/%s get, list, watch only", r, kubeSystem, exportingList)
+	}
+	if b := p.listBinding; b.Namespace != kubeSystem || b.RoleRef.Kind != "Role" || b.RoleRef.Name != p.listRole.Name ||
+		len(b.Subjects) != 1 || b.Subjects[0].Name != p.sa.Name || b.Subjects[0].Namespace != p.sa.Namespace || p.sa.Name != peerSA {
+		t.Errorf("peer RoleBinding %+v does not bind %s to %s", b, p.sa.Name, p.listRole.Name)
 	}
 	if p.secret.Annotations[corev1.ServiceAccountNameKey] != p.sa.Name || p.secret.Type != corev1.SecretTypeServiceAccountToken {
 		t.Errorf("peer token Secret: type %s, for %q", p.secret.Type, p.secret.Annotations[corev1.ServiceAccountNameKey])
@@ -369,6 +398,22 @@ func TestManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// edge-b's annotator would grant the peer reader shop (it exports) and
+	// publish the list; here its identity writes what it would (the
+	// annotator's own tests check that it does), which also checks that its
+	// RBAC and admission policy allow it.
+	annotatorB := harness.NewClient(t, b.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, annotatorSA), harness.ServiceAccountGroups(kubeSystem)...), 0)
+	harness.Eventually(t, 20*time.Second, func() error { // the policy and RBAC just applied
+		_, err := annotatorB.RbacV1().RoleBindings(ns).Create(cx, peerGrantBinding(ns), metav1.CreateOptions{})
+		return err
+	})
+	if _, err := annotatorB.CoreV1().ConfigMaps(kubeSystem).Create(cx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: exportingList, Namespace: kubeSystem, Labels: map[string]string{managedByLabel: annotatorSA}},
+		Data:       map[string]string{exportingKey: ns + "\n"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	saKubeconfig := a.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, corednsSA), harness.ServiceAccountGroups(kubeSystem)...)
 	peerKubeconfig := b.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, peerSA), harness.ServiceAccountGroups(kubeSystem)...)
 
@@ -471,8 +516,20 @@ func TestManifests(t *testing.T) {
 		_, err = sa.CoreV1().Services(ns).Get(cx, "web", metav1.GetOptions{})
 		forbidden("coredns: get a service (list/watch suffice)", err)
 
+		_, err = peer.CoreV1().Pods(ns).List(cx, metav1.ListOptions{LabelSelector: harness.ExporterLabel + "=true"})
+		allowed("peer reader: list exporter pods of an exporting namespace", err)
 		_, err = peer.CoreV1().Pods("").List(cx, metav1.ListOptions{LabelSelector: harness.ExporterLabel + "=true"})
-		allowed("peer reader: list exporter pods", err)
+		forbidden("peer reader: list pods of every namespace", err)
+		_, err = peer.CoreV1().Pods(kubeSystem).List(cx, metav1.ListOptions{})
+		forbidden("peer reader: list kube-system's pods", err)
+		_, err = peer.CoreV1().Pods(ns).Get(cx, "db-0", metav1.GetOptions{})
+		forbidden("peer reader: get a pod (list/watch suffice)", err)
+		_, err = peer.CoreV1().ConfigMaps(kubeSystem).Get(cx, exportingList, metav1.GetOptions{})
+		allowed("peer reader: get the list of exporting namespaces", err)
+		_, err = peer.CoreV1().ConfigMaps(kubeSystem).List(cx, metav1.ListOptions{FieldSelector: "metadata.name=" + exportingList})
+		allowed("peer reader: list the list of exporting namespaces by name", err)
+		_, err = peer.CoreV1().ConfigMaps(kubeSystem).List(cx, metav1.ListOptions{})
+		forbidden("peer reader: list kube-system's configmaps", err)
 		_, err = peer.CoreV1().Services("").List(cx, metav1.ListOptions{})
 		forbidden("peer reader: list services", err)
 		_, err = peer.CoreV1().Secrets(kubeSystem).Get(cx, "mcsannotations-peer-reader-token", metav1.GetOptions{})
