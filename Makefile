@@ -101,8 +101,8 @@ demo: build tools ## Two local clusters, sample workloads, the MCS controller an
 
 # --- benchmarks (issue 6; cmd/mcs-bench) ---------------------------------------
 .PHONY: bench bench-smoke bench-render
-bench: build tools ## Ours vs hosts and in-tree multicluster, probes, offline figures; bench/raw/<time>/results.json and BENCHMARKS.md (~25 min); BENCH_OLD_COREDNS=path/to/old/coredns also runs propagation and resync in turns against that build
-	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench $(if $(BENCH_OLD_COREDNS),-compare-coredns $(BENCH_OLD_COREDNS)) $(BENCH_FLAGS)
+bench: build tools ## Ours vs hosts and in-tree multicluster, probes, offline figures; bench/raw/<time>/results.json and BENCHMARKS.md (~25 min); BENCH_OLD_COREDNS=path/to/old/coredns also runs propagation and resync in turns against that build; includes the last make soak's summary
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench $(if $(BENCH_OLD_COREDNS),-compare-coredns $(BENCH_OLD_COREDNS)) $(if $(wildcard $(SOAK_OUT)/soak.md),-soak $(SOAK_OUT)/soak.md) $(BENCH_FLAGS)
 bench-render: ## Render BENCHMARKS.md again from a run's results: make bench-render RESULTS=bench/raw/<time>/results.json
 	$(GO) run ./cmd/mcs-bench -render $(RESULTS) -out $(ROOT)/BENCHMARKS.md
 bench-smoke: build tools ## The benchmark program end to end at tiny sizes (about 2 min; report in bench/raw/smoke/)

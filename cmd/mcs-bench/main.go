@@ -54,6 +54,7 @@ type config struct {
 	ProbeWindow    time.Duration // over which the probes' CPU is read
 	CompareCoreDNS string        // an older bin/coredns to run the live stage against in turns; "" for none
 	CompareTurns   int           // turns of each build
+	SoakReport     string        // soak.md of a make soak run to include; "" for none
 
 	Out    string // BENCHMARKS.md
 	Raw    string // folder for raw output
@@ -85,6 +86,7 @@ func parseFlags() config {
 	flag.IntVar(&c.ProbeEndpoints, "probe-endpoints", 10000, "asked endpoints probed (10 per service, each a TCP listener on 127.201.0.0/16) in the probe cost stage")
 	flag.DurationVar(&c.ProbeWindow, "probe-window", 30*time.Second, "how long the probing CoreDNS's CPU time is read")
 	flag.StringVar(&c.CompareCoreDNS, "compare-coredns", "", "an older build of bin/coredns: the live stage (propagation, resync) then runs in turns with bin/coredns and it, side by side; its commit is read from its folder's git tree")
+	flag.StringVar(&c.SoakReport, "soak", "", "include this soak.md (written by make soak, test/soak) in the report as it is")
 	flag.IntVar(&c.CompareTurns, "compare-turns", 3, "turns of each build with -compare-coredns")
 	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, probe (failover, probe cost, QPS with probing), dns (throughput, latency, memory), instr (instructions per answer, under callgrind), live (propagation, resync), mcs (the MCS controller over 3 clusters); default all")
 	flag.StringVar(&c.Out, "out", "", "report file (default BENCHMARKS.md at the repository root; bench/raw/smoke/BENCHMARKS.md with -smoke)")
@@ -235,6 +237,11 @@ func run(ctx context.Context, b *harness.Program, res *results) {
 		}
 		fmt.Printf("== results in %s, report written to %s\n", path, cfg.Out)
 	}()
+	if cfg.SoakReport != "" {
+		if err := readSoak(res, cfg.SoakReport); err != nil {
+			b.Errorf("soak report: %v", err)
+		}
+	}
 	stage(b, res, "preflight", func() { preflight(b, res) })
 	if len(res.Failures) > 0 {
 		return
@@ -316,4 +323,32 @@ func preflight(b *harness.Program, res *results) {
 	}
 	res.Machine = machine(res.Root)
 	b.Logf("machine: %s", res.Machine.summary())
+}
+
+// soakReport is the summary of a separate make soak run (test/soak writes
+// it), included in the report with where and when it was written.
+type soakReport struct {
+	Path     string
+	Modified time.Time
+	Markdown string
+}
+
+func readSoak(res *results, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.Size() > 64<<10 {
+		return fmt.Errorf("%s: %d bytes, more than a soak summary", path, st.Size())
+	}
+	md, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(res.Root, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		rel = path
+	}
+	res.Soak = &soakReport{Path: rel, Modified: st.ModTime().UTC(), Markdown: strings.TrimSpace(string(md))}
+	return nil
 }

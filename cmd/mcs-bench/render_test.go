@@ -68,6 +68,13 @@ func sample(t *testing.T) *results {
 // renders the same report: -render reproduces a run's report.
 func TestRender(t *testing.T) {
 	r := sample(t)
+	soak := filepath.Join(r.Root, "soak.md")
+	if err := os.WriteFile(soak, []byte("### Soak (1m16s)\n\n| answers checked | wrong |\n|---|---|\n| 6370 | 0 |\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := readSoak(r, soak); err != nil {
+		t.Fatal(err)
+	}
 	if err := writeReport(r, r.Cfg.Out); err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +115,7 @@ func TestRender(t *testing.T) {
 		"without probing 50000, 52000; with `probe all` 49000, 51000; medians' ratio **0.98**. CoreDNS's CPU per answer (as in the throughput table): without probing 20.0 µs (busy 2%), with 20.0 µs (busy 2%).",
 		"(old: commit ae347de)", "| resync, the watch resumes | **60.0 ms** (60.0 ms, 80.0 ms) | **40.0 ms** (40.0 ms, 50.0 ms) | 0.67 |",
 		"| propagation p50, local | n/a | n/a | n/a |", "| wrong answers during the resyncs, of the prober's queries | 2 of 40 | 0 of 40 | |", "BenchmarkServeDNS/A-2", "- mcsannotations, pinned: 1.2s",
+		"## Soak (`make soak`)", "its summary `soak.md` as written on", "| 6370 | 0 |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q", want)

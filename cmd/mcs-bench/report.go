@@ -40,6 +40,7 @@ type results struct {
 	Probe        *probeResult
 	Compare      *compareResult // the live stage in turns against an older build
 	MCS          *mcsResult     // the MCS controller (mcs.go)
+	Soak         *soakReport    // a make soak run's summary, when given
 }
 
 type stageTime struct {
