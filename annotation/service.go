@@ -1,6 +1,7 @@
 package annotation
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"strings"
@@ -53,6 +54,13 @@ func (s *Service) ServiceType() string {
 		return TypeHeadless
 	}
 	return s.Type
+}
+
+// CompareAge orders two exports of one service by KEP-1645's conflict
+// resolution: the one exported first (at; the zero time, unknown, is older
+// than any) wins, and on a tie the lower cluster ID. Negative when a wins.
+func CompareAge(aAt time.Time, aCluster string, bAt time.Time, bCluster string) int {
+	return cmp.Or(aAt.Compare(bAt), cmp.Compare(aCluster, bCluster))
 }
 
 // Exported returns ExportedAt as a time; the zero time when absent.

@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 // Key names an exported service: the ServiceImport of the same namespace and
@@ -101,7 +103,7 @@ var conflictOrder = []mcsv1beta1.ServiceExportConditionReason{
 func Merge(exports []Export) Import {
 	ex := slices.Clone(exports)
 	slices.SortFunc(ex, func(a, b Export) int {
-		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Cluster, b.Cluster))
+		return annotation.CompareAge(a.Created, a.Cluster, b.Created, b.Cluster)
 	})
 	w := ex[0]
 	im := Import{

@@ -1,7 +1,6 @@
 package table
 
 import (
-	"cmp"
 	"time"
 
 	"github.com/miekg/dns"
@@ -80,7 +79,7 @@ func exportedClusterSetIP(sk svcKey, pods []*Pod) bool {
 			}
 			last = e
 			at := e.Exported()
-			if best == nil || cmp.Or(at.Compare(bestAt), cmp.Compare(e.Cluster, best.Cluster)) < 0 {
+			if best == nil || annotation.CompareAge(at, e.Cluster, bestAt, best.Cluster) < 0 {
 				best, bestAt = e, at
 			}
 		}
