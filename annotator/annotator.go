@@ -517,7 +517,7 @@ func (c *Controller) record(ns string, now nsState, skipped map[string]skip) {
 			klog.Warningf("%s (%s)", k.detail, k.reason)
 		}
 	}
-	if now.exported != old.exported {
+	if (now.exported > 0) != (old.exported > 0) { // the set of exporting namespaces changed
 		c.signalGrants()
 	}
 	c.metrics.ExportedServices.Add(float64(now.exported - old.exported))

@@ -26,10 +26,9 @@ import (
 
 // Backoff is the reflectors' retry backoff: 100 ms, then 200 ms, then every
 // 250 ms (each up to a fifth longer), so that a list or watch resumes soon
-// after an API server answers again. client-go's default (0.8 s doubling to
-// 30 s, jittered up to twice that, reset only after two minutes without a
-// retry) left a peer that flapped for a minute unwatched for up to a minute
-// after it came back for good.
+// after an API server answers again, however often it failed before
+// (client-go's default backoff grows to 30 s and resets only after minutes
+// without a retry).
 var Backoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 10, Cap: 250 * time.Millisecond}
 
 // StopWait is the default bound on the wait for a stopping reflector.

@@ -97,15 +97,14 @@ type Controller struct {
 	// served and the informers started); nothing writes them after that.
 	ready chan struct{}
 
-	namespaces  cache.Indexer
-	services    cache.Indexer
-	slices      cache.Indexer
-	imports     cache.GenericLister
-	importsGVR  schema.GroupVersionResource
-	exportsGVR  schema.GroupVersionResource
-	exports     cache.GenericLister
-	importsSync cache.InformerSynced
-	synced      []cache.InformerSynced
+	namespaces cache.Indexer
+	services   cache.Indexer
+	slices     cache.Indexer
+	imports    cache.GenericLister
+	importsGVR schema.GroupVersionResource
+	exportsGVR schema.GroupVersionResource
+	exports    cache.GenericLister
+	synced     []cache.InformerSynced
 
 	mu      sync.Mutex
 	lastErr error

@@ -372,8 +372,8 @@ func (p *Prober) set(tg *target, down bool, reason string) {
 
 // probeDialer is a net.Dialer whose connections, once closed, linger in
 // TIME_WAIT for 1 s instead of the kernel's 60 s, as the kubelet's probes do
-// (kubernetes issue 89898): 10,000 endpoints probed every 2 s would otherwise
-// keep some 300,000 sockets in TIME_WAIT on CoreDNS's node. Not 0, which
+// (kubernetes issue 89898): every probe would otherwise leave a socket in
+// TIME_WAIT on CoreDNS's node for a minute. Not 0, which
 // would end each connection with a RST rather than a FIN.
 func probeDialer() *net.Dialer {
 	return &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {

@@ -508,7 +508,11 @@ func TestTCPProbeDefaultDialer(t *testing.T) {
 		t.Errorf("probe of a closed port %s: up, want down", down)
 	}
 
-	c, err := probeDialer().DialTCP(context.Background(), "tcp", netip.AddrPort{}, netip.MustParseAddrPort(ln.Addr().String()))
+	nd, ok := p.opts.Dialer.(*net.Dialer) // the dialer New installs
+	if !ok {
+		t.Fatalf("the default dialer is a %T, want a *net.Dialer", p.opts.Dialer)
+	}
+	c, err := nd.DialTCP(context.Background(), "tcp", netip.AddrPort{}, netip.MustParseAddrPort(ln.Addr().String()))
 	if err != nil {
 		t.Fatal(err)
 	}

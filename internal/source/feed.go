@@ -44,13 +44,6 @@ type part struct {
 	store *ingest.Store[*slimPod]
 }
 
-// stop closes the part's store, so that nothing it hears reaches the table
-// any more, and stops its reflector.
-func (p *part) stop() error {
-	p.store.Close()
-	return p.run.Stop()
-}
-
 // feed is one run of a source (from Start or Expire until Stop or Expire):
 // its parts and the records they make together. Unscoped it has one part,
 // cluster-wide. Scoped it follows the published list of exporting
@@ -198,9 +191,6 @@ func (f *feed) newStore(name string) *ingest.Store[*slimPod] {
 			return
 		}
 		f.items[name] = maps.Clone(pods) // the store changes its own map
-		if f.items[name] == nil {
-			f.items[name] = map[string]*slimPod{}
-		}
 		f.swapLocked()
 	}
 	return st
@@ -358,11 +348,4 @@ func (f *feed) apply(sc Scope) {
 
 func sameScope(a, b Scope) bool {
 	return a.ClusterWide == b.ClusterWide && a.Why == b.Why && slices.Equal(a.Namespaces, b.Namespaces) && slices.Equal(a.Ignored, b.Ignored)
-}
-
-// scopeOf is for tests: the scope a run applied last.
-func (f *feed) scopeOf() (Scope, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.current, f.hasScope
 }

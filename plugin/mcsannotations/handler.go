@@ -227,7 +227,7 @@ const maxPendingLogged = 10000
 // NODATA while its ClusterSetIP is not known (answers_total counts every such
 // answer, kind clustersetip_pending).
 func (m *MCS) logPending(state request.Request, zone string) {
-	_, name, ns, ok := table.SplitServiceName(strings.ToLower(state.Name()), zone)
+	_, name, ns, ok := table.SplitServiceName(state.Name(), zone)
 	if !ok {
 		return
 	}

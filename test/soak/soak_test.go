@@ -579,7 +579,7 @@ func relist(ctx context.Context, cl *harness.Cluster, ns string, m *model) error
 	return err
 }
 
-// damage overwrites both of bbolt's meta pages (the first 8 KiB) and 4 KiB
+// damage overwrites both of bbolt's meta pages (the first 8 KiB) and 8 KiB
 // in the middle of the snapshot file with bytes that are no bbolt page: the
 // next start must find it unusable, move it aside and resync.
 func damage(t *testing.T, path string) {
