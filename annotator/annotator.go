@@ -339,33 +339,24 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 		}
 	}
 	exportOf := make(map[string]*unstructured.Unstructured, len(ses))
-	seAllowed := map[string]string{}
 	for _, u := range ses {
 		exportOf[u.GetName()] = u
-		if v, ok := u.GetAnnotations()[annotation.AllowedNamespacesAnnotation]; ok {
-			seAllowed[u.GetName()] = v
-		}
 	}
 
 	skipped := map[string]skip{}
 	var exportedSvcs []exported
 	for _, s := range svcs {
-		if s.Annotations[annotation.ExportServiceAnnotation] != annotation.LabelValue && exportOf[s.Name] == nil {
-			continue
-		}
-		if s.Spec.Type == corev1.ServiceTypeExternalName {
+		ok, refused := isExported(s, exportOf[s.Name] != nil)
+		if refused {
 			k := skip{skipExternalName, s.Name, fmt.Sprintf("Service %s/%s: not exported: ExternalName Services have no Pods", ns, s.Name)}
 			skipped[k.reason+"/"+k.key] = k
+		}
+		if !ok {
 			continue
 		}
-		e := newExported(s, exportOf[s.Name])
-		raw, fromExport := seAllowed[s.Name]
-		if !fromExport {
-			raw = s.Annotations[annotation.AllowedNamespacesAnnotation]
-		}
-		if e.allowed, err = parseAllowed(raw); err != nil {
-			k := skip{skipAllowed, s.Name, fmt.Sprintf("Service %s/%s: %s %q ignored (own namespace only): %v", ns, s.Name, annotation.AllowedNamespacesAnnotation, annotation.Clip(raw), err)}
-			skipped[k.reason+"/"+k.key] = k
+		e, k := newExported(s, exportOf[s.Name])
+		if k != nil {
+			skipped[k.reason+"/"+k.key] = *k
 		}
 		exportedSvcs = append(exportedSvcs, e)
 	}

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
-	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 )
 
@@ -117,12 +116,7 @@ func (c *Controller) ExportingNamespaces() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	set := map[string]bool{}
-	for _, s := range svcs {
-		if s.Spec.Type != corev1.ServiceTypeExternalName && s.Annotations[annotation.ExportServiceAnnotation] == annotation.LabelValue {
-			set[s.Namespace] = true
-		}
-	}
+	byExport := map[string]bool{} // namespace/name of each ServiceExport
 	if se := c.exports.Load(); se != nil {
 		if !se.hasSynced() {
 			return nil, errors.New("the ServiceExports are not listed yet")
@@ -132,13 +126,15 @@ func (c *Controller) ExportingNamespaces() ([]string, error) {
 			return nil, err
 		}
 		for _, o := range objs {
-			m, ok := o.(metav1.Object)
-			if !ok || set[m.GetNamespace()] {
-				continue
+			if m, ok := o.(metav1.Object); ok {
+				byExport[m.GetNamespace()+"/"+m.GetName()] = true
 			}
-			if s, err := c.services.Services(m.GetNamespace()).Get(m.GetName()); err == nil && s.Spec.Type != corev1.ServiceTypeExternalName {
-				set[m.GetNamespace()] = true
-			}
+		}
+	}
+	set := map[string]bool{}
+	for _, s := range svcs {
+		if ok, _ := isExported(s, byExport[s.Namespace+"/"+s.Name]); ok {
+			set[s.Namespace] = true
 		}
 	}
 	out := make([]string, 0, len(set))
