@@ -91,7 +91,8 @@ type Controller struct {
 	mu    sync.Mutex
 	state map[string]nsState // by namespace: what its last reconcile found
 
-	grantsWake chan struct{} // a reconcile ran (grants.go); nil without PeerReader
+	grants           workqueue.TypedDelayingInterface[string] // the grants sync (grants.go); nil without PeerReader
+	publishedVersion string                                   // the list's ConfigMap as last applied (runGrants only)
 }
 
 // serviceExports is the ServiceExport informer of the version served.
@@ -135,7 +136,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, disco discovery.Dis
 		state: map[string]nsState{},
 	}
 	if cfg.PeerReader != "" {
-		c.grantsWake = make(chan struct{}, 1)
+		c.grants = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "mcs-annotator-grants"})
 	}
 	podInf := c.factory.Core().V1().Pods()
 	svcInf := c.factory.Core().V1().Services()
@@ -280,7 +281,7 @@ func (c *Controller) Run(ctx context.Context) {
 		c.queue.Add(ns)
 	}
 	var wg sync.WaitGroup
-	if c.grantsWake != nil {
+	if c.grants != nil {
 		wg.Go(func() { c.runGrants(ctx) })
 	}
 	for range c.cfg.Workers {
@@ -291,6 +292,9 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 	<-ctx.Done()
 	c.queue.ShutDown()
+	if c.grants != nil {
+		c.grants.ShutDown()
+	}
 	wg.Wait()
 }
 
