@@ -398,8 +398,8 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 		}
 		sig := c.sign(pod, want, prevSigned, signed)
 		var werr error
-		if !inSync(pod, want, sig, importer) {
-			werr = c.writePod(ctx, pod, want, sig, importer)
+		if exportOK, importerOK := inSync(pod, want, sig, importer); !exportOK || !importerOK {
+			werr = c.writePod(ctx, pod, want, sig, importer, exportOK, importerOK)
 			if werr != nil {
 				errs = append(errs, werr)
 			}
@@ -454,8 +454,9 @@ func (c *Controller) sign(pod *corev1.Pod, want string, prev, next map[types.UID
 // want (the export annotation's value, or "" for none) with the exporter
 // label and sig (its signature, or none), and the importer label when
 // importer. What it owned and no longer applies is removed. The UID makes
-// the apply fail rather than touch another Pod of the same name.
-func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig string, importer bool) error {
+// the apply fail rather than touch another Pod of the same name. exportOK
+// and importerOK are inSync's findings, for the log.
+func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig string, importer, exportOK, importerOK bool) error {
 	cfg := applycorev1.Pod(pod.Name, pod.Namespace).WithUID(pod.UID)
 	labels := map[string]string{}
 	if want != "" {
@@ -481,14 +482,14 @@ func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig st
 		return fmt.Errorf("Pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	c.metrics.PodWrites.WithLabelValues("ok").Inc()
-	if !exportInSync(pod, want, sig) {
+	if !exportOK {
 		if want == "" {
 			klog.Infof("Pod %s/%s: no exported Service selects it: removed its export annotation and label", pod.Namespace, pod.Name)
 		} else {
 			klog.V(2).Infof("Pod %s/%s: %s=%s", pod.Namespace, pod.Name, annotation.ExportAnnotation, want)
 		}
 	}
-	if !importerInSync(pod, importer) {
+	if !importerOK {
 		if importer {
 			klog.V(2).Infof("Pod %s/%s: imports services: labelled %s=%s", pod.Namespace, pod.Name, annotation.ImporterLabel, annotation.LabelValue)
 		} else {
