@@ -91,7 +91,8 @@ type Controller struct {
 	mu    sync.Mutex
 	state map[string]nsState // by namespace: what its last reconcile found
 
-	grantsWake chan struct{} // a reconcile ran (grants.go); nil without PeerReader
+	grants           workqueue.TypedDelayingInterface[string] // the grants sync (grants.go); nil without PeerReader
+	publishedVersion string                                   // the list's ConfigMap as last applied (runGrants only)
 }
 
 // serviceExports is the ServiceExport informer of the version served.
@@ -135,7 +136,7 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, disco discovery.Dis
 		state: map[string]nsState{},
 	}
 	if cfg.PeerReader != "" {
-		c.grantsWake = make(chan struct{}, 1)
+		c.grants = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "mcs-annotator-grants"})
 	}
 	podInf := c.factory.Core().V1().Pods()
 	svcInf := c.factory.Core().V1().Services()
@@ -280,7 +281,7 @@ func (c *Controller) Run(ctx context.Context) {
 		c.queue.Add(ns)
 	}
 	var wg sync.WaitGroup
-	if c.grantsWake != nil {
+	if c.grants != nil {
 		wg.Go(func() { c.runGrants(ctx) })
 	}
 	for range c.cfg.Workers {
@@ -291,6 +292,9 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 	<-ctx.Done()
 	c.queue.ShutDown()
+	if c.grants != nil {
+		c.grants.ShutDown()
+	}
 	wg.Wait()
 }
 
@@ -339,33 +343,24 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 		}
 	}
 	exportOf := make(map[string]*unstructured.Unstructured, len(ses))
-	seAllowed := map[string]string{}
 	for _, u := range ses {
 		exportOf[u.GetName()] = u
-		if v, ok := u.GetAnnotations()[annotation.AllowedNamespacesAnnotation]; ok {
-			seAllowed[u.GetName()] = v
-		}
 	}
 
 	skipped := map[string]skip{}
 	var exportedSvcs []exported
 	for _, s := range svcs {
-		if s.Annotations[annotation.ExportServiceAnnotation] != annotation.LabelValue && exportOf[s.Name] == nil {
-			continue
-		}
-		if s.Spec.Type == corev1.ServiceTypeExternalName {
+		ok, refused := isExported(s, exportOf[s.Name] != nil)
+		if refused {
 			k := skip{skipExternalName, s.Name, fmt.Sprintf("Service %s/%s: not exported: ExternalName Services have no Pods", ns, s.Name)}
 			skipped[k.reason+"/"+k.key] = k
+		}
+		if !ok {
 			continue
 		}
-		e := newExported(s, exportOf[s.Name])
-		raw, fromExport := seAllowed[s.Name]
-		if !fromExport {
-			raw = s.Annotations[annotation.AllowedNamespacesAnnotation]
-		}
-		if e.allowed, err = parseAllowed(raw); err != nil {
-			k := skip{skipAllowed, s.Name, fmt.Sprintf("Service %s/%s: %s %q ignored (own namespace only): %v", ns, s.Name, annotation.AllowedNamespacesAnnotation, annotation.Clip(raw), err)}
-			skipped[k.reason+"/"+k.key] = k
+		e, k := newExported(s, exportOf[s.Name])
+		if k != nil {
+			skipped[k.reason+"/"+k.key] = *k
 		}
 		exportedSvcs = append(exportedSvcs, e)
 	}
@@ -403,8 +398,8 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 		}
 		sig := c.sign(pod, want, prevSigned, signed)
 		var werr error
-		if !inSync(pod, want, sig, importer) {
-			werr = c.writePod(ctx, pod, want, sig, importer)
+		if exportOK, importerOK := inSync(pod, want, sig, importer); !exportOK || !importerOK {
+			werr = c.writePod(ctx, pod, want, sig, importer, exportOK, importerOK)
 			if werr != nil {
 				errs = append(errs, werr)
 			}
@@ -459,8 +454,9 @@ func (c *Controller) sign(pod *corev1.Pod, want string, prev, next map[types.UID
 // want (the export annotation's value, or "" for none) with the exporter
 // label and sig (its signature, or none), and the importer label when
 // importer. What it owned and no longer applies is removed. The UID makes
-// the apply fail rather than touch another Pod of the same name.
-func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig string, importer bool) error {
+// the apply fail rather than touch another Pod of the same name. exportOK
+// and importerOK are inSync's findings, for the log.
+func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig string, importer, exportOK, importerOK bool) error {
 	cfg := applycorev1.Pod(pod.Name, pod.Namespace).WithUID(pod.UID)
 	labels := map[string]string{}
 	if want != "" {
@@ -486,14 +482,14 @@ func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig st
 		return fmt.Errorf("Pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	c.metrics.PodWrites.WithLabelValues("ok").Inc()
-	if !exportInSync(pod, want, sig) {
+	if !exportOK {
 		if want == "" {
 			klog.Infof("Pod %s/%s: no exported Service selects it: removed its export annotation and label", pod.Namespace, pod.Name)
 		} else {
 			klog.V(2).Infof("Pod %s/%s: %s=%s", pod.Namespace, pod.Name, annotation.ExportAnnotation, want)
 		}
 	}
-	if !importerInSync(pod, importer) {
+	if !importerOK {
 		if importer {
 			klog.V(2).Infof("Pod %s/%s: imports services: labelled %s=%s", pod.Namespace, pod.Name, annotation.ImporterLabel, annotation.LabelValue)
 		} else {

@@ -398,7 +398,7 @@ func TestSlimPod(t *testing.T) {
 		t.Errorf("managedFields %+v: want only the annotator's, owning the label", s.ManagedFields)
 	}
 	s.ManagedFields = nil
-	if ownedExport(s) || !inSync(s, "", "", false) {
+	if export, imports := inSync(s, "", "", false); ownedExport(s) || !export || !imports {
 		t.Error("with no entry of the annotator's: not owned, and nothing to remove")
 	}
 	// The transform may see its own output again (client-go's informers
@@ -478,7 +478,7 @@ func TestInSyncSignature(t *testing.T) {
 	} {
 		p := pod("p", map[string]string{annotation.ExporterLabel: annotation.LabelValue})
 		p.Annotations, p.ManagedFields = tc.annos, tc.mf
-		if got := inSync(p, want, tc.wantSig, false); got != tc.inSync {
+		if got, imports := inSync(p, want, tc.wantSig, false); got != tc.inSync || !imports {
 			t.Errorf("%s: inSync = %v, want %v", tc.name, got, tc.inSync)
 		}
 	}

@@ -36,7 +36,7 @@ func BenchmarkReconcileSettled(b *testing.B) {
 			var objs []runtime.Object
 			for i := range size.services {
 				s := svc(fmt.Sprintf("s%03d", i), map[string]string{"app": fmt.Sprintf("a%03d", i)})
-				svcs = append(svcs, newExported(s, nil))
+				svcs = append(svcs, byAnnotation(s))
 				objs = append(objs, s)
 			}
 			sortServices(svcs)

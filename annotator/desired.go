@@ -57,13 +57,42 @@ func parseAllowed(raw string) ([]string, error) {
 	return annotation.CheckAllowed(list)
 }
 
-// newExported prepares svc, exported by se (nil: by annotation).
-func newExported(svc *corev1.Service, se *unstructured.Unstructured) exported {
+// isExported is the rule of what is exported, which both the reconcile and
+// the grants apply: a Service annotated export "true", or named by a
+// ServiceExport (byServiceExport), unless it is an ExternalName Service,
+// which has no Pods to export (refused: asked for, and left out).
+func isExported(svc *corev1.Service, byServiceExport bool) (ok, refused bool) {
+	if svc.Annotations[annotation.ExportServiceAnnotation] != annotation.LabelValue && !byServiceExport {
+		return false, false
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return false, true
+	}
+	return true, false
+}
+
+// newExported prepares svc, exported by se (nil: by annotation). Its
+// allowed namespaces are the ServiceExport's allowed-namespaces annotation
+// when it has one, else the Service's; one that does not parse leaves the
+// Service's own namespace only, and is the skip returned.
+func newExported(svc *corev1.Service, se *unstructured.Unstructured) (exported, *skip) {
 	e := exported{svc: svc, fields: serviceFields(svc, se)}
 	if len(svc.Spec.Selector) > 0 {
 		e.selector = labels.SelectorFromValidatedSet(svc.Spec.Selector)
 	}
-	return e
+	raw, fromExport := "", false
+	if se != nil {
+		raw, fromExport = se.GetAnnotations()[annotation.AllowedNamespacesAnnotation]
+	}
+	if !fromExport {
+		raw = svc.Annotations[annotation.AllowedNamespacesAnnotation]
+	}
+	var err error
+	if e.allowed, err = parseAllowed(raw); err != nil {
+		return e, &skip{skipAllowed, svc.Name, fmt.Sprintf("Service %s/%s: %s %q ignored (own namespace only): %v",
+			svc.Namespace, svc.Name, annotation.AllowedNamespacesAnnotation, annotation.Clip(raw), err)}
+	}
+	return e, nil
 }
 
 // selects tells whether the Service selects pod (same namespace assumed).

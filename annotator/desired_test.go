@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -33,6 +34,82 @@ func pod(name string, lbls map[string]string, ports ...corev1.ContainerPort) *co
 }
 
 var app = map[string]string{"app": "backend"}
+
+// byAnnotation is svc prepared as exported by its annotation.
+func byAnnotation(svc *corev1.Service) exported {
+	e, _ := newExported(svc, nil)
+	return e
+}
+
+func TestIsExported(t *testing.T) {
+	annotated := svc("s", app)
+	plain := svc("s", app)
+	plain.Annotations = nil
+	off := svc("s", app)
+	off.Annotations[annotation.ExportServiceAnnotation] = "false"
+	extName := svc("s", nil)
+	extName.Spec.Type = corev1.ServiceTypeExternalName
+	for _, tc := range []struct {
+		name              string
+		svc               *corev1.Service
+		byServiceExport   bool
+		wantOK, wantRefus bool
+	}{
+		{"annotated", annotated, false, true, false},
+		{"annotated and a ServiceExport", annotated, true, true, false},
+		{"a ServiceExport alone", plain, true, true, false},
+		{"neither", plain, false, false, false},
+		{"annotated other than true", off, false, false, false},
+		{"ExternalName, annotated", extName, false, false, true},
+		{"ExternalName, a ServiceExport", extName, true, false, true},
+	} {
+		if ok, refused := isExported(tc.svc, tc.byServiceExport); ok != tc.wantOK || refused != tc.wantRefus {
+			t.Errorf("%s: exported %v, refused %v; want %v, %v", tc.name, ok, refused, tc.wantOK, tc.wantRefus)
+		}
+	}
+}
+
+// The allowed namespaces of an export: the ServiceExport's annotation when
+// it has one (even empty), else the Service's; one that does not parse
+// leaves the own namespace only, and says so.
+func TestNewExportedAllowed(t *testing.T) {
+	withAllowed := func(s *corev1.Service, v string) *corev1.Service {
+		s.Annotations[annotation.AllowedNamespacesAnnotation] = v
+		return s
+	}
+	se := func(annos map[string]string) *unstructured.Unstructured {
+		u := serviceExport("s")
+		u.SetAnnotations(annos)
+		return u
+	}
+	for _, tc := range []struct {
+		name    string
+		svc     *corev1.Service
+		se      *unstructured.Unstructured
+		want    []string
+		skipped bool
+	}{
+		{"neither", svc("s", app), nil, nil, false},
+		{"the Service's", withAllowed(svc("s", app), "web, api"), nil, []string{"api", "web"}, false},
+		{"the Service's under a ServiceExport without one", withAllowed(svc("s", app), "web"), se(nil), []string{"web"}, false},
+		{"the ServiceExport's over the Service's", withAllowed(svc("s", app), "web"), se(map[string]string{annotation.AllowedNamespacesAnnotation: "api"}), []string{"api"}, false},
+		{"the ServiceExport's, empty, over the Service's", withAllowed(svc("s", app), "web"), se(map[string]string{annotation.AllowedNamespacesAnnotation: ""}), nil, false},
+		{"the ServiceExport's, everyone", svc("s", app), se(map[string]string{annotation.AllowedNamespacesAnnotation: "*"}), []string{"*"}, false},
+		{"the Service's does not parse", withAllowed(svc("s", app), "Web"), nil, nil, true},
+		{"the ServiceExport's does not parse", withAllowed(svc("s", app), "web"), se(map[string]string{annotation.AllowedNamespacesAnnotation: "a b"}), nil, true},
+	} {
+		e, k := newExported(tc.svc, tc.se)
+		if !reflect.DeepEqual(e.allowed, tc.want) {
+			t.Errorf("%s: allowed %q, want %q", tc.name, e.allowed, tc.want)
+		}
+		if (k != nil) != tc.skipped {
+			t.Errorf("%s: skip %+v, want one: %v", tc.name, k, tc.skipped)
+		}
+		if k != nil && (k.reason != skipAllowed || k.key != "s" || k.detail == "") {
+			t.Errorf("%s: skip %+v, want %s for s with a detail", tc.name, k, skipAllowed)
+		}
+	}
+}
 
 func TestDesired(t *testing.T) {
 	always := corev1.ContainerRestartPolicyAlways
@@ -117,10 +194,7 @@ func TestDesired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var ex []exported
 			for _, s := range tc.services {
-				ex = append(ex, newExported(s, nil))
-			}
-			for i := range ex {
-				ex[i].allowed, _ = parseAllowed(ex[i].svc.Annotations[annotation.AllowedNamespacesAnnotation])
+				ex = append(ex, byAnnotation(s))
 			}
 			sortServices(ex)
 			got, names, skips := desired(tc.pod, ex, tc.cluster, newChecker("ns", tc.cluster))
@@ -168,7 +242,7 @@ func TestDesired(t *testing.T) {
 func TestDesiredTooManyServices(t *testing.T) {
 	var ex []exported
 	for i := range annotation.MaxServices + 3 {
-		ex = append(ex, newExported(svc(fmt.Sprintf("s%03d", i), app), nil))
+		ex = append(ex, byAnnotation(svc(fmt.Sprintf("s%03d", i), app)))
 	}
 	got, names, skips := desired(pod("p", app), ex, "", newChecker("ns", ""))
 	if len(names) != annotation.MaxServices || names[0] != "s000" {
@@ -191,7 +265,7 @@ func TestDesiredTooLarge(t *testing.T) {
 	}
 	var ex []exported
 	for i := range 12 {
-		ex = append(ex, newExported(svc(fmt.Sprintf("s%02d", i), app, ports...), nil))
+		ex = append(ex, byAnnotation(svc(fmt.Sprintf("s%02d", i), app, ports...)))
 	}
 	got, names, skips := desired(pod("p", app), ex, "edge-a", newChecker("ns", "edge-a"))
 	if got == "" || len(got) > annotation.MaxBytes {
@@ -217,7 +291,7 @@ func TestDesiredTooManyPorts(t *testing.T) {
 	for i := range annotation.MaxPortsPerExport + 5 {
 		ports = append(ports, sport(fmt.Sprintf("p%d", i), int32(1000+i), intstr.IntOrString{}, corev1.ProtocolTCP))
 	}
-	ex := []exported{newExported(svc("backend", app, ports...), nil)}
+	ex := []exported{byAnnotation(svc("backend", app, ports...))}
 	got, _, skips := desired(pod("p", app), ex, "", newChecker("ns", ""))
 	read, rej := annotation.ParseExports(got, "ns", "c")
 	if len(rej) > 0 || len(read) != 1 || len(read[0].Ports) != annotation.MaxPortsPerExport {

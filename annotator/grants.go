@@ -8,14 +8,14 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 )
 
@@ -56,56 +56,57 @@ func ParsePeerReader(s string) error {
 	return err
 }
 
-// signalGrants asks runGrants for a sync (after a reconcile).
+// grantsKey is the one item of the grants queue: a sync looks at every
+// namespace.
+const grantsKey = "grants"
+
+// grantsBurst is how long a sync waits after the reconcile that asked for
+// it, so that a burst of reconciles makes one sync.
+const grantsBurst = time.Second
+
+// grantsRetry is the backoff of a failed sync: one second, doubled at each
+// failure in a row, at most a minute.
+func grantsRetry() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Second, time.Minute)
+}
+
+// signalGrants asks runGrants for a sync (after a reconcile that changed
+// whether its namespace exports).
 func (c *Controller) signalGrants() {
-	if c.grantsWake == nil {
-		return
-	}
-	select {
-	case c.grantsWake <- struct{}{}:
-	default:
+	if c.grants != nil {
+		c.grants.AddAfter(grantsKey, grantsBurst)
 	}
 }
 
 // runGrants keeps the grants and the list in line with the exported
-// Services until ctx ends (the leader only): after reconciles, at most one
-// sync a second, and every grantsResync; a failed sync is tried again with
-// the queue's backoff.
+// Services until the grants queue shuts down (the leader only, in Run):
+// grantsBurst after reconciles, and every grantsResync; a failed sync is
+// tried again after the rate limiter's backoff (grantsRetry).
 func (c *Controller) runGrants(ctx context.Context) {
 	sub, err := peerReader(c.cfg.PeerReader)
 	if err != nil {
 		klog.Errorf("peer grants: %v: none made", err)
 		return
 	}
-	var failures int
+	retry := grantsRetry()
+	c.grants.Add(grantsKey)
 	for {
+		key, quit := c.grants.Get()
+		if quit {
+			return
+		}
 		err := c.syncGrants(ctx, sub)
-		wait := grantsResync
 		switch {
 		case ctx.Err() != nil:
-			return
 		case err != nil:
-			failures++
-			wait = min(time.Duration(failures)*time.Second, time.Minute)
+			wait := retry.When(key)
 			klog.Warningf("peer grants: %v (trying again in %v)", err, wait)
+			c.grants.AddAfter(key, wait)
 		default:
-			failures = 0
+			retry.Forget(key)
+			c.grants.AddAfter(key, grantsResync)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-c.grantsWake:
-			t.Stop()
-			// let a burst of reconciles end
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-		case <-t.C:
-		}
+		c.grants.Done(key)
 	}
 }
 
@@ -117,12 +118,7 @@ func (c *Controller) ExportingNamespaces() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	set := map[string]bool{}
-	for _, s := range svcs {
-		if s.Spec.Type != corev1.ServiceTypeExternalName && s.Annotations[annotation.ExportServiceAnnotation] == annotation.LabelValue {
-			set[s.Namespace] = true
-		}
-	}
+	byExport := map[string]bool{} // namespace/name of each ServiceExport
 	if se := c.exports.Load(); se != nil {
 		if !se.hasSynced() {
 			return nil, errors.New("the ServiceExports are not listed yet")
@@ -132,13 +128,15 @@ func (c *Controller) ExportingNamespaces() ([]string, error) {
 			return nil, err
 		}
 		for _, o := range objs {
-			m, ok := o.(metav1.Object)
-			if !ok || set[m.GetNamespace()] {
-				continue
+			if m, ok := o.(metav1.Object); ok {
+				byExport[m.GetNamespace()+"/"+m.GetName()] = true
 			}
-			if s, err := c.services.Services(m.GetNamespace()).Get(m.GetName()); err == nil && s.Spec.Type != corev1.ServiceTypeExternalName {
-				set[m.GetNamespace()] = true
-			}
+		}
+	}
+	set := map[string]bool{}
+	for _, s := range svcs {
+		if ok, _ := isExported(s, byExport[s.Namespace+"/"+s.Name]); ok {
+			set[s.Namespace] = true
 		}
 	}
 	out := make([]string, 0, len(set))
@@ -236,31 +234,22 @@ func (c *Controller) revoke(ctx context.Context, rb *rbacv1.RoleBinding) error {
 	return nil
 }
 
-// publish writes the list of exporting namespaces, when it changed.
+// publish applies, with server-side apply, the list of exporting
+// namespaces and the label that marks the ConfigMap as the annotator's; it
+// logs the list when the apply changed the ConfigMap.
 func (c *Controller) publish(ctx context.Context, namespaces []string) error {
-	cms := c.client.CoreV1().ConfigMaps(source.ExportingNamespacesNamespace)
-	value := source.FormatNamespaces(namespaces)
-	cm, err := cms.Get(ctx, source.ExportingNamespacesName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		cm = &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: source.ExportingNamespacesName, Namespace: source.ExportingNamespacesNamespace,
-				Labels: map[string]string{ManagedByLabel: FieldManager}},
-			Data: map[string]string{source.ExportingNamespacesKey: value},
-		}
-		_, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager})
-	case err != nil:
-	case cm.Data[source.ExportingNamespacesKey] == value && len(cm.Data) == 1:
-		return nil
-	default:
-		cm.Data = map[string]string{source.ExportingNamespacesKey: value}
-		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: FieldManager})
-	}
+	cfg := applycorev1.ConfigMap(source.ExportingNamespacesName, source.ExportingNamespacesNamespace).
+		WithLabels(map[string]string{ManagedByLabel: FieldManager}).
+		WithData(map[string]string{source.ExportingNamespacesKey: source.FormatNamespaces(namespaces)})
+	cm, err := c.client.CoreV1().ConfigMaps(source.ExportingNamespacesNamespace).Apply(ctx, cfg, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	c.counted(err)
 	if err != nil {
 		return fmt.Errorf("ConfigMap %s/%s: %w", source.ExportingNamespacesNamespace, source.ExportingNamespacesName, err)
 	}
-	klog.Infof("published %d exporting namespaces in ConfigMap %s/%s", len(namespaces), source.ExportingNamespacesNamespace, source.ExportingNamespacesName)
+	if cm.ResourceVersion != c.publishedVersion {
+		c.publishedVersion = cm.ResourceVersion
+		klog.Infof("published %d exporting namespaces in ConfigMap %s/%s", len(namespaces), source.ExportingNamespacesNamespace, source.ExportingNamespacesName)
+	}
 	return nil
 }
 

@@ -142,11 +142,12 @@ func imports(pod *corev1.Pod) bool {
 	return ok
 }
 
-// inSync tells whether pod already carries want (the annotation value, or ""
-// for none), sig (its signature, or "" when not signing) and the importer
-// label when importer, as the annotator would leave them.
-func inSync(pod *corev1.Pod, want, sig string, importer bool) bool {
-	return exportInSync(pod, want, sig) && importerInSync(pod, importer)
+// inSync tells whether pod already carries, as the annotator would leave
+// them, want (the annotation value, or "" for none) with sig (its
+// signature, or "" when not signing) and the exporter label (export), and
+// the importer label when importer (imports).
+func inSync(pod *corev1.Pod, want, sig string, importer bool) (export, imports bool) {
+	return exportInSync(pod, want, sig), importerInSync(pod, importer)
 }
 
 // importerInSync: a Pod that imports carries the importer label (whoever set

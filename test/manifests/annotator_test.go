@@ -78,8 +78,8 @@ var annotatorClusterGrants = grants(
 // annotatorLeaseGrants is what the contract lists in its own namespace.
 var annotatorLeaseGrants = grants(
 	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
-	// The list of exporting namespaces.
-	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
+	// The list of exporting namespaces (server-side apply).
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "patch"}},
 )
 
 // grants expands rules into the set of (group, resource, verb) they allow.

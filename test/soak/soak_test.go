@@ -17,7 +17,14 @@
 // service has some; counted apart within 10 s of a CoreDNS start, when a
 // damaged snapshot leaves it empty until its sources have listed) or failed
 // (no reply, or an error rcode). Staleness is measured from the
-// change, and separately from the end of the last fault (after recovery).
+// change, and separately from the end of the last fault that touched the
+// cluster (after recovery: API server and peer faults touch one cluster,
+// CoreDNS's restarts and reloads both).
+//
+// Besides any wrong answer, a run fails when it answers too little or too
+// late (the bounds below): a healthy run stays far inside them, also on a
+// loaded 2-core machine, while a CoreDNS that stops answering, or keeps an
+// old answer, after a fault does not.
 package soak
 
 import (
@@ -63,6 +70,31 @@ const (
 	churnEvery     = 300 * time.Millisecond
 	probeEvery     = 10 * time.Millisecond
 	opTimeout      = 5 * time.Second
+	startWindow    = 10 * time.Second // after a CoreDNS start, missing answers are counted apart
+)
+
+// The bounds of a passing run.
+const (
+	// maxStalenessAfterRecovery bounds how long after the end of the last
+	// fault that touched a cluster an answer may still hold an old set of
+	// its addresses: the time to reconnect, relist and catch up with the
+	// churn, with a wide margin for a loaded machine. Faults touch each
+	// cluster again about this often, so answers that stay old are caught
+	// by minOKShare rather than by this bound.
+	maxStalenessAfterRecovery = 20 * time.Second
+	// maxMissingShare bounds the answers missing a cluster's part outside
+	// the start window, as a share of the answers checked.
+	maxMissingShare = 0.005
+	// maxFailedShare bounds the failed answers (no reply, or an error
+	// rcode) while CoreDNS runs and is not being restarted, as a share of
+	// the answers checked. A query that times out takes a second, so a
+	// CoreDNS that stops answering shows in far fewer answers checked.
+	maxFailedShare = 0.005
+	// minOKShare bounds from below the answers that are current, as a share
+	// of those checked while CoreDNS ran, outside the start window: most
+	// answers are current, between faults and during those that leave a
+	// cluster's part as it was.
+	minOKShare = 0.7
 )
 
 // Result is what a soak reports (soak.json).
@@ -82,6 +114,7 @@ type Result struct {
 	FailedWhileCoreDNSDown         int64          `json:"failed_while_coredns_down"`
 	LongestStalenessMs             int64          `json:"longest_staleness_ms"`
 	LongestStalenessAfterRecoverMs int64          `json:"longest_staleness_after_recovery_ms"`
+	LongestStalenessAfterRecoverAt string         `json:"longest_staleness_after_recovery_at,omitempty"`
 	WrongExamples                  []string       `json:"wrong_examples,omitempty"`
 	MissingExamples                []string       `json:"missing_examples,omitempty"`
 }
@@ -109,13 +142,14 @@ type pod struct {
 // lag behind). Sets are kept per cluster: the clusters reach DNS
 // independently (a cut peer's part lags while the local part is current).
 type model struct {
-	mu       sync.Mutex
-	pods     map[string]*pod          // by cluster/name
-	current  map[part]string          // the address set now
-	since    map[part]time.Time       // when it became current
-	history  map[part]map[string]bool // every set it had
-	faultEnd time.Time                // when the last fault ended
-	inFault  bool
+	mu        sync.Mutex
+	pods      map[string]*pod          // by cluster/name
+	current   map[part]string          // the address set now
+	since     map[part]time.Time       // when it became current
+	history   map[part]map[string]bool // every set it had
+	faultEnd  map[string]time.Time     // by cluster: when the last fault that touched it ended
+	lastFault map[string]string        // by cluster: the name of that fault
+	inFault   map[string]bool          // by cluster: a fault that touches it is on
 }
 
 // part is a service's addresses in one cluster.
@@ -158,9 +192,9 @@ func clusterOf(ip string) string {
 }
 
 // verdict classifies an answer for svc: ok, stale (with its staleness from
-// the change and from the end of the last fault, -1 during one), missing or
-// wrong.
-func (m *model) verdict(svc string, got []string, now time.Time) (v string, stale, after time.Duration) {
+// the change and from the end of the last fault that touched the stale
+// cluster, -1 during one, and what that was), missing or wrong.
+func (m *model) verdict(svc string, got []string, now time.Time) (v string, stale, after time.Duration, afterWhat string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	by := map[string][]string{}
@@ -177,19 +211,19 @@ func (m *model) verdict(svc string, got []string, now time.Time) (v string, stal
 		case m.history[k][s]:
 			v = "stale"
 			stale = max(stale, now.Sub(m.since[k]))
-			if !m.inFault {
-				after = max(after, now.Sub(later(m.since[k], m.faultEnd)))
+			if a := now.Sub(later(m.since[k], m.faultEnd[cl])); !m.inFault[cl] && a > after {
+				after, afterWhat = a, fmt.Sprintf("%s's part of %s, after %s", cl, svc, m.lastFault[cl])
 			}
 		case s == "":
 			missing = true // a cluster's part absent (not synced yet after an empty start)
 		default:
-			return "wrong", 0, -1
+			return "wrong", 0, -1, ""
 		}
 	}
 	if missing {
-		return "missing", 0, -1
+		return "missing", 0, -1, ""
 	}
-	return v, stale, after
+	return v, stale, after, afterWhat
 }
 
 type counts struct {
@@ -198,6 +232,7 @@ type counts struct {
 	churnOps, churnErrors                                                atomic.Int64
 	mu                                                                   sync.Mutex
 	examples, missingExamples                                            []string
+	longestAfterWhat                                                     string
 }
 
 func maxInto(a *atomic.Int64, v int64) {
@@ -219,7 +254,8 @@ func TestSoak(t *testing.T) {
 	for _, c := range cs {
 		c.CreateNamespace(t, ns)
 	}
-	m := &model{pods: map[string]*pod{}, current: map[part]string{}, since: map[part]time.Time{}, history: map[part]map[string]bool{}}
+	m := &model{pods: map[string]*pod{}, current: map[part]string{}, since: map[part]time.Time{}, history: map[part]map[string]bool{},
+		faultEnd: map[string]time.Time{}, lastFault: map[string]string{}, inFault: map[string]bool{}}
 	var names []string
 	for s := range services {
 		svc := fmt.Sprintf("svc-%d", s)
@@ -358,12 +394,12 @@ func TestSoak(t *testing.T) {
 				continue
 			}
 			got := harness.Addrs(r) // sorted
-			v, stale, after := m.verdict(svc, got, now)
+			v, stale, after, afterWhat := m.verdict(svc, got, now)
 			switch v {
 			case "ok":
 				c.ok.Add(1)
 			case "missing":
-				if now.Sub(time.Unix(0, coreStart.Load())) < 10*time.Second {
+				if now.Sub(time.Unix(0, coreStart.Load())) < startWindow {
 					c.missingStart.Add(1)
 				} else {
 					c.missing.Add(1)
@@ -377,7 +413,12 @@ func TestSoak(t *testing.T) {
 				c.stale.Add(1)
 				maxInto(&c.longest, stale.Milliseconds())
 				if after >= 0 {
-					maxInto(&c.longestAfter, after.Milliseconds())
+					c.mu.Lock()
+					if ms := after.Milliseconds(); ms > c.longestAfter.Load() {
+						c.longestAfter.Store(ms)
+						c.longestAfterWhat = fmt.Sprintf("%s at %s", afterWhat, now.Sub(start).Round(time.Millisecond))
+					}
+					c.mu.Unlock()
 				}
 			default:
 				c.wrong.Add(1)
@@ -395,7 +436,8 @@ func TestSoak(t *testing.T) {
 
 	// The faults, in the test's goroutine (the harness may stop it).
 	faults := map[string]int{}
-	fault := func(name string, f func()) bool {
+	both := []string{"edge-a", "edge-b"}
+	fault := func(name string, touches []string, f func()) bool {
 		if time.Since(start) >= total || t.Failed() {
 			return false
 		}
@@ -403,13 +445,17 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("CoreDNS exited on its own before %s:\n%s", name, d.LogTail(40))
 		}
 		m.mu.Lock()
-		m.inFault = true
+		for _, cl := range touches {
+			m.inFault[cl] = true
+		}
 		m.mu.Unlock()
 		t.Logf("soak %s: %s", time.Since(start).Round(time.Second), name)
 		f()
 		faults[name]++
 		m.mu.Lock()
-		m.inFault, m.faultEnd = false, time.Now()
+		for _, cl := range touches {
+			m.inFault[cl], m.faultEnd[cl], m.lastFault[cl] = false, time.Now(), name
+		}
 		m.mu.Unlock()
 		time.Sleep(2 * time.Second) // settle: changes must show within this after recovery
 		return true
@@ -429,13 +475,13 @@ func TestSoak(t *testing.T) {
 	}
 	cycles := 0
 	for ok := true; ok; cycles++ {
-		ok = fault("apiserver_kill", func() {
+		ok = fault("apiserver_kill", []string{"edge-a"}, func() {
 			apiDown(a, func() { a.KillAPIServer(t, syscall.SIGKILL); time.Sleep(3 * time.Second); a.StartAPIServer(t) })
 		}) &&
-			fault("apiserver_hang", func() {
+			fault("apiserver_hang", []string{"edge-a"}, func() {
 				apiDown(a, func() { a.PauseAPIServer(t); time.Sleep(4 * time.Second); a.ResumeAPIServer(t) })
 			}) &&
-			fault("peer_flaps", func() {
+			fault("peer_flaps", []string{"edge-b"}, func() {
 				for range 3 {
 					peer.Cut(t)
 					time.Sleep(1500 * time.Millisecond)
@@ -443,18 +489,18 @@ func TestSoak(t *testing.T) {
 					time.Sleep(1500 * time.Millisecond)
 				}
 			}) &&
-			fault("peer_silent", func() { peer.Blackhole(t); time.Sleep(4 * time.Second); peer.Restore(t) }) &&
-			fault("coredns_restart", func() { restartCoreDNS(func() {}) }) &&
-			fault("coredns_reload", func() {
+			fault("peer_silent", []string{"edge-b"}, func() { peer.Blackhole(t); time.Sleep(4 * time.Second); peer.Restore(t) }) &&
+			fault("coredns_restart", both, func() { restartCoreDNS(func() {}) }) &&
+			fault("coredns_reload", both, func() {
 				if err := d.Process().Signal(syscall.SIGUSR1); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(time.Second)
 			}) &&
-			fault("snapshot_damage", func() {
+			fault("snapshot_damage", both, func() {
 				restartCoreDNS(func() { damage(t, filepath.Join(d.Dir, "snapshot.db")) })
 			}) &&
-			fault("peer_apiserver_kill", func() {
+			fault("peer_apiserver_kill", []string{"edge-b"}, func() {
 				apiDown(b, func() { b.KillAPIServer(t, syscall.SIGKILL); time.Sleep(3 * time.Second); b.StartAPIServer(t) })
 			})
 	}
@@ -466,7 +512,7 @@ func TestSoak(t *testing.T) {
 		ChurnOps: c.churnOps.Load(), ChurnErrors: c.churnErrors.Load(),
 		Checked: c.checked.Load(), OK: c.ok.Load(), Stale: c.stale.Load(), Wrong: c.wrong.Load(), Missing: c.missing.Load(), MissingAfterStart: c.missingStart.Load(),
 		Failed: c.failed.Load(), FailedWhileCoreDNSDown: c.failedDown.Load(),
-		LongestStalenessMs: c.longest.Load(), LongestStalenessAfterRecoverMs: c.longestAfter.Load(),
+		LongestStalenessMs: c.longest.Load(), LongestStalenessAfterRecoverMs: c.longestAfter.Load(), LongestStalenessAfterRecoverAt: c.longestAfterWhat,
 		WrongExamples: c.examples, MissingExamples: c.missingExamples,
 	}
 	write(t, res)
@@ -482,6 +528,30 @@ func TestSoak(t *testing.T) {
 	if res.Checked == 0 || res.OK == 0 {
 		t.Errorf("no answer checked as current: %+v", res)
 	}
+	for _, err := range bounds(res) {
+		t.Error(err)
+	}
+}
+
+// bounds checks r against the bounds of a passing run.
+func bounds(r Result) []error {
+	var errs []error
+	if after := time.Duration(r.LongestStalenessAfterRecoverMs) * time.Millisecond; after > maxStalenessAfterRecovery {
+		errs = append(errs, fmt.Errorf("an answer was stale %v after the end of the last fault that touched its cluster (%s), want at most %v", after, r.LongestStalenessAfterRecoverAt, maxStalenessAfterRecovery))
+	}
+	share := func(n int64) float64 { return float64(n) / float64(max(r.Checked, 1)) }
+	if share(r.Missing) > maxMissingShare {
+		errs = append(errs, fmt.Errorf("%d of %d answers missed a cluster's part outside the %v after a CoreDNS start, want at most %.1f%%: %v",
+			r.Missing, r.Checked, startWindow, 100*maxMissingShare, r.MissingExamples))
+	}
+	if share(r.Failed) > maxFailedShare {
+		errs = append(errs, fmt.Errorf("%d of %d answers failed while CoreDNS ran, want at most %.1f%%", r.Failed, r.Checked, 100*maxFailedShare))
+	}
+	if up := r.Checked - r.FailedWhileCoreDNSDown - r.MissingAfterStart; float64(r.OK) < minOKShare*float64(up) {
+		errs = append(errs, fmt.Errorf("%d of %d answers checked while CoreDNS ran (outside the %v after a start) were current, want at least %.0f%%",
+			r.OK, up, startWindow, 100*minOKShare))
+	}
+	return errs
 }
 
 func later(a, b time.Time) time.Time {
