@@ -28,41 +28,23 @@ import (
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// config is what the flags set.
+// config is what the flags set (see their help).
 type config struct {
-	Smoke      bool
-	Services   int
-	Endpoints  int
-	Namespaces int
-	Workers    int
-
-	Duration time.Duration // one dnsperf point
-	Runs     int           // repeats of each point (the median is reported)
-	Clients  int           // dnsperf -c
-	Rate     int           // fixed rate of the latency runs
-	LatDur   time.Duration // duration of a latency run
-
-	ColdEndpoints int
-	ColdRuns      int
-	Changes       int
-	CutFor        time.Duration
-	GoBench       bool
-	InstrRuns     int    // counted callgrind runs per contender and query type
-	InstrQueries  int    // queries in one counted run (whole passes through the query file)
-	Stages        string // comma-separated subset of gobench,cold,probe,dns,instr,live; "" for all
-
-	ProbeRepeats   int           // failovers measured
-	ProbeEndpoints int           // asked endpoints probed in the probe cost stage
-	ProbeWindow    time.Duration // over which the probes' CPU is read
-	CompareCoreDNS string        // an older bin/coredns to run the live stage against in turns; "" for none
-	CompareTurns   int           // turns of each build
-	SoakReport     string        // soak.md of a make soak run to include; "" for none
-
-	Out    string // BENCHMARKS.md
-	Raw    string // folder for raw output
-	Render string // a results.json to render instead of running
-
-	Command string // the command line, for the report
+	Smoke                            bool
+	Services, Endpoints, Namespaces  int
+	Workers, Runs, Clients, Rate     int
+	Duration, LatDur                 time.Duration // one dnsperf point; one fixed-rate latency run
+	ColdEndpoints, ColdRuns, Changes int
+	CutFor                           time.Duration
+	GoBench                          bool
+	InstrRuns, InstrQueries          int
+	Stages                           string // comma-separated parts; "" for all
+	ProbeRepeats, ProbeEndpoints     int
+	ProbeWindow                      time.Duration
+	CompareCoreDNS                   string // "" for none
+	CompareTurns                     int
+	SoakReport, Out, Raw, Render     string
+	Command                          string // the command line, for the report
 }
 
 // smokeDefaults are the tiny sizes of -smoke, for the flags not given.

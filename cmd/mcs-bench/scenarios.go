@@ -312,27 +312,6 @@ func coldStart(_ context.Context, b *harness.Program, res *results, _ *world) {
 	time.Sleep(500 * time.Millisecond)
 	r.HeapEmpty = mem(base, "no API server, empty snapshot")
 	base.stop(b)
-	// The same start with an empty snapshot (the process's own start-up: Go
-	// runtime, every in-tree plugin's init, the server) is timed in turns
-	// with the cold starts below, so both see the machine in the same state:
-	// its speed here moves a start by tens of milliseconds from one quarter
-	// hour to the next.
-	emptyStart := func(k int) {
-		t0 := base.d.StartNoWait(b)
-		deadline := t0.Add(30 * time.Second)
-		for {
-			if _, err := base.d.Exchange(harness.Query{Name: ds.qname(0), Type: dns.TypeA, Timeout: time.Second}); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("empty start %d: no answer after 30 s:\n%s", k+1, base.d.LogTail(20))
-			}
-			time.Sleep(time.Millisecond)
-		}
-		r.EmptyRuns = append(r.EmptyRuns, time.Since(t0))
-		base.d.Stop(b)
-	}
-
 	c := &contender{Name: ours + " (cold)", tmpl: oursCorefile, vars: map[string]string{
 		"CLUSTER": clusterA, "KUBECONFIG": kc, "EXTRA": "", "SNAPSHOT": snap}}
 	sample := sampleOf(ds, 25)
@@ -353,26 +332,37 @@ func coldStart(_ context.Context, b *harness.Program, res *results, _ *world) {
 	r.HeapRendered = mem(c, "no API server, every service asked once")
 	c.d.Stop(b)
 
+	// The same start with an empty snapshot (the process's own start-up: Go
+	// runtime, every in-tree plugin's init, the server) is timed in turns
+	// with the cold starts, so both see the machine in the same state.
 	probe := sample[len(sample)/2]
 	for k := 0; k < cfg.ColdRuns; k++ {
-		emptyStart(k)
-		t0 := c.d.StartNoWait(b)
-		deadline := t0.Add(30 * time.Second)
-		for check(c, ds, probe, dns.TypeA) != "" {
-			if time.Now().After(deadline) {
-				b.Fatalf("cold start %d: no correct answer after 30 s:\n%s", k+1, c.d.LogTail(20))
-			}
-			time.Sleep(time.Millisecond)
-		}
-		took := time.Since(t0)
-		r.Runs = append(r.Runs, took)
-		b.Logf("cold start %d: first correct answer %s after the process started (empty snapshot just before: %s)", k+1, took.Round(100*time.Microsecond), r.EmptyRuns[k].Round(100*time.Microsecond))
-		c.d.Stop(b)
+		r.EmptyRuns = append(r.EmptyRuns, timedStart(b, base, fmt.Sprintf("empty start %d", k+1), func() bool {
+			_, err := base.d.Exchange(harness.Query{Name: ds.qname(0), Type: dns.TypeA, Timeout: time.Second})
+			return err == nil
+		}))
+		r.Runs = append(r.Runs, timedStart(b, c, fmt.Sprintf("cold start %d", k+1), func() bool { return check(c, ds, probe, dns.TypeA) == "" }))
+		b.Logf("cold start %d: first correct answer %s after the process started (empty snapshot just before: %s)", k+1, r.Runs[k].Round(100*time.Microsecond), r.EmptyRuns[k].Round(100*time.Microsecond))
 	}
 	_ = os.WriteFile(filepath.Join(cfg.Raw, "cold-start-coredns.log"), []byte(c.d.Log()), 0o644)
 	if _, err := exec.LookPath("perf"); err == nil {
 		r.Perf = perfColdStart(b, c, ds, filepath.Join(cfg.Raw, "cold-start.perf"))
 	}
+}
+
+// timedStart starts c's CoreDNS again, returns the time from the start
+// until answered holds (asked every millisecond, for at most 30 s), and
+// stops it.
+func timedStart(b *harness.Program, c *contender, what string, answered func() bool) time.Duration {
+	t0 := c.d.StartNoWait(b)
+	for deadline := t0.Add(30 * time.Second); !answered(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: no correct answer after 30 s:\n%s", what, c.d.LogTail(20))
+		}
+	}
+	took := time.Since(t0)
+	c.d.Stop(b)
+	return took
 }
 
 // writeSnapshot writes the data set into a snapshot file at path with the
