@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
@@ -172,28 +173,22 @@ func check(c *contender, ds dataset, i int, qtype uint16) string {
 // waitCorrect waits until every sample service answers correctly (A, and
 // SRV where the contender answers SRV), and returns how long that took.
 func waitCorrect(t harness.T, c *contender, ds dataset, sample []int, bound time.Duration) time.Duration {
-	start := time.Now()
-	deadline := start.Add(bound)
-	for {
-		bad := ""
+	start, bad := time.Now(), ""
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, bound, true, func(context.Context) (bool, error) {
 		for _, i := range sample {
-			if bad = check(c, ds, i, dns.TypeA); bad != "" {
+			if bad = check(c, ds, i, dns.TypeA); bad == "" && c.SRV {
+				bad = check(c, ds, i, dns.TypeSRV)
+			}
+			if bad != "" {
 				break
 			}
-			if c.SRV {
-				if bad = check(c, ds, i, dns.TypeSRV); bad != "" {
-					break
-				}
-			}
 		}
-		if bad == "" {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: wrong answer after %s: %s\n%s", c.Name, bound, bad, c.d.LogTail(20))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return bad == "", nil
+	})
+	if err != nil {
+		t.Fatalf("%s: wrong answer after %s: %s\n%s", c.Name, bound, bad, c.d.LogTail(20))
 	}
+	return time.Since(start)
 }
 
 // sampleOf picks about n services spread over the data set, first and last included.

@@ -172,7 +172,7 @@ var stages = []stage{
 	{"mcs", false, mcsStage, mcsTargets},
 }
 
-// run does every scenario wanted; one that fails is recorded and the others
+// run does every stage wanted; one that fails is recorded and the others
 // go on where they can. The results and the report are written at the end in
 // any case.
 func run(ctx context.Context, b *harness.Program, res *results) {

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -19,13 +20,13 @@ import (
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// The MCS controller's scenario (issue 23): three real clusters, every
+// The MCS controller's stage (issue 23): three real clusters, every
 // service exported by two of them, the controller (bin/mcs-annotator
 // --mcs-controller) in the first with the other two as peers.
 
 var mcsClusters = []string{"mcs-a", "mcs-b", "mcs-c"}
 
-// mcsResult is what the MCS scenario measured.
+// mcsResult is what the MCS stage measured.
 type mcsResult struct {
 	Services, Pods int
 	LoadTook       time.Duration // creating the exporter Pods in the three clusters
@@ -183,25 +184,20 @@ func controllerWrites(t harness.T, a *harness.Annotator) map[string]float64 {
 // waitQuiet waits until ready holds and the controller's writes have not
 // moved for 5 s.
 func waitQuiet(t harness.T, a *harness.Annotator, ready func() bool, bound time.Duration) {
-	deadline := time.Now().Add(bound)
 	last, since := "", time.Now()
-	for {
-		w := fmt.Sprint(controllerWrites(t, a))
-		if w != last {
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, bound, true, func(context.Context) (bool, error) {
+		if w := fmt.Sprint(controllerWrites(t, a)); w != last {
 			last, since = w, time.Now()
 		}
-		if ready() && time.Since(since) >= 5*time.Second {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the MCS controller did not settle within %s (writes %s)\n%s", bound, w, harness.Tail(a.Process().LogPath, 20))
-		}
-		time.Sleep(500 * time.Millisecond)
+		return ready() && time.Since(since) >= 5*time.Second, nil
+	})
+	if err != nil {
+		t.Fatalf("the MCS controller did not settle within %s (writes %s)\n%s", bound, last, harness.Tail(a.Process().LogPath, 20))
 	}
 }
 
 // mcsGoBench runs BenchmarkControllerMemory (fake clientsets) at 100,000
-// endpoints over the scenario's services (10 by default at -smoke).
+// endpoints over the stage's services (10 by default at -smoke).
 func mcsGoBench(ctx context.Context, b *harness.Program, res *results, r *mcsResult) {
 	endpoints := 100000
 	if res.Cfg.Smoke {

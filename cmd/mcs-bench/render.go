@@ -14,7 +14,7 @@ import (
 )
 
 // report.md.tmpl renders BENCHMARKS.md from a results file: one block per
-// scenario, in the order of the report.
+// stage, in the order of the report.
 //
 //go:embed report.md.tmpl
 var reportTemplate string
@@ -117,7 +117,7 @@ func (t target) Verdict() string {
 	}
 }
 
-// Targets are every scenario's rows, in the scenarios' order.
+// Targets are every stage's rows, in the stages' order.
 func (r *results) Targets() []target {
 	var ts []target
 	for _, s := range stages {

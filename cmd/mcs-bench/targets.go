@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// The targets of issue 6, one function per scenario: each reads what its
-// scenario measured and returns its rows of the report's table of targets.
+// The targets of issue 6, one function per stage: each reads what its
+// stage measured and returns its rows of the report's table of targets.
 
 func dnsTargets(r *results) []target {
 	d := r.DNS
