@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
@@ -78,32 +80,19 @@ type contender struct {
 }
 
 // start runs the contender's CoreDNS, through wrapper when it is not ""
-// (a script that execs bin/coredns pinned to CPU 0, or under valgrind), and
-// returns how long it took to answer every sample correctly (at most bound).
+// (a script that execs bin/coredns pinned to CPU 0, or under a profiler),
+// and returns how long it took to answer every sample correctly (at most
+// bound).
 func (c *contender) start(t harness.T, wrapper string, ds dataset, sample []int, bound time.Duration) time.Duration {
-	vars := map[string]string{}
-	for k, v := range c.vars {
-		vars[k] = v
-	}
+	vars := maps.Clone(c.vars)
 	pp := harness.FreePort(t)
 	vars["PPROF"] = strconv.Itoa(pp)
 	c.pprof = "127.0.0.1:" + strconv.Itoa(pp)
 	if wrapper == "" {
 		wrapper = c.bin
 	}
-	if wrapper != "" {
-		old, had := os.LookupEnv(harness.EnvCoreDNS)
-		os.Setenv(harness.EnvCoreDNS, wrapper)
-		defer func() {
-			if had {
-				os.Setenv(harness.EnvCoreDNS, old)
-			} else {
-				os.Unsetenv(harness.EnvCoreDNS)
-			}
-		}()
-	}
 	start := time.Now()
-	c.d = harness.StartCoreDNS(t, c.tmpl, vars)
+	c.d = harness.StartCoreDNSWith(t, wrapper, c.tmpl, vars)
 	waitCorrect(t, c, ds, sample, bound)
 	return time.Since(start)
 }
@@ -130,16 +119,21 @@ func (c *contender) keepLog(raw, tag string) {
 	}
 }
 
-// pinWrapper writes a script that runs bin/coredns on CPU 0 (exec keeps the
-// PID, so the harness stops CoreDNS itself).
-func pinWrapper(t harness.T, dir string) string {
-	tools := harness.FindTools()
-	path := filepath.Join(dir, "coredns-cpu0")
-	script := fmt.Sprintf("#!/bin/sh\nexec taskset -c 0 %q \"$@\"\n", tools.CoreDNS)
+// wrapper writes a shell script that runs bin/coredns through cmd (exec
+// keeps the PID, so the harness stops CoreDNS, or what runs it, itself) and
+// returns its path.
+func wrapper(t harness.T, dir, name, cmd string) string {
+	path := filepath.Join(dir, name)
+	script := fmt.Sprintf("#!/bin/sh\nexec %s %q \"$@\"\n", cmd, harness.FindTools().CoreDNS)
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatalf("%v", err)
 	}
 	return path
+}
+
+// pinWrapper writes a script that runs bin/coredns on CPU 0.
+func pinWrapper(t harness.T, dir string) string {
+	return wrapper(t, dir, "coredns-cpu0", "taskset -c 0")
 }
 
 // check asks for service i and says what is wrong with the answer, "" if nothing.
@@ -179,28 +173,22 @@ func check(c *contender, ds dataset, i int, qtype uint16) string {
 // waitCorrect waits until every sample service answers correctly (A, and
 // SRV where the contender answers SRV), and returns how long that took.
 func waitCorrect(t harness.T, c *contender, ds dataset, sample []int, bound time.Duration) time.Duration {
-	start := time.Now()
-	deadline := start.Add(bound)
-	for {
-		bad := ""
+	start, bad := time.Now(), ""
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, bound, true, func(context.Context) (bool, error) {
 		for _, i := range sample {
-			if bad = check(c, ds, i, dns.TypeA); bad != "" {
+			if bad = check(c, ds, i, dns.TypeA); bad == "" && c.SRV {
+				bad = check(c, ds, i, dns.TypeSRV)
+			}
+			if bad != "" {
 				break
 			}
-			if c.SRV {
-				if bad = check(c, ds, i, dns.TypeSRV); bad != "" {
-					break
-				}
-			}
 		}
-		if bad == "" {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: wrong answer after %s: %s\n%s", c.Name, bound, bad, c.d.LogTail(20))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return bad == "", nil
+	})
+	if err != nil {
+		t.Fatalf("%s: wrong answer after %s: %s\n%s", c.Name, bound, bad, c.d.LogTail(20))
 	}
+	return time.Since(start)
 }
 
 // sampleOf picks about n services spread over the data set, first and last included.

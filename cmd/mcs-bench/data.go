@@ -8,13 +8,14 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	mcs "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
@@ -93,78 +94,68 @@ func (d dataset) tablePod(i, j int) *table.Pod {
 }
 
 // parallel runs f(0..n-1) on workers goroutines, stops handing out work
-// after the first failure and returns the first error.
-func parallel(n, workers int, f func(i int) error) error {
-	var (
-		next  atomic.Int64
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				mu.Lock()
-				stop := first != nil
-				mu.Unlock()
-				if stop {
-					return
-				}
-				if err := f(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
+// after the first failure and returns the first error. It logs every 10 s
+// how far it is.
+func parallel(t harness.T, what string, n, workers int, f func(i int) error) error {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	var done atomic.Int64
+	stop := make(chan struct{})
+	go wait.Until(func() { t.Logf("%s: %d of %d", what, done.Load(), n) }, 10*time.Second, stop)
+	defer close(stop)
+	workqueue.ParallelizeUntil(ctx, workers, n, func(i int) {
+		if err := f(i); err != nil {
+			cancel(err)
+		}
+		done.Add(1)
+	})
+	return context.Cause(ctx)
+}
+
+// createPods creates each exporter Pod, Running and Ready with its IPs (the
+// harness acts as the kubelet), on workers goroutines.
+func createPods(t *harness.Program, what string, workers int, pods []exporterPod) {
+	err := parallel(t, what, len(pods), workers, func(k int) error {
+		p := pods[k]
+		if !t.Run(func() { p.c.CreateReadyPods(t, p.ns, p.pod) }) {
+			return fmt.Errorf("pod %s/%s in %s", p.ns, p.pod.Pod.Name, p.c.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("creating %s: %v", what, err)
 	}
-	wg.Wait()
-	return first
 }
 
-// createStats says how long loading the API server took.
-type createStats struct {
-	Pods, Imports, Slices int
-	PodsTook, MCSTook     time.Duration
+// exporterPod is one Pod for createPods.
+type exporterPod struct {
+	c   *harness.Cluster
+	ns  string
+	pod harness.ReadyPod
 }
 
-// load creates the namespaces, the annotated exporter Pods (made Running and
-// Ready with their IPs: the harness acts as the kubelet) and, when mcsToo,
-// the MCS CRDs, one Headless ServiceImport and one EndpointSlice per service
-// for the in-tree kubernetes multicluster reference.
-func (d dataset) load(t *harness.Program, c *harness.Cluster, workers int, mcsToo bool) createStats {
-	var st createStats
+// pod is endpoint j of service i as an exporter Pod in c.
+func (d dataset) exporterPod(c *harness.Cluster, i, j int) exporterPod {
+	return exporterPod{c, d.namespace(i), harness.ReadyPod{Pod: harness.ExporterPod(d.pod(i, j), "", d.exportService(i)), IPs: []string{d.ip(i, j).String()}}}
+}
+
+// load creates the namespaces, the exporter Pods and, when mcsToo, the MCS
+// CRDs, one Headless ServiceImport and one EndpointSlice per service for the
+// in-tree kubernetes multicluster reference.
+func (d dataset) load(t *harness.Program, c *harness.Cluster, workers int, mcsToo bool) *dataResult {
+	st := &dataResult{}
 	for n := 0; n < d.namespaces && n < d.services; n++ {
 		c.CreateNamespace(t, d.namespace(n))
 	}
 	start := time.Now()
-	var done atomic.Int64
-	stopProgress := progress(t, "exporter Pods", d.total(), &done)
-	err := parallel(d.total(), workers, func(k int) error {
-		i, j := k/d.endpoints, k%d.endpoints
-		p := harness.ReadyPod{Pod: harness.ExporterPod(d.pod(i, j), "", d.exportService(i)), IPs: []string{d.ip(i, j).String()}}
-		ok := t.Run(func() { c.CreateReadyPods(t, d.namespace(i), p) })
-		done.Add(1)
-		if !ok {
-			return fmt.Errorf("pod %s/%s", d.namespace(i), p.Name)
-		}
-		return nil
-	})
-	stopProgress()
-	if err != nil {
-		t.Fatalf("creating Pods: %v", err)
+	pods := make([]exporterPod, 0, d.total())
+	for k := 0; k < d.total(); k++ {
+		pods = append(pods, d.exporterPod(c, k/d.endpoints, k%d.endpoints))
 	}
+	createPods(t, "exporter Pods", workers, pods)
 	st.Pods, st.PodsTook = d.total(), time.Since(start)
 	t.Logf("created %d exporter Pods (Running, Ready, with IPs) in %s: %.0f Pods/s with %d workers",
-		st.Pods, st.PodsTook.Round(time.Millisecond), float64(st.Pods)/st.PodsTook.Seconds(), workers)
+		st.Pods, st.PodsTook.Round(time.Millisecond), st.PodRate(), workers)
 	if !mcsToo {
 		return st
 	}
@@ -175,10 +166,7 @@ func (d dataset) load(t *harness.Program, c *harness.Cluster, workers int, mcsTo
 		t.Fatalf("mcs client: %v", err)
 	}
 	start = time.Now()
-	done.Store(0)
-	stopProgress = progress(t, "ServiceImports + EndpointSlices", d.services, &done)
-	err = parallel(d.services, workers, func(i int) error {
-		defer done.Add(1)
+	err = parallel(t, "ServiceImports + EndpointSlices", d.services, workers, func(i int) error {
 		ns := d.namespace(i)
 		cx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -208,34 +196,12 @@ func (d dataset) load(t *harness.Program, c *harness.Cluster, workers int, mcsTo
 		}
 		return nil
 	})
-	stopProgress()
 	if err != nil {
 		t.Fatalf("creating MCS objects: %v", err)
 	}
 	st.Imports, st.Slices, st.MCSTook = d.services, d.services, time.Since(start)
 	t.Logf("created %d ServiceImports and %d EndpointSlices in %s", st.Imports, st.Slices, st.MCSTook.Round(time.Millisecond))
 	return st
-}
-
-// progress logs every 10 s how far a long creation is; the returned func stops it.
-func progress(t harness.T, what string, total int, done *atomic.Int64) func() {
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(10 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				t.Logf("%s: %d of %d", what, done.Load(), total)
-			}
-		}
-	}()
-	return func() { close(stop); wg.Wait() }
 }
 
 // writeHostsFile writes every service name with its endpoint IPs, one line

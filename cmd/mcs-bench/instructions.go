@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,21 +16,12 @@ import (
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// Instructions per answer, counted by valgrind's callgrind: the machine
-// instructions a contender's CoreDNS executes (user space, every thread: the
-// server, the plugin and the Go runtime; not the kernel's share of the UDP
-// system calls) while it answers the query file. Unlike QPS and CPU time,
-// the count does not change with what else the machine is doing or how fast
-// its virtual CPU is at the moment, so these ratios repeat from run to run.
-// It is not time: a cache miss and an add count alike.
-//
-// CoreDNS runs with GOGC=off under callgrind. With the collector on, the
-// count changed by up to a third between runs of one process: a cycle fell
-// into a run or not, and the size new goroutines' stacks start at (which
-// the runtime adapts at each cycle to the stacks it saw) moved the cost of
-// growing them. With it off, every goroutine starts at the runtime's
-// smallest stack, and the collector's share is given by the heap bytes and
-// allocations per answer instead, which is what drives it.
+// Instructions per answer, counted by valgrind's callgrind while a
+// contender answers the query file: unlike time, the count does not move
+// with the machine's load. CoreDNS runs with GOGC=off, because a collector
+// cycle falling into a run or not, and the start size of goroutine stacks
+// the runtime adapts at each cycle, moved the count between runs; the
+// collector's share is read from the heap bytes and allocations per answer.
 
 // instrPoint is one counted pass of a contender over a query file.
 type instrPoint struct {
@@ -72,6 +64,46 @@ func (p instrPoint) Figure(which string) float64 {
 		return p.perAnswer(p.Allocs)
 	}
 	panic("instrPoint.Figure: unknown figure " + which)
+}
+
+// instrPoints are every counted run.
+type instrPoints []instrPoint
+
+// Figure is the median over a contender's counted runs of a per-answer
+// Figure; NaN when not measured.
+func (ps instrPoints) Figure(qtype, name, which string) float64 {
+	var xs []float64
+	for _, p := range ps {
+		if p.QType == qtype && p.Contender == name && p.Answers > 0 {
+			xs = append(xs, p.Figure(which))
+		}
+	}
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	return median(xs)
+}
+
+// Range is the least and most instructions per answer of a contender's
+// counted runs.
+func (ps instrPoints) Range(qtype, name string) string {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, x := range ps {
+		if x.QType == qtype && x.Contender == name {
+			lo, hi = math.Min(lo, x.PerAnswer()), math.Max(hi, x.PerAnswer())
+		}
+	}
+	return fmt.Sprintf("%.0f-%.0f", lo, hi)
+}
+
+// OursATop is our first counted A run with a callgrind listing, nil if none.
+func (ps instrPoints) OursATop() *instrPoint {
+	for i, x := range ps {
+		if x.Contender == ours && x.QType == "A" && x.Top != "" {
+			return &ps[i]
+		}
+	}
+	return nil
 }
 
 // instrRunBound bounds one counted run: valgrind runs CoreDNS tens of times
@@ -126,7 +158,7 @@ func countRun(ctx context.Context, b *harness.Program, c *contender, w *world, r
 	pid := c.d.Process().PID()
 	tag := fmt.Sprintf("%s-%s-run%d", qtype, slug(c.Name), run)
 	before := callgrindDumps(out)
-	alloc0, mallocs0, err := memStats(c.pprof)
+	m0, err := memStats(c.pprof, false)
 	if err != nil {
 		b.Fatalf("%s: %v", c.Name, err)
 	}
@@ -139,7 +171,7 @@ func countRun(ctx context.Context, b *harness.Program, c *contender, w *world, r
 	if err != nil {
 		b.Fatalf("%s %s under callgrind: %v", c.Name, qtype, err)
 	}
-	alloc1, mallocs1, err := memStats(c.pprof)
+	m1, err := memStats(c.pprof, false)
 	if err != nil {
 		b.Fatalf("%s: %v", c.Name, err)
 	}
@@ -157,7 +189,7 @@ func countRun(ctx context.Context, b *harness.Program, c *contender, w *world, r
 		b.Fatalf("%s: %v", c.Name, err)
 	}
 	pt := instrPoint{Contender: c.Name, QType: qtype, Run: run, Instr: total, Answers: p.Completed, Lost: p.Lost, Dump: dump,
-		AllocBytes: alloc1 - alloc0, Allocs: mallocs1 - mallocs0}
+		AllocBytes: m1["TotalAlloc"] - m0["TotalAlloc"], Allocs: m1["Mallocs"] - m0["Mallocs"]}
 	pt.StackGrowth, pt.Top, err = callgrindAnnotate(ctx, dump)
 	if err != nil {
 		b.Errorf("%s: callgrind_annotate: %v", c.Name, err)
@@ -179,13 +211,7 @@ func callgrindWrapper(t harness.T, dir, name, out string) string {
 		_ = os.Remove(old)
 	}
 	_ = os.Remove(out)
-	tools := harness.FindTools()
-	path := filepath.Join(dir, "coredns-callgrind-"+name)
-	script := fmt.Sprintf("#!/bin/sh\nGOGC=off GODEBUG=${GODEBUG:+$GODEBUG,}cpu.rdtscp=off,asyncpreemptoff=1 exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=%q %q \"$@\"\n", out, tools.CoreDNS)
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatalf("%v", err)
-	}
-	return path
+	return wrapper(t, dir, "coredns-callgrind-"+name, fmt.Sprintf("env GOGC=off GODEBUG=${GODEBUG:+$GODEBUG,}cpu.rdtscp=off,asyncpreemptoff=1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=%q", out))
 }
 
 // callgrindControl sends a command to the callgrind running as pid and

@@ -19,48 +19,40 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// config is what the flags set.
+// config is what the flags set (see their help).
 type config struct {
-	Smoke      bool
-	Services   int
-	Endpoints  int
-	Namespaces int
-	Workers    int
+	Smoke                            bool
+	Services, Endpoints, Namespaces  int
+	Workers, Runs, Clients, Rate     int
+	Duration, LatDur                 time.Duration // one dnsperf point; one fixed-rate latency run
+	ColdEndpoints, ColdRuns, Changes int
+	CutFor                           time.Duration
+	GoBench                          bool
+	InstrRuns, InstrQueries          int
+	Stages                           string // comma-separated parts; "" for all
+	ProbeRepeats, ProbeEndpoints     int
+	ProbeWindow                      time.Duration
+	CompareCoreDNS                   string // "" for none
+	CompareTurns                     int
+	SoakReport, Out, Raw, Render     string
+	Command                          string // the command line, for the report
+}
 
-	Duration time.Duration // one dnsperf point
-	Runs     int           // repeats of each point (the median is reported)
-	Clients  int           // dnsperf -c
-	Rate     int           // fixed rate of the latency runs
-	LatDur   time.Duration // duration of a latency run
-
-	ColdEndpoints int
-	ColdRuns      int
-	Changes       int
-	CutFor        time.Duration
-	GoBench       bool
-	InstrRuns     int    // counted callgrind runs per contender and query type
-	InstrQueries  int    // queries in one counted run (whole passes through the query file)
-	Stages        string // comma-separated subset of gobench,cold,probe,dns,instr,live; "" for all
-
-	ProbeRepeats   int           // failovers measured
-	ProbeEndpoints int           // asked endpoints probed in the probe cost stage
-	ProbeWindow    time.Duration // over which the probes' CPU is read
-	CompareCoreDNS string        // an older bin/coredns to run the live stage against in turns; "" for none
-	CompareTurns   int           // turns of each build
-	SoakReport     string        // soak.md of a make soak run to include; "" for none
-
-	Out    string // BENCHMARKS.md
-	Raw    string // folder for raw output
-	Render string // a results.json to render instead of running
-
-	Command string // the command line, for the report
+// smokeDefaults are the tiny sizes of -smoke, for the flags not given.
+var smokeDefaults = map[string]string{
+	"services": "60", "endpoints": "2", "namespaces": "4", "duration": "1s", "runs": "1", "rate": "1000",
+	"latency-duration": "1s", "cold-endpoints": "5000", "cold-runs": "2", "changes": "10", "cut": "2s",
+	"gobench": "false", "instr-queries": "600", "instr-runs": "2", "probe-repeats": "2", "probe-endpoints": "300",
+	"probe-window": "3s", "compare-turns": "1",
 }
 
 func parseFlags() config {
@@ -96,29 +88,11 @@ func parseFlags() config {
 	if c.Smoke {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		def := func(name string, apply func()) {
+		for name, v := range smokeDefaults {
 			if !set[name] {
-				apply()
+				_ = flag.Set(name, v)
 			}
 		}
-		def("services", func() { c.Services = 60 })
-		def("endpoints", func() { c.Endpoints = 2 })
-		def("namespaces", func() { c.Namespaces = 4 })
-		def("duration", func() { c.Duration = time.Second })
-		def("runs", func() { c.Runs = 1 })
-		def("rate", func() { c.Rate = 1000 })
-		def("latency-duration", func() { c.LatDur = time.Second })
-		def("cold-endpoints", func() { c.ColdEndpoints = 5000 })
-		def("cold-runs", func() { c.ColdRuns = 2 })
-		def("changes", func() { c.Changes = 10 })
-		def("cut", func() { c.CutFor = 2 * time.Second })
-		def("gobench", func() { c.GoBench = false })
-		def("instr-queries", func() { c.InstrQueries = 600 })
-		def("instr-runs", func() { c.InstrRuns = 2 })
-		def("probe-repeats", func() { c.ProbeRepeats = 2 })
-		def("probe-endpoints", func() { c.ProbeEndpoints = 300 })
-		def("probe-window", func() { c.ProbeWindow = 3 * time.Second })
-		def("compare-turns", func() { c.CompareTurns = 1 })
 	}
 	c.Command = "go run ./cmd/mcs-bench " + strings.Join(os.Args[1:], " ")
 	return c
@@ -160,65 +134,45 @@ func main() {
 	b := harness.NewProgram("mcs-bench", func(msg string) {
 		fmt.Printf("   [%6.1fs] %s\n", time.Since(start).Seconds(), msg)
 	})
-	ctx, cancel := context.WithCancel(context.Background())
+	// Cancelled by SIGINT or SIGTERM too, which end the dnsperf or go test
+	// running then.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	res := &results{Cfg: cfg, Root: root, Started: start}
-	_, sig := b.RunUntilSignal(func() { run(ctx, b, res) })
-	code := 0
-	if sig != nil {
-		fmt.Fprintf(os.Stderr, "mcs-bench: %v: stopping every process it started\n", sig)
-		code = 130
+	code := b.Main(func() { run(ctx, b, res) })
+	if code == 0 && len(res.Failures) > 0 {
+		code = 1
 	}
-	cancel()
-	b.RunCleanups()
 	if code != 0 {
-		os.Exit(code)
-	}
-	if b.Failed() || len(res.Failures) > 0 {
 		fmt.Fprintf(os.Stderr, "mcs-bench: FAILED: %s\n", strings.Join(res.Failures, "; "))
-		os.Exit(1)
+		os.Exit(code)
 	}
 	fmt.Printf("mcs-bench: done in %s; report %s, raw output %s\n", time.Since(res.Started).Round(time.Second), cfg.Out, cfg.Raw)
 }
 
-// scenario is one part of the benchmark: its function puts what it measures
-// into results, its targets function turns that into rows of the report's
-// table of targets, and its block of report.md.tmpl renders its figures. A
-// new scenario is one entry here, its function, and its template block.
-type scenario struct {
-	part    string // its name for -stages
-	name    string // the stage's name in the report
+// stage is one part of the benchmark: its function fills its results
+// struct, its targets function turns that into rows of the report's table
+// of targets, and its block of report.md.tmpl renders it.
+type stage struct {
+	part    string // its name for -stages, and in the report
 	world   bool   // needs the clusters and the data
 	run     func(ctx context.Context, b *harness.Program, res *results, w *world)
 	targets func(r *results) []target
 }
 
-// scenarios run in this order; the clusters start before the first that
+// stages run in this order; the clusters start before the first that
 // needs them.
-var scenarios = []scenario{
-	{part: "gobench", name: "Go benchmarks", targets: goBenchTargets,
-		run: func(ctx context.Context, b *harness.Program, res *results, _ *world) { goBenchmarks(ctx, b, res) }},
-	{part: "cold", name: "cold start from a snapshot", targets: coldTargets,
-		run: func(_ context.Context, b *harness.Program, res *results, _ *world) { coldStart(b, res) }},
-	{part: "probe", name: "probe failover", targets: probeTargets,
-		run: func(_ context.Context, b *harness.Program, res *results, _ *world) { probeFailover(b, res) }},
-	{part: "probe", name: "probe cost and QPS with probing",
-		run: func(ctx context.Context, b *harness.Program, res *results, _ *world) { probeCost(ctx, b, res) }},
-	{part: "dns", name: "QPS and latency, pinned", world: true, targets: dnsTargets,
-		run: func(ctx context.Context, b *harness.Program, res *results, w *world) {
-			throughput(ctx, b, res, w, true)
-		}},
-	{part: "dns", name: "QPS, unpinned; heap and RSS", world: true,
-		run: func(ctx context.Context, b *harness.Program, res *results, w *world) {
-			throughput(ctx, b, res, w, false)
-		}},
-	{part: "instr", name: "instructions per answer (callgrind)", world: true, targets: instrTargets, run: instructions},
-	{part: "live", name: "propagation and resync", world: true, targets: liveTargets,
-		run: func(_ context.Context, b *harness.Program, res *results, w *world) { liveChanges(b, res, w) }},
-	{part: "mcs", name: "MCS controller (3 clusters)", targets: mcsTargets,
-		run: func(ctx context.Context, b *harness.Program, res *results, _ *world) { mcsScenario(ctx, b, res) }},
+var stages = []stage{
+	{"gobench", false, goBenchmarks, goBenchTargets},
+	{"cold", false, coldStart, coldTargets},
+	{"probe", false, probeStage, probeTargets},
+	{"dns", true, dnsStage, dnsTargets},
+	{"instr", true, instructions, instrTargets},
+	{"live", true, liveStage, liveTargets},
+	{"mcs", false, mcsStage, mcsTargets},
 }
 
-// run does every scenario wanted; one that fails is recorded and the others
+// run does every stage wanted; one that fails is recorded and the others
 // go on where they can. The results and the report are written at the end in
 // any case.
 func run(ctx context.Context, b *harness.Program, res *results) {
@@ -242,22 +196,22 @@ func run(ctx context.Context, b *harness.Program, res *results) {
 			b.Errorf("soak report: %v", err)
 		}
 	}
-	stage(b, res, "preflight", func() { preflight(b, res) })
+	timed(b, res, "preflight", func() { preflight(b, res) })
 	if len(res.Failures) > 0 {
 		return
 	}
 	var env *world
-	for _, s := range scenarios {
+	for _, s := range stages {
 		if !cfg.wants(s.part) || (s.part == "gobench" && !cfg.GoBench) {
 			continue
 		}
 		if s.world && env == nil {
-			stage(b, res, "clusters and data", func() { env = setup(b, res) })
+			timed(b, res, "clusters and data", func() { env = setup(b, res) })
 			if env == nil {
 				return
 			}
 		}
-		stage(b, res, s.name, func() { s.run(ctx, b, res, env) })
+		timed(b, res, s.part, func() { s.run(ctx, b, res, env) })
 	}
 	if cfg.Stages == "" {
 		checkSane(res)
@@ -294,8 +248,8 @@ func (c config) wants(part string) bool {
 	return false
 }
 
-// stage runs one part, timing it and recording a failure.
-func stage(b *harness.Program, res *results, name string, f func()) {
+// timed runs one part, timing it and recording a failure.
+func timed(b *harness.Program, res *results, name string, f func()) {
 	fmt.Printf("== %s\n", name)
 	start := time.Now()
 	ok := b.Run(f)
@@ -322,7 +276,8 @@ func preflight(b *harness.Program, res *results) {
 		}
 	}
 	res.Machine = machine(res.Root)
-	b.Logf("machine: %s", res.Machine.summary())
+	m := res.Machine
+	b.Logf("machine: %d CPUs (%s), load %s, commit %s, %d other test processes", m.CPUs, m.CPUModel, m.LoadStart, m.Commit, len(m.OtherHeavy))
 }
 
 // soakReport is the summary of a separate make soak run (test/soak writes

@@ -4,31 +4,29 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// The MCS controller's scenario (issue 23): three real clusters, every
+// The MCS controller's stage (issue 23): three real clusters, every
 // service exported by two of them, the controller (bin/mcs-annotator
 // --mcs-controller) in the first with the other two as peers.
 
 var mcsClusters = []string{"mcs-a", "mcs-b", "mcs-c"}
 
-// mcsResult is what the MCS scenario measured.
+// mcsResult is what the MCS stage measured.
 type mcsResult struct {
 	Services, Pods int
 	LoadTook       time.Duration // creating the exporter Pods in the three clusters
@@ -42,13 +40,17 @@ type mcsResult struct {
 	Writes map[string]float64
 	// SliceEvents are the EndpointSlice watch events in mcs-a over the changes.
 	SliceEvents int
-	GoBench     []string // BenchmarkControllerMemory (fake clientsets)
+	// GoBench is BenchmarkControllerMemory's line (fake clientsets), its
+	// heap per endpoint and its time per change.
+	GoBench         []string
+	HeapPerEndpoint float64
+	Reconcile       time.Duration
 }
 
 // mcsExporters are the clusters (indexes into mcsClusters) that export service i.
 func mcsExporters(i int) []int { return []int{i % 3, (i + 1) % 3} }
 
-func mcsScenario(ctx context.Context, b *harness.Program, res *results) {
+func mcsStage(ctx context.Context, b *harness.Program, res *results, _ *world) {
 	cfg := res.Cfg
 	r := &mcsResult{Services: cfg.Services, Writes: map[string]float64{}}
 	res.MCS = r
@@ -61,33 +63,17 @@ func mcsScenario(ctx context.Context, b *harness.Program, res *results) {
 		}
 	}
 
-	// Exporter Pods, as data.go's load makes them: endpoint j of service i is
-	// in cluster j, with the address ip(i, j).
-	type job struct{ i, c int }
-	var jobs []job
+	// Exporter Pods: endpoint j of service i is in cluster j, with the
+	// address ip(i, j).
+	var pods []exporterPod
 	for i := 0; i < d.services; i++ {
 		for _, c := range mcsExporters(i) {
-			jobs = append(jobs, job{i, c})
+			pods = append(pods, d.exporterPod(cs[c], i, c))
 		}
 	}
 	start := time.Now()
-	var done atomic.Int64
-	stop := progress(b, "exporter Pods (3 clusters)", len(jobs), &done)
-	err := parallel(len(jobs), cfg.Workers, func(k int) error {
-		jb := jobs[k]
-		p := harness.ReadyPod{Pod: harness.ExporterPod(d.pod(jb.i, jb.c), "", d.exportService(jb.i)), IPs: []string{d.ip(jb.i, jb.c).String()}}
-		ok := b.Run(func() { cs[jb.c].CreateReadyPods(b, d.namespace(jb.i), p) })
-		done.Add(1)
-		if !ok {
-			return fmt.Errorf("pod %s/%s in %s", d.namespace(jb.i), p.Name, mcsClusters[jb.c])
-		}
-		return nil
-	})
-	stop()
-	if err != nil {
-		b.Fatalf("creating Pods: %v", err)
-	}
-	r.Pods, r.LoadTook = len(jobs), time.Since(start)
+	createPods(b, "exporter Pods (3 clusters)", cfg.Workers, pods)
+	r.Pods, r.LoadTook = len(pods), time.Since(start)
 	b.Logf("created %d exporter Pods in 3 clusters in %s", r.Pods, r.LoadTook.Round(time.Millisecond))
 
 	start = time.Now()
@@ -113,18 +99,7 @@ func mcsScenario(ctx context.Context, b *harness.Program, res *results) {
 	if err != nil {
 		b.Fatalf("listing EndpointSlices: %v", err)
 	}
-	// The harness's clients time out each request after 15 s, a watch's
-	// stream included: this one watches for the whole stage.
-	rc, err := harness.RESTConfig(cs[0].Kubeconfig)
-	if err != nil {
-		b.Fatalf("%v", err)
-	}
-	rc.Timeout = 0
-	watcher, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		b.Fatalf("%v", err)
-	}
-	w, err := watcher.DiscoveryV1().EndpointSlices("").Watch(cx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+	w, err := cs[0].WatchClient.DiscoveryV1().EndpointSlices("").Watch(cx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		b.Fatalf("watching EndpointSlices: %v", err)
 	}
@@ -157,7 +132,7 @@ func mcsScenario(ctx context.Context, b *harness.Program, res *results) {
 	b.Logf("MCS propagation through a peer: %d changes, p50 %s, p99 %s; writes %v; %d slice events", len(r.Lat),
 		pct(r.Lat, 50), pct(r.Lat, 99), r.Writes, r.SliceEvents)
 
-	r.GoBench = mcsGoBench(ctx, b, res)
+	mcsGoBench(ctx, b, res, r)
 }
 
 // waitSlice reads slice events until one in namespace ns has the endpoint
@@ -189,20 +164,18 @@ func waitSlice(w watch.Interface, ns, ip string, bound time.Duration) (int, bool
 
 // controllerWrites reads mcs_controller_writes_total{result="ok"} by kind.
 func controllerWrites(t harness.T, a *harness.Annotator) map[string]float64 {
-	body, err := a.Get("/metrics")
+	mfs, err := a.Metrics()
 	if err != nil {
 		t.Fatalf("controller metrics: %v", err)
 	}
 	out := map[string]float64{}
-	for _, l := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(l, "mcs_controller_writes_total{") || !strings.Contains(l, `result="ok"`) {
-			continue
+	for _, m := range mfs["mcs_controller_writes_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
-		kind := l[strings.Index(l, `kind="`)+6:]
-		kind = kind[:strings.Index(kind, `"`)]
-		f := strings.Fields(l)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil && v > 0 {
-			out[kind] = v
+		if v := m.GetCounter().GetValue(); labels["result"] == "ok" && v > 0 {
+			out[labels["kind"]] += v
 		}
 	}
 	return out
@@ -211,96 +184,47 @@ func controllerWrites(t harness.T, a *harness.Annotator) map[string]float64 {
 // waitQuiet waits until ready holds and the controller's writes have not
 // moved for 5 s.
 func waitQuiet(t harness.T, a *harness.Annotator, ready func() bool, bound time.Duration) {
-	deadline := time.Now().Add(bound)
 	last, since := "", time.Now()
-	for {
-		w := fmt.Sprint(controllerWrites(t, a))
-		if w != last {
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, bound, true, func(context.Context) (bool, error) {
+		if w := fmt.Sprint(controllerWrites(t, a)); w != last {
 			last, since = w, time.Now()
 		}
-		if ready() && time.Since(since) >= 5*time.Second {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the MCS controller did not settle within %s (writes %s)\n%s", bound, w, harness.Tail(a.Process().LogPath, 20))
-		}
-		time.Sleep(500 * time.Millisecond)
+		return ready() && time.Since(since) >= 5*time.Second, nil
+	})
+	if err != nil {
+		t.Fatalf("the MCS controller did not settle within %s (writes %s)\n%s", bound, last, harness.Tail(a.Process().LogPath, 20))
 	}
 }
 
 // mcsGoBench runs BenchmarkControllerMemory (fake clientsets) at 100,000
-// endpoints over the scenario's services (10 by default at -smoke).
-func mcsGoBench(ctx context.Context, b *harness.Program, res *results) []string {
+// endpoints over the stage's services (10 by default at -smoke).
+func mcsGoBench(ctx context.Context, b *harness.Program, res *results, r *mcsResult) {
 	endpoints := 100000
 	if res.Cfg.Smoke {
 		endpoints = 10 * res.Cfg.Services
 	}
-	args := []string{"test", "-count=1", "-run", "^$", "-bench", "^BenchmarkControllerMemory$", "-benchtime", "3x",
-		"./internal/mcscontroller/", "-args", "-mcs.endpoints", strconv.Itoa(endpoints), "-mcs.services", strconv.Itoa(res.Cfg.Services)}
-	cx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(cx, "go", args...)
-	cmd.Dir = res.Root
-	out, err := cmd.CombinedOutput()
-	raw := filepath.Join(res.Cfg.Raw, "gobench-mcscontroller.txt")
-	_ = os.WriteFile(raw, append([]byte("$ go "+strings.Join(args, " ")+"\n"), out...), 0o644)
-	if err != nil {
-		b.Fatalf("go %s: %v (output in %s)", strings.Join(args, " "), err, raw)
-	}
-	var lines []string
-	for _, l := range strings.Split(string(out), "\n") {
+	out := goTest(ctx, b, res, "gobench-mcscontroller.txt", 30*time.Minute, "-run", "^$", "-bench", "^BenchmarkControllerMemory$", "-benchtime", "3x",
+		"./internal/mcscontroller/", "-args", "-mcs.endpoints", strconv.Itoa(endpoints), "-mcs.services", strconv.Itoa(res.Cfg.Services))
+	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "heap-B/endpoint") { // klog's lines may split the name from the figures
-			lines = append(lines, "BenchmarkControllerMemory "+strings.Join(strings.Fields(l), " "))
+			l = "BenchmarkControllerMemory " + strings.Join(strings.Fields(l), " ")
+			r.GoBench = append(r.GoBench, l)
+			r.HeapPerEndpoint = benchFigure(l, "heap-B/endpoint")
+			r.Reconcile = time.Duration(benchFigure(l, "ns/op"))
 		}
 	}
-	return lines
 }
 
-// heapPerEndpoint reads the benchmark's heap-B/endpoint.
-func (m *mcsResult) heapPerEndpoint() (float64, bool) {
-	for _, l := range m.GoBench {
-		f := strings.Fields(l)
-		for i := 1; i < len(f); i++ {
-			if f[i] == "heap-B/endpoint" {
-				v, err := strconv.ParseFloat(f[i-1], 64)
-				return v, err == nil
-			}
+// benchFigure is the figure of unit in a Go benchmark's result line, 0 if none.
+func benchFigure(line, unit string) float64 {
+	f := strings.Fields(line)
+	for i := 1; i < len(f); i++ {
+		if f[i] == unit {
+			v, _ := strconv.ParseFloat(f[i-1], 64)
+			return v
 		}
 	}
-	return 0, false
-}
-
-// Heap is the benchmark's heap per endpoint, for the report ("" when not run).
-func (m *mcsResult) Heap() string {
-	v, ok := m.heapPerEndpoint()
-	if !ok {
-		return ""
-	}
-	return fmt.Sprintf("%.0f B", v)
-}
-
-// Reconcile is the benchmark's time of one change: a Pod's readiness
-// flipped and the reconcile that writes its slice (through the fakes).
-func (m *mcsResult) Reconcile() string {
-	d, ok := m.reconcileTook()
-	if !ok {
-		return ""
-	}
-	return ms(d)
-}
-
-// reconcileTook reads the benchmark's time of one change and its reconcile.
-func (m *mcsResult) reconcileTook() (time.Duration, bool) {
-	for _, l := range m.GoBench {
-		f := strings.Fields(l)
-		for i := 1; i < len(f); i++ {
-			if f[i] == "ns/op" {
-				v, err := strconv.ParseFloat(f[i-1], 64)
-				return time.Duration(v), err == nil
-			}
-		}
-	}
-	return 0, false
+	return 0
 }
 
 func mcsTargets(r *results) []target {

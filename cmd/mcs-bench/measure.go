@@ -1,11 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,9 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
@@ -34,29 +31,6 @@ type perf struct {
 	Took      time.Duration // the run's wall time
 }
 
-// procCPU is the CPU time (user + system, every thread) that process pid
-// has used, from /proc/PID/stat, in clock ticks of 10 ms (Linux's USER_HZ
-// is 100 on every architecture Go supports).
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, in parentheses, may hold spaces: fields count
-	// from after its closing parenthesis (state is field 3 of stat(5)).
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
-	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
 // CPUPerAnswer is the CoreDNS process's CPU time per answered query.
 func (p perf) CPUPerAnswer() time.Duration {
 	if p.Completed == 0 {
@@ -65,14 +39,41 @@ func (p perf) CPUPerAnswer() time.Duration {
 	return p.CPU / time.Duration(p.Completed)
 }
 
+// runs are the dnsperf runs of one point.
+type runs []perf
+
+// QPS is the median QPS of the runs, NaN when there are none.
+func (rs runs) QPS() float64 { return rs.median(func(p perf) (float64, bool) { return p.QPS, true }) }
+
+// CPU is the median CoreDNS CPU time per answered query, in seconds.
+func (rs runs) CPU() float64 {
+	return rs.median(func(p perf) (float64, bool) { return p.CPUPerAnswer().Seconds(), p.CPU > 0 && p.Completed > 0 })
+}
+
+// Busy is the median share of a run's wall time that CoreDNS was on a CPU.
+func (rs runs) Busy() float64 {
+	return rs.median(func(p perf) (float64, bool) { return p.CPU.Seconds() / p.Took.Seconds(), p.CPU > 0 && p.Took > 0 })
+}
+
+func (rs runs) median(f func(perf) (float64, bool)) float64 {
+	var xs []float64
+	for _, p := range rs {
+		if x, ok := f(p); ok {
+			xs = append(xs, x)
+		}
+	}
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	return median(xs)
+}
+
 var (
-	reQPS       = regexp.MustCompile(`Queries per second:\s+([0-9.]+)`)
-	reCompleted = regexp.MustCompile(`Queries completed:\s+(\d+)`)
-	reLost      = regexp.MustCompile(`Queries lost:\s+(\d+)`)
-	reRcodes    = regexp.MustCompile(`Response codes:\s+(.*)`)
+	// reSummary matches a line of dnsperf's summary ("  Queries lost: 0 (0.00%)").
+	reSummary = regexp.MustCompile(`(?m)^\s*(Queries per second|Queries completed|Queries lost|Response codes):\s+(\S.*?)\s*$`)
 	// dnsperf -v prints one line per answered query:
 	// "> NOERROR svc-00001.bench-001.svc.clusterset.local A 0.000123"
-	reVerbose = regexp.MustCompile(`^> (\S+) (\S+) (\S+) ([0-9.]+)$`)
+	reVerbose = regexp.MustCompile(`(?m)^> \S+ \S+ \S+ ([0-9.]+)$`)
 )
 
 // dnsperfOpts is how to run dnsperf.
@@ -124,33 +125,30 @@ func runDNSPerf(ctx context.Context, o dnsperfOpts) (perf, error) {
 	if err != nil {
 		return p, fmt.Errorf("%s: %v (output in %s)", bin, err, o.Raw)
 	}
-	s := out.String()
-	m := reQPS.FindStringSubmatch(s)
-	if m == nil {
-		return p, fmt.Errorf("dnsperf printed no QPS (output in %s)", o.Raw)
+	return parseDNSPerf(p, out.String(), o.Verbose)
+}
+
+// parseDNSPerf reads dnsperf's summary, and with verbose (-v) the latency
+// of every answered query, into p; p.Raw names the output in errors.
+func parseDNSPerf(p perf, out string, verbose bool) (perf, error) {
+	sum := map[string]string{}
+	for _, m := range reSummary.FindAllStringSubmatch(out, -1) {
+		sum[m[1]] = m[2]
 	}
-	p.QPS, _ = strconv.ParseFloat(m[1], 64)
-	if m := reCompleted.FindStringSubmatch(s); m != nil {
-		p.Completed, _ = strconv.Atoi(m[1])
+	if _, ok := sum["Queries per second"]; !ok {
+		return p, fmt.Errorf("dnsperf printed no QPS (output in %s)", p.Raw)
 	}
-	if m := reLost.FindStringSubmatch(s); m != nil {
-		p.Lost, _ = strconv.Atoi(m[1])
-	}
-	if m := reRcodes.FindStringSubmatch(s); m != nil {
-		p.Rcodes = strings.TrimSpace(m[1])
-	}
-	if o.Verbose {
-		sc := bufio.NewScanner(strings.NewReader(s))
-		for sc.Scan() {
-			if m := reVerbose.FindStringSubmatch(sc.Text()); m != nil {
-				if v, err := strconv.ParseFloat(m[4], 64); err == nil {
-					p.Latencies = append(p.Latencies, v)
-				}
-			}
+	p.QPS, _ = strconv.ParseFloat(sum["Queries per second"], 64)
+	p.Completed, _ = strconv.Atoi(strings.Fields(sum["Queries completed"] + " 0")[0])
+	p.Lost, _ = strconv.Atoi(strings.Fields(sum["Queries lost"] + " 0")[0])
+	p.Rcodes = sum["Response codes"]
+	for _, m := range reVerbose.FindAllStringSubmatch(out, -1) {
+		if v, err := strconv.ParseFloat(m[1], 64); err == nil {
+			p.Latencies = append(p.Latencies, v)
 		}
-		if len(p.Latencies) == 0 {
-			return p, fmt.Errorf("dnsperf -v printed no per-query lines (output in %s)", o.Raw)
-		}
+	}
+	if verbose && len(p.Latencies) == 0 {
+		return p, fmt.Errorf("dnsperf -v printed no per-query lines (output in %s)", p.Raw)
 	}
 	return p, nil
 }
@@ -169,91 +167,57 @@ func percentile(xs []float64, q float64) float64 {
 
 func median(xs []float64) float64 { return percentile(xs, 50) }
 
-func durations(ds []time.Duration) []float64 {
-	out := make([]float64, len(ds))
+// pct is the percentile q of durations, to 0.1 ms.
+func pct(ds []time.Duration, q float64) time.Duration {
+	xs := make([]float64, len(ds))
 	for i, d := range ds {
-		out[i] = d.Seconds()
+		xs[i] = d.Seconds()
 	}
-	return out
+	return time.Duration(percentile(xs, q) * float64(time.Second)).Round(100 * time.Microsecond)
 }
 
-// vmRSS is VmRSS of a process in bytes.
-func vmRSS(pid int) (int64, error) { return procStatusBytes(pid, "VmRSS") }
+var reMemStat = regexp.MustCompile(`(?m)^# (\w+) = (\d+)$`)
 
-// procStatusBytes reads a size (VmRSS, VmHWM, RssAnon) from /proc/PID/status,
-// in bytes.
-func procStatusBytes(pid int, key string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// memStats asks CoreDNS's pprof listener for its runtime.MemStats (the end
+// of /debug/pprof/heap?debug=1), after a GC when gc is true.
+func memStats(pprofAddr string, gc bool) (map[string]int64, error) {
+	url := "http://" + pprofAddr + "/debug/pprof/heap?debug=1"
+	if gc {
+		url += "&gc=1"
+	}
+	b, err := get(url, 30*time.Second)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == key+":" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			return kb * 1024, err
-		}
+	m := map[string]int64{}
+	for _, kv := range reMemStat.FindAllSubmatch(b, -1) {
+		m[string(kv[1])], _ = strconv.ParseInt(string(kv[2]), 10, 64)
 	}
-	return 0, fmt.Errorf("no %s for PID %d", key, pid)
+	if m["HeapAlloc"] == 0 || m["Mallocs"] == 0 {
+		return nil, fmt.Errorf("no HeapAlloc or Mallocs in the heap profile")
+	}
+	return m, nil
 }
 
-// resetPeakRSS sets a process's VmHWM (its peak RSS) back to its RSS now, so
-// that a later VmHWM is the peak since this call (Linux: clear_refs, 5).
-func resetPeakRSS(pid int) error {
-	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+// heapAlloc asks CoreDNS's pprof listener for the heap in use after a GC.
+func heapAlloc(pprofAddr string) (int64, error) {
+	m, err := memStats(pprofAddr, true)
+	return m["HeapAlloc"], err
 }
 
-var (
-	reHeapAlloc  = regexp.MustCompile(`# HeapAlloc = (\d+)`)
-	reTotalAlloc = regexp.MustCompile(`# TotalAlloc = (\d+)`)
-	reMallocs    = regexp.MustCompile(`# Mallocs = (\d+)`)
-)
-
-// memStats asks CoreDNS's pprof listener for the bytes and the number of
-// heap allocations made since the process started (no GC is forced).
-func memStats(pprofAddr string) (totalAlloc, mallocs int64, err error) {
-	b, err := getHeapDebug(pprofAddr, "")
-	if err != nil {
-		return 0, 0, err
-	}
-	m1, m2 := reTotalAlloc.FindSubmatch(b), reMallocs.FindSubmatch(b)
-	if m1 == nil || m2 == nil {
-		return 0, 0, fmt.Errorf("no TotalAlloc or Mallocs in the heap profile")
-	}
-	totalAlloc, _ = strconv.ParseInt(string(m1[1]), 10, 64)
-	mallocs, _ = strconv.ParseInt(string(m2[1]), 10, 64)
-	return totalAlloc, mallocs, nil
-}
-
-// getHeapDebug fetches /debug/pprof/heap?debug=1 (the text form, which ends
-// with runtime.MemStats), with extra query parameters.
-func getHeapDebug(pprofAddr, extra string) ([]byte, error) {
-	hc := &http.Client{Timeout: 30 * time.Second}
-	resp, err := hc.Get("http://" + pprofAddr + "/debug/pprof/heap?debug=1" + extra)
+// get fetches url; a status other than 200 is an error.
+func get(url string, timeout time.Duration) ([]byte, error) {
+	hc := &http.Client{Timeout: timeout}
+	resp, err := hc.Get(url)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("heap profile: %s", resp.Status)
-	}
-	return b, nil
-}
-
-// heapAlloc asks CoreDNS's pprof listener for the heap in use after a GC.
-func heapAlloc(pprofAddr string) (int64, error) {
-	b, err := getHeapDebug(pprofAddr, "&gc=1")
-	if err != nil {
-		return 0, err
-	}
-	m := reHeapAlloc.FindSubmatch(b)
-	if m == nil {
-		return 0, fmt.Errorf("no HeapAlloc in the heap profile")
-	}
-	return strconv.ParseInt(string(m[1]), 10, 64)
+	return b, err
 }
 
 // cpuProfile takes a CPU profile of d seconds into path and returns
@@ -270,18 +234,9 @@ func heapProfile(ctx context.Context, pprofAddr, bin, path string) (string, erro
 }
 
 func profile(ctx context.Context, url, bin, path string, d time.Duration, pprofArgs []string) (string, error) {
-	hc := &http.Client{Timeout: d + 30*time.Second}
-	resp, err := hc.Get(url)
+	b, err := get(url, d+30*time.Second)
 	if err != nil {
 		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return saveProfile(ctx, b, bin, path, pprofArgs)
 }
@@ -292,15 +247,7 @@ func profile(ctx context.Context, url, bin, path string, d time.Duration, pprofA
 func apiServerProfile(ctx context.Context, c *harness.Cluster, path string, d time.Duration) (string, error) {
 	cx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
-	// The cluster's client gives up on a request after 15 s, the profile's
-	// length: this one has only the context's deadline.
-	rc := rest.CopyConfig(c.Config)
-	rc.Timeout = 0
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return "", err
-	}
-	b, err := client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+	b, err := c.WatchClient.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
 		Param("seconds", strconv.Itoa(int(d.Seconds()))).MaxRetries(0).DoRaw(cx)
 	if err != nil {
 		return "", fmt.Errorf("kube-apiserver's profile: %w", err)

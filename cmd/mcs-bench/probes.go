@@ -28,9 +28,9 @@ type probeResult struct {
 	Port                int    // their listeners' port
 	Window              time.Duration
 	CPUOn, CPUOff       time.Duration
-	Accepted            int64             // connections the listeners accepted in the window: the probes made
-	WrongAfter          int               // services not answering every endpoint after the QPS turns
-	QPS                 map[string][]perf // "on"/"off" -> runs, in turns
+	Accepted            int64 // connections the listeners accepted in the window: the probes made
+	WrongAfter          int   // services not answering every endpoint after the QPS turns
+	On, Off             runs  // dnsperf runs with probing on and off, in turns
 }
 
 // Rounds is the number of probe rounds in the window: probes made over endpoints.
@@ -143,7 +143,7 @@ func probeCost(ctx context.Context, b *harness.Program, res *results) {
 		// The endpoints' side (the listeners' accepts) kept off CoreDNS's CPU,
 		// as remote endpoints would be.
 		defer pinSelf(t, "1")()
-		on, off := cs["on"].d.Process().PID(), cs["off"].d.Process().PID()
+		on, off := cs["on"].d.Process(), cs["off"].d.Process()
 		a0, cpu0 := accepted(), cpuOf(t, on, off)
 		ctxSleep(ctx, cfg.ProbeWindow)
 		a1, cpu1 := accepted(), cpuOf(t, on, off)
@@ -160,15 +160,19 @@ func probeCost(ctx context.Context, b *harness.Program, res *results) {
 					t.Fatalf("stop %s: %v", other.Name, err)
 				}
 				raw := filepath.Join(cfg.Raw, fmt.Sprintf("dnsperf-probe-%s-run%d.txt", which, run+1))
-				cpu0, start := cpuOf(t, c.d.Process().PID()), time.Now()
+				cpu0, start := cpuOf(t, c.d.Process()), time.Now()
 				x, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: queries, Duration: cfg.Duration, Clients: cfg.Clients, Pin: "1", Raw: raw})
-				x.Took, x.CPU = time.Since(start), cpuOf(t, c.d.Process().PID())[0]-cpu0[0]
+				x.Took, x.CPU = time.Since(start), cpuOf(t, c.d.Process())[0]-cpu0[0]
 				_ = other.d.Process().Signal(syscall.SIGCONT)
 				if err != nil {
 					t.Fatalf("probe %s: %v", which, err)
 				}
 				b.Logf("probe %-3s run %d: %8.0f QPS, %d lost, %s; CoreDNS CPU %s (%.1f µs per answer)", which, run+1, x.QPS, x.Lost, x.Rcodes, x.CPU, float64(x.CPUPerAnswer())/1e3)
-				res.addQPS("probe", "A", which, x)
+				if which == "on" {
+					p.On = append(p.On, x)
+				} else {
+					p.Off = append(p.Off, x)
+				}
 			}
 		}
 		for i := 0; i < ds.services; i++ {
@@ -183,11 +187,7 @@ func probeCost(ctx context.Context, b *harness.Program, res *results) {
 // that the clusters, listeners and processes a stage starts do not outlive
 // it; a failure in f fails b's stage.
 func scoped(b *harness.Program, f func(t *harness.Program)) {
-	t := harness.NewProgram(b.Name(), func(msg string) { b.Logf("%s", msg) })
-	b.Cleanup(t.RunCleanups) // when interrupted; a no-op after the call below
-	ok := t.Run(func() { f(t) })
-	t.RunCleanups()
-	if !ok || t.Failed() {
+	if !b.Scoped(f) {
 		b.Fatalf("see the errors above")
 	}
 }

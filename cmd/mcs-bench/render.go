@@ -14,7 +14,7 @@ import (
 )
 
 // report.md.tmpl renders BENCHMARKS.md from a results file: one block per
-// scenario, in the order of the report.
+// stage, in the order of the report.
 //
 //go:embed report.md.tmpl
 var reportTemplate string
@@ -96,7 +96,6 @@ func reportFuncs(r *results) template.FuncMap {
 		"intree":     func() string { return intree },
 		"clusterA":   func() string { return clusterA },
 		"clusterB":   func() string { return clusterB },
-		"podRate":    func(c createStats) float64 { return float64(c.Pods) / math.Max(c.PodsTook.Seconds(), 1e-9) },
 	}
 }
 
@@ -118,10 +117,10 @@ func (t target) Verdict() string {
 	}
 }
 
-// Targets are every scenario's rows, in the scenarios' order.
+// Targets are every stage's rows, in the stages' order.
 func (r *results) Targets() []target {
 	var ts []target
-	for _, s := range scenarios {
+	for _, s := range stages {
 		if s.targets != nil {
 			ts = append(ts, s.targets(r)...)
 		}
@@ -154,12 +153,12 @@ func num(x float64) string {
 	return fmt.Sprintf("%.0f", x)
 }
 
-// usBusy renders a CPU time per answer (seconds) and a busy share.
-func usBusy(perAnswer, busy float64) string {
-	if math.IsNaN(perAnswer) {
+// usBusy renders the runs' CPU time per answer and busy share.
+func usBusy(rs runs) string {
+	if math.IsNaN(rs.CPU()) {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.1f µs (busy %.0f%%)", perAnswer*1e6, busy*100)
+	return fmt.Sprintf("%.1f µs (busy %.0f%%)", rs.CPU()*1e6, rs.Busy()*100)
 }
 
 func ratio(a, b float64) string {

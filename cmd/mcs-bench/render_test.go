@@ -17,44 +17,56 @@ func sample(t *testing.T) *results {
 		Took:    90 * time.Second,
 		Machine: machineInfo{CPUs: 2, CPUModel: "Test CPU", LoadStart: "1 1 1", LoadEnd: "2 2 2", Date: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC), Commit: "abc123", GoVersion: "go1.26", DNSPerf: "2.10.0"},
 		Stages:  []stageTime{{"Go benchmarks", time.Second, true}, {"cold start from a snapshot", 2 * time.Second, false}},
-		Create:  createStats{Pods: 20, Imports: 10, Slices: 10, PodsTook: time.Second, MCSTook: time.Second},
-		Sync:    []syncPoint{{"pinned", ours, 1200 * time.Millisecond}},
-		Mems: []memPoint{
-			{Contender: ours, When: "loaded", Heap: 3_000_000, RSS: 80_000_000},
-			{Contender: ours + " (empty)", When: "loaded", Heap: 2_000_000, RSS: 70_000_000},
-			{Contender: intree, When: "loaded", Heap: 4_000_000, RSS: 90_000_000},
-			{Contender: ours + " (cold)", When: "no API server, every service asked once", Heap: 9_000_000, RSS: 100_000_000, Top: "heap-top-listing"},
+		Data:    &dataResult{Pods: 20, Imports: 10, Slices: 10, PodsTook: time.Second, MCSTook: time.Second},
+		DNS: &dnsResult{
+			Sync: []syncPoint{{"pinned", ours, 1200 * time.Millisecond}},
+			Mems: []memPoint{
+				{Contender: ours, When: "loaded", Heap: 3_000_000, RSS: 80_000_000},
+				{Contender: ours + " (empty)", When: "loaded", Heap: 2_000_000, RSS: 70_000_000},
+				{Contender: intree, When: "loaded", Heap: 4_000_000, RSS: 90_000_000},
+			},
+			ProfileTop: "cpu-top-listing",
+			NewStack:   []newStackShare{{ours, 16.5}},
 		},
-		ProfileTop: "cpu-top-listing",
-		NewStack:   []newStackShare{{ours, 16.5}},
-		GoBench:    []string{"--- PASS: TestLookupDoesNotAllocate (0.00s)", "BenchmarkServeDNS/A-2 100 244.3 ns/op 320 B/op 5 allocs/op"},
+		GoBench: []string{"--- PASS: TestLookupDoesNotAllocate (0.00s)", "BenchmarkServeDNS/A-2 100 244.3 ns/op 320 B/op 5 allocs/op"},
 		Cold: &coldResult{Endpoints: 100000, Services: 10000, FileBytes: 41_400_000, WriteTook: 300 * time.Millisecond,
 			HeapEmpty: 3_700_000, HeapLoaded: 21_600_000, HeapRendered: 56_300_000,
+			Mems: []memPoint{{Contender: ours + " (cold)", When: "no API server, every service asked once", Heap: 9_000_000, RSS: 100_000_000, Top: "heap-top-listing"}},
 			Runs: []time.Duration{80 * time.Millisecond, 90 * time.Millisecond, 85 * time.Millisecond}, EmptyRuns: []time.Duration{20 * time.Millisecond, 21 * time.Millisecond, 19 * time.Millisecond}, Perf: "perf-listing"},
-		Prop:   []propResult{{Source: "local", Lat: []time.Duration{3 * time.Millisecond, 30 * time.Millisecond}, API: []time.Duration{2 * time.Millisecond}}},
-		Resync: resyncResult{Endpoints: 30001, CutFor: 10 * time.Second, Took: 41 * time.Millisecond, Received: 12700, Probes: 5261},
-		Relist: resyncResult{Endpoints: 30002, Restart: true, CutFor: 10 * time.Second, Took: 1580 * time.Millisecond, WarmUp: 2300 * time.Millisecond, Received: 3_700_000, Probes: 11713, ProbeWrong: 1, FirstWrong: "svc-00001 A: empty"},
+		Live: &liveResult{liveRun: liveRun{
+			Prop:   []propResult{{Source: "local", Lat: []time.Duration{3 * time.Millisecond, 30 * time.Millisecond}, API: []time.Duration{2 * time.Millisecond}}},
+			Resync: resyncResult{Endpoints: 30001, CutFor: 10 * time.Second, Took: 41 * time.Millisecond, Received: 12700, Probes: 5261},
+			Relist: resyncResult{Endpoints: 30002, Restart: true, CutFor: 10 * time.Second, Took: 1580 * time.Millisecond, WarmUp: 2300 * time.Millisecond, Received: 3_700_000, Probes: 11713, ProbeWrong: 1, FirstWrong: "svc-00001 A: empty"},
+		}},
 		Probe: &probeResult{Failover: []time.Duration{4 * time.Second, 5500 * time.Millisecond, 4200 * time.Millisecond},
 			Endpoints: 10000, Services: 1000, Net: "127.201.0.0/16", Port: 8080, Window: 30 * time.Second,
 			CPUOn: 1500 * time.Millisecond, CPUOff: 100 * time.Millisecond, Accepted: 140000},
-		Compare: &compareResult{Old: "/x/old/bin/coredns", OldCommit: "ae347de", Runs: []liveRun{
-			{Build: "new", Turn: 1, Resync: resyncResult{Took: 60 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 5 * time.Second, Probes: 10, ProbeWrong: 2}},
-			{Build: "old", Turn: 1, Resync: resyncResult{Took: 40 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 6 * time.Second, Probes: 10}},
-			{Build: "new", Turn: 2, Resync: resyncResult{Took: 80 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 5 * time.Second, Probes: 10}},
-			{Build: "old", Turn: 2, Resync: resyncResult{Took: 50 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 6 * time.Second, Probes: 10}},
-		}},
+		MCS: &mcsResult{Services: 10, Pods: 20, Lat: []time.Duration{300 * time.Millisecond}, Writes: map[string]float64{"endpointslice": 1}, SliceEvents: 1,
+			GoBench: []string{"BenchmarkControllerMemory 3 1234567 ns/op 321 heap-B/endpoint"}, HeapPerEndpoint: 321, Reconcile: 1234567},
 	}
+	r.Live.Compare = &compareResult{Old: "/x/old/bin/coredns", OldCommit: "ae347de", Runs: []liveRun{
+		{Build: "new", Turn: 1, Resync: resyncResult{Took: 60 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 5 * time.Second, Probes: 10, ProbeWrong: 2}},
+		{Build: "old", Turn: 1, Resync: resyncResult{Took: 40 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 6 * time.Second, Probes: 10}},
+		{Build: "new", Turn: 2, Resync: resyncResult{Took: 80 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 5 * time.Second, Probes: 10}},
+		{Build: "old", Turn: 2, Resync: resyncResult{Took: 50 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 6 * time.Second, Probes: 10}},
+	}}
 	for i, qps := range []float64{50000, 49000, 52000, 51000} {
-		r.addQPS("probe", "A", []string{"off", "on"}[i%2], perf{QPS: qps, Completed: 1000, CPU: 20 * time.Millisecond, Took: time.Second})
+		p := perf{QPS: qps, Completed: 1000, CPU: 20 * time.Millisecond, Took: time.Second}
+		if i%2 == 0 {
+			r.Probe.Off = append(r.Probe.Off, p)
+		} else {
+			r.Probe.On = append(r.Probe.On, p)
+		}
 	}
+	r.DNS.Latency = map[string]perf{}
 	for _, mode := range []string{"pinned", "unpinned"} {
 		for _, q := range []string{"A", "SRV"} {
 			for i, c := range []string{ours, hosts, intree} {
 				if q == "SRV" && c == hosts {
 					continue
 				}
-				r.addQPS(mode, q, c, perf{QPS: float64(78000 - 10000*i), Completed: 1000, Rcodes: "NOERROR 1000 (100.00%)", CPU: 10 * time.Millisecond, Took: time.Second})
-				r.addLatency(q, c, perf{Latencies: []float64{50e-6, 60e-6, 250e-6}})
+				r.DNS.add(mode, q, c, perf{QPS: float64(78000 - 10000*i), Completed: 1000, Rcodes: "NOERROR 1000 (100.00%)", CPU: 10 * time.Millisecond, Took: time.Second})
+				r.DNS.Latency[q+"/"+c] = perf{Latencies: []float64{50e-6, 60e-6, 250e-6}}
 				if mode == "pinned" {
 					r.Instr = append(r.Instr, instrPoint{Contender: c, QType: q, Run: 1, Instr: int64(84000+40000*i) * 600, Answers: 600, StackGrowth: 48000 * 600, AllocBytes: 1900 * 600, Allocs: 31 * 600, Top: "callgrind-top-" + c, Dump: "/x/callgrind-ours.out.1"})
 				}
@@ -115,6 +127,7 @@ func TestRender(t *testing.T) {
 		"without probing 50000, 52000; with `probe all` 49000, 51000; medians' ratio **0.98**. CoreDNS's CPU per answer (as in the throughput table): without probing 20.0 µs (busy 2%), with 20.0 µs (busy 2%).",
 		"(old: commit ae347de)", "| resync, the watch resumes | **60.0 ms** (60.0 ms, 80.0 ms) | **40.0 ms** (40.0 ms, 50.0 ms) | 0.67 |",
 		"| propagation p50, local | n/a | n/a | n/a |", "| wrong answers during the resyncs, of the prober's queries | 2 of 40 | 0 of 40 | |", "BenchmarkServeDNS/A-2", "- mcsannotations, pinned: 1.2s",
+		"## MCS controller", "**321 B per endpoint**", "takes 1.2 ms (ns/op)", "| 1 | 300.0 ms | 300.0 ms | 300.0 ms |",
 		"## Soak (`make soak`)", "its summary `soak.md` as written on", "| 6370 | 0 |",
 	} {
 		if !strings.Contains(got, want) {

@@ -7,23 +7,27 @@ import (
 	"time"
 )
 
-// The targets of issue 6, one function per scenario: each reads what its
-// scenario measured and returns its rows of the report's table of targets.
+// The targets of issue 6, one function per stage: each reads what its
+// stage measured and returns its rows of the report's table of targets.
 
 func dnsTargets(r *results) []target {
+	d := r.DNS
+	if d == nil {
+		return nil
+	}
 	var ts []target
 	for _, mode := range []string{"pinned", "unpinned"} {
-		o, h := r.QPS(mode, "A", ours), r.QPS(mode, "A", hosts)
+		o, h := d.Runs(mode, "A", ours).QPS(), d.Runs(mode, "A", hosts).QPS()
 		ts = append(ts, target{fmt.Sprintf("ours/hosts >= 0.95 (A, %s)", mode), ratio(o, h), o/h >= 0.95, !math.IsNaN(o / h)})
 	}
 	for _, mode := range []string{"pinned", "unpinned"} {
 		for _, q := range []string{"A", "SRV"} {
-			o, k := r.QPS(mode, q, ours), r.QPS(mode, q, intree)
+			o, k := d.Runs(mode, q, ours).QPS(), d.Runs(mode, q, intree).QPS()
 			ts = append(ts, target{fmt.Sprintf("ours/in-tree multicluster >= 2 (%s, %s)", q, mode), ratio(o, k), o/k >= 2, !math.IsNaN(o / k)})
 		}
 	}
 	for _, q := range []string{"A", "SRV"} {
-		o, k := r.CPU("pinned", q, ours), r.CPU("pinned", q, intree)
+		o, k := d.Runs("pinned", q, ours).CPU(), d.Runs("pinned", q, intree).CPU()
 		ts = append(ts, target{fmt.Sprintf("ours/in-tree multicluster >= 2 (%s, pinned, by CoreDNS CPU per answer: in-tree's / ours)", q), ratio(k, o), k/o >= 2, !math.IsNaN(k / o)})
 	}
 	return ts
@@ -33,10 +37,10 @@ func instrTargets(r *results) []target {
 	if len(r.Instr) == 0 {
 		return nil
 	}
-	h, o := r.Instructions("A", hosts, "all"), r.Instructions("A", ours, "all")
+	h, o := r.Instr.Figure("A", hosts, "all"), r.Instr.Figure("A", ours, "all")
 	ts := []target{{"ours/hosts >= 0.95 (A, by instructions per answer under callgrind, GC off: hosts' / ours)", ratio(h, o), h/o >= 0.95, !math.IsNaN(h / o)}}
 	for _, q := range []string{"A", "SRV"} {
-		k, o := r.Instructions(q, intree, "all"), r.Instructions(q, ours, "all")
+		k, o := r.Instr.Figure(q, intree, "all"), r.Instr.Figure(q, ours, "all")
 		ts = append(ts, target{fmt.Sprintf("ours/in-tree multicluster >= 2 (%s, by instructions per answer under callgrind, GC off: in-tree's / ours)", q), ratio(k, o), k/o >= 2, !math.IsNaN(k / o)})
 	}
 	return ts
@@ -81,8 +85,11 @@ func coldTargets(r *results) []target {
 }
 
 func liveTargets(r *results) []target {
+	if r.Live == nil {
+		return nil
+	}
 	var ts []target
-	for _, pr := range r.Prop {
+	for _, pr := range r.Live.Prop {
 		limit := 200 * time.Millisecond
 		if pr.Source == "peer" {
 			limit = time.Second
@@ -91,10 +98,7 @@ func liveTargets(r *results) []target {
 			fmt.Sprintf("p99 %s (p50 %s) over %d changes", ms(pct(pr.Lat, 99)), ms(pct(pr.Lat, 50)), len(pr.Lat)),
 			pct(pr.Lat, 99) <= limit, len(pr.Lat) > 0})
 	}
-	for _, rs := range []resyncResult{r.Resync, r.Relist} {
-		if rs.Probes == 0 {
-			continue
-		}
+	for _, rs := range r.Live.ResyncRows() {
 		t := target{Met: rs.Took <= 5*time.Second && rs.ProbeWrong == 0, Known: rs.Endpoints >= 100000}
 		t.Name = fmt.Sprintf("resync 100k <= 5 s, no empty answers (%s; here %d endpoints)", rs.Kind(), rs.Endpoints)
 		warm := ""
@@ -122,7 +126,7 @@ func probeTargets(r *results) []target {
 		ts = append(ts, target{"failover <= 5 s with the probe defaults (an endpoint's listener stopped, its peer cut off, to the last answer holding it)",
 			fmt.Sprintf("p50 %s, max %s over %d", ms(pct(p.Failover, 50)), ms(worst), n), worst <= 5*time.Second, true})
 	}
-	if on, off := r.QPS("probe", "A", "on"), r.QPS("probe", "A", "off"); !math.IsNaN(on / off) {
+	if on, off := p.On.QPS(), p.Off.QPS(); !math.IsNaN(on / off) {
 		ts = append(ts, target{fmt.Sprintf("QPS with `probe all` / without >= 0.95 (A, pinned, %d asked endpoints probed)", p.Endpoints),
 			ratio(on, off), on/off >= 0.95, p.Endpoints >= 10000})
 	}

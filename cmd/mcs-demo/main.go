@@ -115,40 +115,8 @@ func main() {
 	flag.Parse()
 	r := harness.NewProgram("mcs-demo", nil)
 	start := time.Now()
-
-	ok, sig := r.RunUntilSignal(func() { demo(r) })
-	code := 0
-	switch {
-	case sig != nil:
-		fmt.Fprintf(os.Stderr, "mcs-demo: %v: stopping everything\n", sig)
-		code = 130
-	case !ok || r.Failed():
-		code = 1
-	}
-
-	switch code {
-	case 0:
-		fmt.Println("== step 9: clean up: stop every process by PID, remove the temporary folders")
-		r.SetStep(" at clean-up")
-	case 130:
-		fmt.Println("== interrupted: stop every process by PID, remove the temporary folders")
-		r.SetStep(" after the interrupt") // the demo's goroutine may still report what it sees going
-	default:
-		fmt.Println("== clean up after the failure: stop every process by PID, remove the temporary folders")
-		r.SetStep(" at clean-up")
-	}
-	r.RunCleanups()
-	procs, dirs := r.Leftovers()
-	if len(procs) > 0 || len(dirs) > 0 {
-		fmt.Fprintf(os.Stderr, "mcs-demo: FAILED (clean-up): still running: %v; still present: %v\n", procs, dirs)
-		os.Exit(1)
-	}
-	fmt.Printf("   stopped every process (%s) and removed the temporary folders\n", strings.Join(r.Processes(), ", "))
-	if code != 0 || r.Failed() {
+	if code := r.Main(func() { demo(r) }); code != 0 {
 		fmt.Fprintln(os.Stderr, "== demo FAILED: see the messages above")
-		if code == 0 {
-			code = 1
-		}
 		os.Exit(code)
 	}
 	fmt.Printf("== demo passed in %s\n", time.Since(start).Round(100*time.Millisecond))

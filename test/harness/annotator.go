@@ -10,6 +10,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // annotatorReadyTimeout bounds the wait for a started annotator's /healthz.
@@ -119,4 +123,14 @@ func (a *Annotator) Metric(prefix string) (float64, bool, error) {
 		return v, err == nil, err
 	}
 	return 0, false, nil
+}
+
+// Metrics fetches /metrics and parses it: the metric families by name.
+func (a *Annotator) Metrics() (map[string]*dto.MetricFamily, error) {
+	body, err := a.Get("/metrics")
+	if err != nil {
+		return nil, err
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(strings.NewReader(body))
 }

@@ -29,8 +29,11 @@ const (
 	etcdReadyTimeout      = 30 * time.Second
 	apiserverReadyTimeout = 90 * time.Second // far above a cold start on a busy machine
 	apiserverStopTimeout  = 30 * time.Second
-	clientTimeout         = 15 * time.Second // the harness's own API requests
 )
+
+// clientTimeout bounds each of the harness's own API requests (Config,
+// Client). A variable so that a test of the bound can shorten it.
+var clientTimeout = 15 * time.Second
 
 // Cluster is one simulated Kubernetes cluster: an etcd and a kube-apiserver on
 // 127.0.0.1, with an admin token. Nothing else runs: no controllers, no
@@ -49,6 +52,11 @@ type Cluster struct {
 	Kubeconfig string
 	Config     *rest.Config
 	Client     *kubernetes.Clientset
+	// WatchConfig and WatchClient are Config and Client without the request
+	// timeout: client-go applies it to a watch's whole stream too, which
+	// would end every watch made through Client after 15 s.
+	WatchConfig *rest.Config
+	WatchClient *kubernetes.Clientset
 
 	t         T
 	tools     Tools
@@ -160,7 +168,11 @@ func (c *Cluster) prepare(t T) error {
 		return err
 	}
 	c.Config = cfg
-	c.Client, err = kubernetes.NewForConfig(cfg)
+	if c.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	c.WatchConfig = WatchConfig(cfg)
+	c.WatchClient, err = kubernetes.NewForConfig(c.WatchConfig)
 	return err
 }
 
@@ -301,12 +313,11 @@ func waitStopped(pid int, within time.Duration) error {
 		}
 		running := 0
 		for _, task := range tasks {
-			b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			f, err := procStat(filepath.Join(dir, task.Name(), "stat"))
 			if err != nil {
 				continue // the thread has exited
 			}
-			// pid (comm) state ...: comm may hold spaces, so look after the last ')'.
-			if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			if len(f) == 0 || f[0] != "T" {
 				running++
 			}
 		}
@@ -416,6 +427,14 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	cfg.Timeout = clientTimeout
 	cfg.QPS, cfg.Burst = 500, 1000
 	return cfg, nil
+}
+
+// WatchConfig is a copy of cfg without its request timeout, for watches and
+// other long requests (a watch ends when its context is cancelled).
+func WatchConfig(cfg *rest.Config) *rest.Config {
+	w := rest.CopyConfig(cfg)
+	w.Timeout = 0
+	return w
 }
 
 // NewClient returns a clientset for a kubeconfig with the given per-request

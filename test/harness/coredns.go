@@ -43,7 +43,16 @@ var (
 // {$ENV} syntax is left alone. The Corefile must say `bind 127.0.0.1`.
 func StartCoreDNS(t T, tmpl string, vars map[string]string) *CoreDNS {
 	t.Helper()
-	tools := RequireTools(t, ToolCoreDNS)
+	return StartCoreDNSWith(t, "", tmpl, vars)
+}
+
+// StartCoreDNSWith is StartCoreDNS with another coredns binary, or a script
+// that execs one (under a profiler, pinned to a CPU); "" for bin/coredns.
+func StartCoreDNSWith(t T, bin, tmpl string, vars map[string]string) *CoreDNS {
+	t.Helper()
+	if bin == "" {
+		bin = RequireTools(t, ToolCoreDNS).CoreDNS
+	}
 	d := &CoreDNS{Port: FreePort(t), Dir: TempDir(t)}
 	pairs := []string{"{PORT}", strconv.Itoa(d.Port), "{DIR}", d.Dir}
 	for k, v := range vars {
@@ -60,7 +69,7 @@ func StartCoreDNS(t T, tmpl string, vars map[string]string) *CoreDNS {
 	if err := os.WriteFile(d.CorefilePath, []byte(d.Corefile), 0o644); err != nil {
 		t.Fatalf("harness: %v", err)
 	}
-	d.proc = newProcess("coredns", filepath.Join(d.Dir, "coredns.log"), tools.CoreDNS, "-conf", d.CorefilePath)
+	d.proc = newProcess("coredns", filepath.Join(d.Dir, "coredns.log"), bin, "-conf", d.CorefilePath)
 	if err := PortFree(d.Port); err != nil {
 		t.Fatalf("harness: refusing to start CoreDNS: %v (a server already there would share the traffic through SO_REUSEPORT)", err)
 	}

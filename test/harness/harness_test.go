@@ -17,6 +17,7 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 // TestCluster checks the control-plane half of the harness against a real
@@ -291,3 +292,56 @@ var errNotYet = errors.New("not yet")
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func lookPath(name string) (string, error) { return exec.LookPath(name) }
+
+// A watch through WatchClient outlives the harness's request timeout, which
+// ends a watch made through Client: client-go applies it to the stream.
+func TestWatchOutlivesRequestTimeout(t *testing.T) {
+	defer func(d time.Duration) { clientTimeout = d }(clientTimeout)
+	clientTimeout = 2 * time.Second
+	c := StartCluster(t, "watch")
+	ns := c.NewNamespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The watch through WatchClient starts first: were the timeout applied
+	// to it, it would end before the other.
+	long, err := c.WatchClient.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Stop()
+	short, err := c.Client.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Stop()
+	// The request timeout ends the first watch (the namespace has no
+	// ConfigMap: the only event it may see is an error).
+	bound := time.After(clientTimeout + 20*time.Second)
+	for ended := false; !ended; {
+		select {
+		case ev, ok := <-short.ResultChan():
+			if ok && ev.Type != watch.Error {
+				t.Fatalf("event %s on a namespace with no ConfigMap", ev.Type)
+			}
+			ended = !ok
+		case <-bound:
+			t.Fatalf("the watch through Client still runs %s after its start, past the request timeout of %s", clientTimeout+20*time.Second, clientTimeout)
+		}
+	}
+	// Past the request timeout, the other watch still sees a change.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-timeout"}}
+	if _, err := c.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev, ok := <-long.ResultChan():
+		if !ok {
+			t.Fatal("the watch through WatchClient ended with the request timeout")
+		}
+		if got, _ := ev.Object.(*corev1.ConfigMap); ev.Type != watch.Added || got == nil || got.Name != cm.Name {
+			t.Fatalf("watch through WatchClient: %s %T, want ADDED of %s", ev.Type, ev.Object, cm.Name)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch through WatchClient saw no ADDED event")
+	}
+}

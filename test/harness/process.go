@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -241,4 +242,57 @@ func Tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// CPUTime is the CPU time (user + system, every thread) the current run has
+// used, from /proc/PID/stat, whose unit is Linux's USER_HZ: 10 ms on every
+// architecture Go supports.
+func (p *Process) CPUTime() (time.Duration, error) {
+	f, err := procStat(fmt.Sprintf("/proc/%d/stat", p.PID()))
+	if err != nil {
+		return 0, err
+	}
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%s: /proc/%d/stat: %d fields", p.Name, p.PID(), len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14 of stat(5)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("%s: /proc/%d/stat: utime %q, stime %q", p.Name, p.PID(), f[11], f[12])
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+// procStat reads a /proc stat file and returns its fields from the state
+// on (field 3 of stat(5)): the command name before it, in parentheses, may
+// hold spaces.
+func procStat(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:]), nil
+}
+
+// StatusBytes reads a size (VmRSS, VmHWM, RssAnon) of the current run from
+// /proc/PID/status, in bytes.
+func (p *Process) StatusBytes(key string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.PID()))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == key+":" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s in /proc/%d/status", p.Name, key, p.PID())
+}
+
+// ResetPeakRSS sets the process's VmHWM (its peak RSS) back to its RSS now,
+// so that a later VmHWM is the peak since this call (Linux: clear_refs, 5).
+func (p *Process) ResetPeakRSS() error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", p.PID()), []byte("5"), 0)
 }

@@ -28,6 +28,7 @@ type Program struct {
 	cleanups []func()   // run last first
 	dirs     []string   // folders made by TempDir
 	procs    []*Process // processes the harness started
+	parent   *Program   // of a Scoped program: also records its processes and folders
 }
 
 var _ T = (*Program)(nil)
@@ -87,9 +88,11 @@ func (p *Program) TempDir() string {
 	if err != nil {
 		p.Fatalf("temp folder: %v", err)
 	}
-	p.mu.Lock()
-	p.dirs = append(p.dirs, dir)
-	p.mu.Unlock()
+	for q := p; q != nil; q = q.parent {
+		q.mu.Lock()
+		q.dirs = append(q.dirs, dir)
+		q.mu.Unlock()
+	}
 	p.Cleanup(func() {
 		if err := os.RemoveAll(dir); err != nil {
 			p.Errorf("remove %s: %v", dir, err)
@@ -107,9 +110,24 @@ func (p *Program) SetStep(s string) {
 
 // started records a process the harness started for the program.
 func (p *Program) started(proc *Process) {
-	p.mu.Lock()
-	p.procs = append(p.procs, proc)
-	p.mu.Unlock()
+	for q := p; q != nil; q = q.parent {
+		q.mu.Lock()
+		q.procs = append(q.procs, proc)
+		q.mu.Unlock()
+	}
+}
+
+// Scoped runs f with a Program of its own, with p's name and notes, and runs
+// its cleanups when f ends, so that what f starts does not outlive it (p's
+// Leftovers still see it). It reports whether f succeeded; a failure in f
+// does not fail p.
+func (p *Program) Scoped(f func(t *Program)) bool {
+	t := NewProgram(p.name, p.note)
+	t.parent = p
+	p.Cleanup(t.RunCleanups) // when p is interrupted first; a no-op after the call below
+	ok := t.Run(func() { f(t) })
+	t.RunCleanups()
+	return ok && !t.Failed()
 }
 
 // Run runs f and reports whether it returned, false when a Fatalf ended it;
@@ -198,4 +216,37 @@ func (p *Program) Leftovers() (procs []string, dirs []string) {
 func Indent(s, prefix string) string {
 	s = strings.TrimRight(s, "\n")
 	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// Main is the whole life of a program that drives the harness: it runs work
+// until it ends or SIGINT or SIGTERM comes, then the cleanups, and checks
+// that they stopped every process and removed every folder. It returns the
+// exit code: 0; 1 when work failed or something was left behind; 130 after
+// a signal.
+func (p *Program) Main(work func()) int {
+	ok, sig := p.RunUntilSignal(work)
+	code := 0
+	switch {
+	case sig != nil:
+		fmt.Printf("== interrupted (%v): stop every process by PID, remove the temporary folders\n", sig)
+		p.SetStep(" after the interrupt") // work's goroutine may still report what it sees going
+		code = 130
+	case !ok || p.Failed():
+		fmt.Println("== clean up after the failure: stop every process by PID, remove the temporary folders")
+		p.SetStep(" at clean-up")
+		code = 1
+	default:
+		fmt.Println("== clean up: stop every process by PID, remove the temporary folders")
+		p.SetStep(" at clean-up")
+	}
+	p.RunCleanups()
+	if procs, dirs := p.Leftovers(); len(procs) > 0 || len(dirs) > 0 {
+		fmt.Fprintf(os.Stderr, "%s: FAILED (clean-up): still running: %v; still present: %v\n", p.name, procs, dirs)
+		return max(code, 1)
+	}
+	fmt.Printf("   stopped every process (%s) and removed the temporary folders\n", strings.Join(p.Processes(), ", "))
+	if code == 0 && p.Failed() {
+		code = 1 // a cleanup failed
+	}
+	return code
 }

@@ -75,3 +75,53 @@ func TestProgramRecordsProcesses(t *testing.T) {
 		t.Errorf("processes %v, want one", got)
 	}
 }
+
+// Main stops what work started and says how work ended in its exit code.
+func TestProgramMain(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep binary")
+	}
+	for _, fail := range []bool{false, true} {
+		p := NewProgram("test-program", func(string) {})
+		var proc *Process
+		code := p.Main(func() {
+			proc = newProcess("sleeper", filepath.Join(p.TempDir(), "sleep.log"), sleep, "60")
+			startProcess(p, proc, 5)
+			if fail {
+				p.Fatalf("work fails")
+			}
+		})
+		if want := map[bool]int{false: 0, true: 1}[fail]; code != want {
+			t.Errorf("failing work %v: exit code %d, want %d", fail, code, want)
+		}
+		if proc == nil || proc.Running() {
+			t.Errorf("failing work %v: the process work started still runs after Main", fail)
+		}
+	}
+}
+
+// A Scoped program's cleanups run when its function ends; its failure is
+// its own, and its parent still sees what it started.
+func TestProgramScoped(t *testing.T) {
+	p := NewProgram("test-program", func(string) {})
+	var dir string
+	cleaned := false
+	ok := p.Scoped(func(s *Program) {
+		dir = s.TempDir()
+		s.Cleanup(func() { cleaned = true })
+		s.Fatalf("fails")
+	})
+	if ok || p.Failed() || !cleaned {
+		t.Errorf("Scoped %v, parent failed %v, cleanups ran %v; want false, false, true", ok, p.Failed(), cleaned)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the scoped folder is still there: %v", err)
+	}
+	if _, dirs := p.Leftovers(); len(dirs) != 0 {
+		t.Errorf("parent's leftovers %v", dirs)
+	}
+	if !p.Scoped(func(*Program) {}) {
+		t.Error("Scoped of a function that succeeds is false")
+	}
+}
