@@ -7,7 +7,6 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
-	"github.com/mcsannotations/mcsannotations/internal/wire"
 )
 
 // The persisted form of a client, so that alias names and imports enforce
@@ -28,13 +27,13 @@ const maxItems = 256
 func EncodeClient(c *clients.Client, ips []netip.Addr) []byte {
 	b := make([]byte, 0, 64)
 	b = append(b, recordClient)
-	b = wire.AppendString(b, c.Namespace)
-	b = wire.AppendString(b, c.Name)
-	b = wire.AppendAddrs(b, ips)
+	b = AppendString(b, c.Namespace)
+	b = AppendString(b, c.Name)
+	b = AppendAddrs(b, ips)
 	b = binary.AppendUvarint(b, uint64(len(c.Imports)))
 	for _, i := range c.Imports {
 		for _, s := range []string{i.Name, i.Namespace, i.Cluster, i.Alias} {
-			b = wire.AppendString(b, s)
+			b = AppendString(b, s)
 		}
 	}
 	return b
@@ -46,7 +45,7 @@ func DecodeClient(b []byte) (*clients.Client, []netip.Addr, error) {
 	if len(b) == 0 || b[0] != recordClient {
 		return nil, nil, errors.New("not a client record")
 	}
-	d := wire.Reader{B: b[1:]}
+	d := Reader{B: b[1:]}
 	c := &clients.Client{Namespace: d.String(), Name: d.String()}
 	ips := d.Addrs(maxItems)
 	for i, ip := range ips {

@@ -1,7 +1,8 @@
-// Package wire holds the pieces of the snapshot's compact record forms that
-// the table's and the clients' codecs share: strings as a uvarint length and
-// bytes, bounded counts, and a reader whose first error sticks.
-package wire
+package snapshot
+
+// The pieces of the compact record forms that the Pod and client codecs
+// share: strings as a uvarint length and bytes, bounded counts, addresses,
+// and a reader whose first error sticks.
 
 import (
 	"encoding/binary"
