@@ -58,19 +58,19 @@ func EncodePod(p *table.Pod) ([]byte, error) {
 	}
 	b = append(b, version)
 	for _, s := range []string{p.Cluster, p.Namespace, p.Name, "", p.Hostname} {
-		b = AppendString(b, s)
+		b = appendString(b, s)
 	}
 	ready := byte(0)
 	if p.Ready {
 		ready = 1
 	}
 	b = append(b, ready)
-	b = AppendAddrs(b, p.IPs)
+	b = appendAddrs(b, p.IPs)
 	b = binary.AppendUvarint(b, uint64(len(p.Exports)))
 	for _, e := range p.Exports {
-		b = AppendString(b, e.Name)
-		b = AppendString(b, e.Namespace)
-		b = AppendString(b, e.Cluster)
+		b = appendString(b, e.Name)
+		b = appendString(b, e.Namespace)
+		b = appendString(b, e.Cluster)
 		b = binary.AppendUvarint(b, uint64(len(e.Ports)))
 		for _, pt := range e.Ports {
 			proto := -1
@@ -82,18 +82,18 @@ func EncodePod(p *table.Pod) ([]byte, error) {
 			if proto < 0 {
 				return nil, fmt.Errorf("port %d: unknown protocol %q", pt.Port, pt.Protocol)
 			}
-			b = AppendString(b, pt.Name)
+			b = appendString(b, pt.Name)
 			b = binary.AppendUvarint(b, uint64(pt.Port))
 			b = binary.AppendUvarint(b, uint64(pt.TargetPort))
 			b = append(b, byte(proto))
 			if version == recordService {
-				b = AppendString(b, pt.AppProtocol)
+				b = appendString(b, pt.AppProtocol)
 			}
 		}
 		if version >= recordAllowed {
 			b = binary.AppendUvarint(b, uint64(len(e.Allowed)))
 			for _, ns := range e.Allowed {
-				b = AppendString(b, ns)
+				b = appendString(b, ns)
 			}
 		}
 		if version == recordService {
@@ -119,16 +119,16 @@ func hasServiceFields(e *annotation.Export) bool {
 
 func appendService(b []byte, s *annotation.Service) []byte {
 	for _, v := range []string{s.Type, s.ExportedAt, s.SessionAffinity} {
-		b = AppendString(b, v)
+		b = appendString(b, v)
 	}
 	b = binary.AppendUvarint(b, uint64(s.SessionAffinityTimeoutSeconds))
-	b = AppendString(b, s.InternalTrafficPolicy)
-	b = AppendString(b, s.TrafficDistribution)
+	b = appendString(b, s.InternalTrafficPolicy)
+	b = appendString(b, s.TrafficDistribution)
 	for _, m := range []map[string]string{s.Labels, s.Annotations} {
 		b = binary.AppendUvarint(b, uint64(len(m)))
 		for _, k := range slices.Sorted(maps.Keys(m)) {
-			b = AppendString(b, k)
-			b = AppendString(b, m[k])
+			b = appendString(b, k)
+			b = appendString(b, m[k])
 		}
 	}
 	return b
@@ -239,12 +239,12 @@ func (s *PodDecoder) Decode(b []byte) (*table.Pod, error) {
 	var p *table.Pod
 	switch b[0] {
 	case recordBinary, recordAllowed, recordService:
-		d := decoder{Reader: Reader{B: b[1:]}, shared: s, allowed: b[0] >= recordAllowed, service: b[0] == recordService}
+		d := podReader{reader: reader{b: b[1:]}, shared: s, allowed: b[0] >= recordAllowed, service: b[0] == recordService}
 		p = d.pod()
-		if d.Err != nil {
-			return nil, d.Err
+		if d.err != nil {
+			return nil, d.err
 		}
-		if len(d.B) != 0 {
+		if len(d.b) != 0 {
 			return nil, errors.New("data after the record")
 		}
 	case recordJSON:
@@ -261,36 +261,31 @@ func (s *PodDecoder) Decode(b []byte) (*table.Pod, error) {
 	return p, nil
 }
 
-// decoder reads the binary form; the first error sticks and every later read
-// returns zero values.
-type decoder struct {
-	Reader
+// podReader reads the binary form; the first error sticks and every later
+// read returns zero values.
+type podReader struct {
+	reader
 	shared  *PodDecoder
 	allowed bool // each export has its allowed namespaces
 	service bool // each port its appProtocol, each export its Service fields
 }
 
-func (d *decoder) uvarint(max uint64) uint64 { return d.Uvarint(max) }
-func (d *decoder) bytes(n int) []byte        { return d.Bytes(n) }
-func (d *decoder) string() string            { return d.String() }
-func (d *decoder) fail(err error)            { d.Fail(err) }
-
 // sharedString reads a string that many records repeat (cluster, namespace).
-func (d *decoder) sharedString() string { return d.shared.str(d.StringBytes()) }
+func (d *podReader) sharedString() string { return d.shared.str(d.stringBytes()) }
 
-func (d *decoder) pod() *table.Pod {
+func (d *podReader) pod() *table.Pod {
 	cluster, namespace := d.sharedString(), d.sharedString()
 	p := d.shared.newPod()
-	p.Name = d.shared.name(d.StringBytes())
-	d.StringBytes() // the uid of older records
-	p.Hostname = d.shared.name(d.StringBytes())
+	p.Name = d.shared.name(d.stringBytes())
+	d.stringBytes() // the uid of older records
+	p.Hostname = d.shared.name(d.stringBytes())
 	if r := d.bytes(1); r != nil {
 		p.Ready = r[0] == 1
 	}
 	if n := int(d.uvarint(maxItems)); n > 0 {
-		p.IPs = d.AddrsInto(d.shared.addrsFor(n), n)
+		p.IPs = d.addrsInto(d.shared.addrsFor(n), n)
 	}
-	start := d.B
+	start := d.b
 	if d.shared == nil {
 		p.Common = &table.Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
 		return p
@@ -300,12 +295,12 @@ func (d *decoder) pod() *table.Pod {
 	for _, c := range d.shared.commons[string(start)] {
 		if c.Cluster == cluster && c.Namespace == namespace {
 			p.Common = c
-			d.B = nil
+			d.b = nil
 			return p
 		}
 	}
 	p.Common = &table.Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
-	if d.Err == nil && len(d.B) == 0 && len(d.shared.commons) < maxShared {
+	if d.err == nil && len(d.b) == 0 && len(d.shared.commons) < maxShared {
 		k := string(start)
 		if cs := d.shared.commons[k]; len(cs) < maxItems {
 			d.shared.commons[k] = append(cs, p.Common)
@@ -315,7 +310,7 @@ func (d *decoder) pod() *table.Pod {
 }
 
 // service1 reads an export's Service fields ('d' records).
-func (d *decoder) service1(s *annotation.Service) {
+func (d *podReader) service1(s *annotation.Service) {
 	s.Type, s.ExportedAt, s.SessionAffinity = d.sharedString(), d.sharedString(), d.sharedString()
 	s.SessionAffinityTimeoutSeconds = int32(d.uvarint(annotation.MaxAffinityTimeout))
 	s.InternalTrafficPolicy, s.TrafficDistribution = d.sharedString(), d.sharedString()
@@ -324,7 +319,7 @@ func (d *decoder) service1(s *annotation.Service) {
 		for range n {
 			k := d.string()
 			v := string(d.bytes(int(d.uvarint(annotation.MaxBytes))))
-			if d.Err != nil {
+			if d.err != nil {
 				return
 			}
 			if *m == nil {
@@ -336,9 +331,9 @@ func (d *decoder) service1(s *annotation.Service) {
 }
 
 // exports reads the count and the exports (nil when none).
-func (d *decoder) exports() []annotation.Export {
+func (d *podReader) exports() []annotation.Export {
 	n := d.uvarint(maxItems)
-	if n == 0 || d.Err != nil {
+	if n == 0 || d.err != nil {
 		return nil
 	}
 	out := make([]annotation.Export, 0, n)
@@ -372,7 +367,7 @@ func (d *decoder) exports() []annotation.Export {
 		if d.service {
 			d.service1(&e.Service)
 		}
-		if d.Err != nil {
+		if d.err != nil {
 			break
 		}
 		out = append(out, e)

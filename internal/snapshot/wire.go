@@ -11,74 +11,74 @@ import (
 	"net/netip"
 )
 
-// MaxStringLen bounds every string a record may hold.
-const MaxStringLen = 1024
+// maxStringLen bounds every string a record may hold.
+const maxStringLen = 1024
 
-// ErrShort: the record ends before its fields do.
-var ErrShort = errors.New("record ends early")
+// errShort: the record ends before its fields do.
+var errShort = errors.New("record ends early")
 
-// AppendString appends s as a uvarint length and its bytes.
-func AppendString(b []byte, s string) []byte {
+// appendString appends s as a uvarint length and its bytes.
+func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }
 
-// Reader reads a record. The first error sticks: every later read returns
-// zero values, so a decoder checks Err once at the end.
-type Reader struct {
-	B   []byte // what is left to read
-	Err error
+// reader reads a record. The first error sticks: every later read returns
+// zero values, so a decoder checks err once at the end.
+type reader struct {
+	b   []byte // what is left to read
+	err error
 }
 
-// Fail records err (the first one wins) and stops reading.
-func (r *Reader) Fail(err error) {
-	if r.Err == nil {
-		r.Err = err
+// fail records err (the first one wins) and stops reading.
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
 	}
-	r.B = nil
+	r.b = nil
 }
 
-// Uvarint reads a uvarint of at most max.
-func (r *Reader) Uvarint(max uint64) uint64 {
-	if r.Err != nil {
+// uvarint reads a uvarint of at most max.
+func (r *reader) uvarint(max uint64) uint64 {
+	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.B)
+	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.Fail(ErrShort)
+		r.fail(errShort)
 		return 0
 	}
 	if v > max {
-		r.Fail(fmt.Errorf("value %d over the limit %d", v, max))
+		r.fail(fmt.Errorf("value %d over the limit %d", v, max))
 		return 0
 	}
-	r.B = r.B[n:]
+	r.b = r.b[n:]
 	return v
 }
 
-// Bytes returns the next n bytes (aliasing the record).
-func (r *Reader) Bytes(n int) []byte {
-	if r.Err != nil {
+// bytes returns the next n bytes (aliasing the record).
+func (r *reader) bytes(n int) []byte {
+	if r.err != nil {
 		return nil
 	}
-	if len(r.B) < n {
-		r.Fail(ErrShort)
+	if len(r.b) < n {
+		r.fail(errShort)
 		return nil
 	}
-	v := r.B[:n]
-	r.B = r.B[n:]
+	v := r.b[:n]
+	r.b = r.b[n:]
 	return v
 }
 
-// StringBytes returns the bytes of the next string (aliasing the record).
-func (r *Reader) StringBytes() []byte { return r.Bytes(int(r.Uvarint(MaxStringLen))) }
+// stringBytes returns the bytes of the next string (aliasing the record).
+func (r *reader) stringBytes() []byte { return r.bytes(int(r.uvarint(maxStringLen))) }
 
-// String returns a copy of the next string.
-func (r *Reader) String() string { return string(r.StringBytes()) }
+// string returns a copy of the next string.
+func (r *reader) string() string { return string(r.stringBytes()) }
 
-// AppendAddrs appends a count and each address as its length (4 or 16) and
+// appendAddrs appends a count and each address as its length (4 or 16) and
 // bytes.
-func AppendAddrs(b []byte, ips []netip.Addr) []byte {
+func appendAddrs(b []byte, ips []netip.Addr) []byte {
 	b = binary.AppendUvarint(b, uint64(len(ips)))
 	for _, ip := range ips {
 		raw := ip.AsSlice()
@@ -88,27 +88,27 @@ func AppendAddrs(b []byte, ips []netip.Addr) []byte {
 	return b
 }
 
-// Addrs reads what AppendAddrs wrote, at most max addresses.
-func (r *Reader) Addrs(max uint64) []netip.Addr {
-	n := r.Uvarint(max)
+// Addrs reads what appendAddrs wrote, at most max addresses.
+func (r *reader) addrs(max uint64) []netip.Addr {
+	n := r.uvarint(max)
 	if n == 0 {
 		return nil
 	}
-	return r.AddrsInto(make([]netip.Addr, 0, n), int(n))
+	return r.addrsInto(make([]netip.Addr, 0, n), int(n))
 }
 
-// AddrsInto reads n addresses, the rest of what AppendAddrs wrote after its
+// addrsInto reads n addresses, the rest of what appendAddrs wrote after its
 // count, into dst (which has room for them) and returns it, or nil on an
 // error.
-func (r *Reader) AddrsInto(dst []netip.Addr, n int) []netip.Addr {
+func (r *reader) addrsInto(dst []netip.Addr, n int) []netip.Addr {
 	for range n {
-		l := r.Bytes(1)
+		l := r.bytes(1)
 		if l == nil {
 			return nil
 		}
-		ip, ok := netip.AddrFromSlice(r.Bytes(int(l[0])))
+		ip, ok := netip.AddrFromSlice(r.bytes(int(l[0])))
 		if !ok {
-			r.Fail(errors.New("bad IP address"))
+			r.fail(errors.New("bad IP address"))
 			return nil
 		}
 		dst = append(dst, ip)
