@@ -269,11 +269,25 @@ func (ix *Index) Serial() uint32 { return ix.serial }
 
 // Service returns the service <name>.<namespace>, or nil.
 func (ix *Index) Service(namespace, name string) *Service {
-	if e := ix.services[name+"."+namespace]; e != nil {
+	var buf [maxKey]byte
+	if e := ix.services[string(serviceKey(buf[:0], namespace, name))]; e != nil {
 		ix.demand.mark(e)
 		return e.get()
 	}
 	return nil
+}
+
+// maxKey is the longest key of a service with Kubernetes names (two labels
+// of up to 63 octets and a dot): serviceKey builds it on the stack.
+const maxKey = 63 + 1 + 63
+
+// serviceKey appends the index's key of <name>.<namespace> to b. Indexing a
+// map with string(serviceKey(...)) copies nothing, so a lookup by namespace
+// and name does not allocate (a concatenation would, past 32 bytes).
+func serviceKey(b []byte, namespace, name string) []byte {
+	b = append(b, name...)
+	b = append(b, '.')
+	return append(b, namespace...)
 }
 
 func newIndex(cfg Config, services map[string]*entry, imports map[string]*Service, serial uint32) *Index {
@@ -382,7 +396,8 @@ func (ix *Index) Allowed(namespace, name, client string) bool {
 	if client == namespace {
 		return true
 	}
-	e := ix.services[name+"."+namespace]
+	var buf [maxKey]byte
+	e := ix.services[string(serviceKey(buf[:0], namespace, name))]
 	return e != nil && e.access.allows(client)
 }
 

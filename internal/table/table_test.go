@@ -360,10 +360,26 @@ func TestDashedIP(t *testing.T) {
 func TestLookupDoesNotAllocate(t *testing.T) {
 	tb := New(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
+	// A name and namespace longer than a short string's room on the stack.
+	const long, longNS = "payments-backend-with-a-long-name", "production-east-with-a-long-name"
+	tb.Upsert(pod("edge-a", longNS, "p1", "", true, []string{"10.0.0.2"}, export(long, httpPort)))
 	ix := tb.Rebuild()
-	for _, q := range []string{"backend.default.svc." + zone, "_http._tcp.backend.default.svc." + zone, "10-0-0-1.edge-a.backend.default.svc." + zone, "nope.default.svc." + zone} {
+	for _, q := range []string{"backend.default.svc." + zone, "_http._tcp.backend.default.svc." + zone, "10-0-0-1.edge-a.backend.default.svc." + zone, "nope.default.svc." + zone,
+		long + "." + longNS + ".svc." + zone} {
 		if n := testing.AllocsPerRun(100, func() { ix.Lookup(q, dns.TypeA) }); n != 0 {
 			t.Errorf("%s: %v allocations", q, n)
+		}
+	}
+	// Alias names answer through LookupService, with or without a cluster.
+	for _, q := range []struct{ ns, name, cluster, prefix string }{
+		{"default", "backend", "", ""}, {longNS, long, "", ""}, {longNS, long, "", "_http._tcp"}, {longNS, long, "", "10-0-0-2.edge-a"},
+		{longNS, long, "edge-a", ""}, {longNS, "nope-" + long, "", ""}, {longNS, "nope-" + long, "edge-a", ""},
+	} {
+		if n := testing.AllocsPerRun(100, func() { ix.LookupService(q.ns, q.name, q.cluster, q.prefix, dns.TypeA) }); n != 0 {
+			t.Errorf("alias to %+v: %v allocations", q, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { ix.Allowed(q.ns, q.name, "client") }); n != 0 {
+			t.Errorf("Allowed(%s, %s): %v allocations", q.ns, q.name, n)
 		}
 	}
 }
