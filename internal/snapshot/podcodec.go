@@ -338,11 +338,11 @@ func (d *podReader) exports() []annotation.Export {
 	}
 	out := make([]annotation.Export, 0, n)
 	for range n {
-		e := annotation.Export{Name: d.string(), Namespace: d.sharedString(), Cluster: d.sharedString()}
+		e := annotation.Export{Name: d.shared.name(d.stringBytes()), Namespace: d.sharedString(), Cluster: d.sharedString()}
 		if m := d.uvarint(maxItems); m > 0 {
 			e.Ports = make([]annotation.Port, 0, m)
 			for range m {
-				pt := annotation.Port{Name: d.string(), Port: int32(d.uvarint(65535)), TargetPort: int32(d.uvarint(65535))}
+				pt := annotation.Port{Name: d.sharedString(), Port: int32(d.uvarint(65535)), TargetPort: int32(d.uvarint(65535))}
 				if proto := d.bytes(1); proto != nil {
 					if int(proto[0]) >= len(protocols) {
 						d.fail(errors.New("bad protocol"))

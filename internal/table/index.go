@@ -205,9 +205,10 @@ func wireLen(name string) int {
 	return len(name) + 1
 }
 
-// maxSRV is the most SRV records of targets under fqdn (<host>.<cluster>.
-// fqdn, each label at least one octet) that fit a reply.
-func maxSRV(fqdn string) int { return roomFor(fqdn) / (sizeSRV + 4 + wireLen(fqdn)) }
+// maxSRV is the most SRV records of targets under a name fqdnLen octets long
+// on the wire (<host>.<cluster>.<fqdn>, each label at least one octet) that
+// fit a reply to a question for that name.
+func maxSRV(fqdnLen int) int { return (maxMsg - 12 - 4 - fqdnLen) / (sizeSRV + 4 + fqdnLen) }
 
 // recordCost is how many records a full render of sk's answers holds, at
 // most: each ready endpoint's addresses, and its SRV records (one per named
@@ -237,7 +238,8 @@ func recordCost(cfg *Config, sk svcKey, pods []*Pod) int {
 	if eps == 0 {
 		return 0
 	}
-	limit := maxSRV(sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone)
+	// <name>.<namespace>.svc.<zone> on the wire, counted without building it.
+	limit := maxSRV(len(sk.Name) + 1 + len(sk.Namespace) + len(".svc.") + len(cfg.Zone) + 1)
 	cost := addrs + min(named, limit)
 	for _, n := range ports {
 		cost += min(n, limit)
