@@ -752,8 +752,8 @@ func TestIncrementalMatchesFresh(t *testing.T) {
 }
 
 // A record is what the table holds once per endpoint: keep it in the 80-byte
-// size class (BenchmarkIndexHeap; it was 128 with its cluster, namespace and
-// exports inline).
+// size class (BenchmarkIndexHeap, in internal/snapshot; it was 128 with its
+// cluster, namespace and exports inline).
 func TestPodSize(t *testing.T) {
 	if n := unsafe.Sizeof(Pod{}); n > 80 {
 		t.Errorf("table.Pod is %d bytes, more than 80", n)
