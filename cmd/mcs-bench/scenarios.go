@@ -16,7 +16,6 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
-	"github.com/mcsannotations/mcsannotations/internal/table"
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
@@ -377,7 +376,7 @@ func writeSnapshot(b *harness.Program, ds dataset, path string) int64 {
 	for i := 0; i < ds.services; i++ {
 		for j := 0; j < ds.endpoints; j++ {
 			p := ds.tablePod(i, j)
-			v, err := table.EncodePod(p)
+			v, err := snapshot.EncodePod(p)
 			if err != nil {
 				b.Fatalf("encode: %v", err)
 			}
@@ -439,7 +438,7 @@ func perfColdStart(b *harness.Program, c *contender, ds dataset, out string) str
 // goBenchmarks runs the plugin's own Go benchmarks and keeps their output.
 func goBenchmarks(ctx context.Context, b *harness.Program, res *results, _ *world) {
 	for _, gb := range []struct{ pkg, args string }{
-		{"./internal/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad)$ -benchtime 3x -benchmem"},
+		{"./internal/snapshot/", "-run ^TestLookupDoesNotAllocate$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad)$ -benchtime 3x -benchmem"},
 		{"./plugin/mcsannotations/", "-run ^$ -bench ^(BenchmarkServeDNS|BenchmarkServeDNSProbe)$ -benchmem"},
 		{"./internal/probe/", "-run ^$ -bench ^BenchmarkRound$ -benchmem"},
 		{"./internal/snapshot/", "-run ^$ -bench ^(BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 5x -benchmem"},

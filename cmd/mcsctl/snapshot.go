@@ -111,7 +111,7 @@ func readSite(path string, timeout time.Duration) (*site, error) {
 	err = st.Scan(func(name string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
 		src := sourceInfo{Cluster: name, Complete: !meta.LastFullSync.IsZero(),
 			LastContact: timePtr(meta.LastContact), LastFullSync: timePtr(meta.LastFullSync)}
-		dec := table.NewDecoder()
+		dec := snapshot.NewPodDecoder()
 		for k, v := range records {
 			p, err := dec.Decode(v)
 			if err != nil || p.Cluster != name || !snapshot.IsNameKey(k, p.Namespace, p.Name) {

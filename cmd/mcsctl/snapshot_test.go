@@ -44,7 +44,7 @@ func writeSnapshot(t *testing.T) (string, *snapshot.Store) {
 	put := func(ps ...*table.Pod) map[string][]byte {
 		m := map[string][]byte{}
 		for _, p := range ps {
-			b, err := table.EncodePod(p)
+			b, err := snapshot.EncodePod(p)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
-	"github.com/mcsannotations/mcsannotations/internal/wire"
 )
 
 // The persisted form of a client, so that alias names and imports enforce
@@ -28,13 +27,13 @@ const maxItems = 256
 func EncodeClient(c *clients.Client, ips []netip.Addr) []byte {
 	b := make([]byte, 0, 64)
 	b = append(b, recordClient)
-	b = wire.AppendString(b, c.Namespace)
-	b = wire.AppendString(b, c.Name)
-	b = wire.AppendAddrs(b, ips)
+	b = appendString(b, c.Namespace)
+	b = appendString(b, c.Name)
+	b = appendAddrs(b, ips)
 	b = binary.AppendUvarint(b, uint64(len(c.Imports)))
 	for _, i := range c.Imports {
 		for _, s := range []string{i.Name, i.Namespace, i.Cluster, i.Alias} {
-			b = wire.AppendString(b, s)
+			b = appendString(b, s)
 		}
 	}
 	return b
@@ -46,22 +45,22 @@ func DecodeClient(b []byte) (*clients.Client, []netip.Addr, error) {
 	if len(b) == 0 || b[0] != recordClient {
 		return nil, nil, errors.New("not a client record")
 	}
-	d := wire.Reader{B: b[1:]}
-	c := &clients.Client{Namespace: d.String(), Name: d.String()}
-	ips := d.Addrs(maxItems)
+	d := reader{b: b[1:]}
+	c := &clients.Client{Namespace: d.string(), Name: d.string()}
+	ips := d.addrs(maxItems)
 	for i, ip := range ips {
 		ips[i] = ip.Unmap()
 	}
-	if n := d.Uvarint(maxItems); n > 0 {
+	if n := d.uvarint(maxItems); n > 0 {
 		c.Imports = make([]annotation.Import, 0, n)
 		for range n {
-			c.Imports = append(c.Imports, annotation.Import{Name: d.String(), Namespace: d.String(), Cluster: d.String(), Alias: d.String()})
+			c.Imports = append(c.Imports, annotation.Import{Name: d.string(), Namespace: d.string(), Cluster: d.string(), Alias: d.string()})
 		}
 	}
 	switch {
-	case d.Err != nil:
-		return nil, nil, d.Err
-	case len(d.B) != 0:
+	case d.err != nil:
+		return nil, nil, d.err
+	case len(d.b) != 0:
 		return nil, nil, errors.New("data after the record")
 	case c.Namespace == "" || c.Name == "":
 		return nil, nil, errors.New("record without namespace or name")

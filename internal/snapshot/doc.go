@@ -11,13 +11,16 @@
 //	sources/                  bucket
 //	  <cluster>/              one nested bucket per source (a cluster)
 //	    meta    = JSON {clusterID, lastContact, lastFullSync}
-//	    records/              bucket: <namespace>/<name> = a Pod (table's codec)
+//	    records/              bucket: <namespace>/<name> = a Pod (podcodec.go)
 //	clients/                  bucket: <namespace>/<name> = a DNS client (clientcodec.go)
 //	clustersetips/            bucket: <namespace>/<name> = a ClusterSetIP service (clustersetipcodec.go)
 //
 // A source's records are opaque bytes to the store (Put, ReplaceSource,
 // Scan: the plugin decodes them on every CPU at start-up); the clients and
 // the ClusterSetIP services have typed methods (typed.go).
+//
+// The compact forms share their pieces (strings, counts, addresses, a reader
+// whose first error sticks) in wire.go.
 //
 // Bucket and key names are declared once in schema.go. A file of schema "1"
 // (the clients and ClusterSetIP services kept as sources "~clients" and

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 // logBuf collects Logf lines; safe for concurrent use.
@@ -133,3 +137,26 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// pod is a record of Pod name in cluster and ns, exporting exports (each
+// given the cluster, and ns when it names no namespace).
+func pod(cluster, ns, name, hostname string, ready bool, ips []string, exports ...annotation.Export) *table.Pod {
+	p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: ns}, Name: name, Hostname: hostname, Ready: ready}
+	for _, s := range ips {
+		p.IPs = append(p.IPs, netip.MustParseAddr(s))
+	}
+	for i := range exports {
+		exports[i].Cluster = cluster
+		if exports[i].Namespace == "" {
+			exports[i].Namespace = ns
+		}
+	}
+	p.Exports = exports
+	return p
+}
+
+func export(name string, ports ...annotation.Port) annotation.Export {
+	return annotation.Export{Name: name, Ports: ports}
+}
+
+var httpPort = annotation.Port{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}

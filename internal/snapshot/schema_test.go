@@ -47,7 +47,7 @@ func TestSchema1Migrated(t *testing.T) {
 		t.Fatalf("sources after migration: %+v", srcs)
 	}
 	for k, v := range srcs["edge-a"].Records {
-		p, err := table.DecodePod(v)
+		p, err := DecodePod(v)
 		if err != nil || !IsNameKey([]byte(k), p.Namespace, p.Name) {
 			t.Errorf("record %s: %+v, %v", k, p, err)
 		}

@@ -31,7 +31,7 @@ func TestSchema2OldCodecOpens(t *testing.T) {
 		t.Fatalf("records %v", recs)
 	}
 	for k, v := range recs {
-		p, err := table.DecodePod(v)
+		p, err := DecodePod(v)
 		if err != nil || !IsNameKey([]byte(k), p.Namespace, p.Name) || p.Exports[0].Ports[0].TargetPort != 8080 {
 			t.Fatalf("record %s: %+v, %v", k, p, err)
 		}
@@ -79,7 +79,7 @@ func TestServiceFieldsSurviveRestart(t *testing.T) {
 	s, _ := mustOpen(t, path, testOptions(&l))
 	recs := map[string][]byte{}
 	for _, p := range pods {
-		b, err := table.EncodePod(p)
+		b, err := EncodePod(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestServiceFieldsSurviveRestart(t *testing.T) {
 
 	s, _ = mustOpen(t, path, testOptions(&l))
 	defer mustClose(t, s)
-	dec := table.NewDecoder()
+	dec := NewPodDecoder()
 	var back []*table.Pod
 	for _, v := range mustLoad(t, s)["edge-a"].Records {
 		p, err := dec.Decode(v)
@@ -146,12 +146,12 @@ func TestServiceFieldsSurviveRestart(t *testing.T) {
 
 // A damaged 'd' record is refused, never half read.
 func TestServiceFieldsTruncated(t *testing.T) {
-	b, err := table.EncodePod(servicePod("web-0", "10.0.0.1"))
+	b, err := EncodePod(servicePod("web-0", "10.0.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for n := 1; n < len(b); n += 7 {
-		if p, err := table.DecodePod(b[:n]); err == nil {
+		if p, err := DecodePod(b[:n]); err == nil {
 			t.Fatalf("a record cut at %d of %d bytes read as %+v", n, len(b), p)
 		}
 	}

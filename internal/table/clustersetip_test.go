@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
 func vip(ns, name string, ips []string, ports ...ImportPort) ClusterSetIP {
@@ -99,6 +101,44 @@ func TestClusterSetIPLookupDoesNotAllocate(t *testing.T) {
 	for _, q := range []string{"backend.default.svc." + zone, "_http._tcp.backend.default.svc." + zone, "10-0-0-1.edge-a.backend.default.svc." + zone, "nope.default.svc." + zone} {
 		if n := testing.AllocsPerRun(100, func() { ix.Lookup(q, dns.TypeA) }); n != 0 {
 			t.Errorf("%s: %v allocations", q, n)
+		}
+	}
+}
+
+// The type of a service is its oldest export's (KEP-1645): when the entries
+// agree it is theirs; when they disagree the oldest decides (no exportedAt is
+// older than any, then the lower cluster ID). Deciding it allocates nothing,
+// nor does counting the service's records for the cap.
+func TestExportedClusterSetIP(t *testing.T) {
+	typed := func(cluster, typ, at string) *Pod {
+		e := export("backend", httpPort)
+		e.Service = annotation.Service{Type: typ, ExportedAt: at}
+		return pod(cluster, "default", "p-"+cluster+typ+at, "", true, []string{"10.0.0.1"}, e)
+	}
+	const early, late = "2026-01-01T00:00:00Z", "2026-06-01T00:00:00Z"
+	tcfg := cfg()
+	csip, headless := annotation.TypeClusterSetIP, annotation.TypeHeadless
+	for _, c := range []struct {
+		name string
+		pods []*Pod
+		want bool
+	}{
+		{"no entry", []*Pod{pod("edge-a", "default", "x", "", true, nil, export("other"))}, false},
+		{"untyped", []*Pod{typed("edge-a", "", ""), typed("edge-b", "", late)}, false},
+		{"all headless", []*Pod{typed("edge-a", headless, early), typed("edge-b", headless, late)}, false},
+		{"all ClusterSetIP", []*Pod{typed("edge-a", csip, early), typed("edge-b", csip, "")}, true},
+		{"older ClusterSetIP", []*Pod{typed("edge-a", headless, late), typed("edge-b", csip, early)}, true},
+		{"older headless", []*Pod{typed("edge-a", csip, late), typed("edge-b", "", early)}, false},
+		{"no exportedAt is older", []*Pod{typed("edge-a", headless, early), typed("edge-b", csip, "")}, true},
+		{"tie: lower cluster", []*Pod{typed("edge-b", headless, early), typed("edge-a", csip, early)}, true},
+	} {
+		sk := svcKey{Namespace: "default", Name: "backend"}
+		if got := exportedClusterSetIP(sk, c.pods); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+		// Run for every service at every rebuild: no allocation.
+		if n := testing.AllocsPerRun(10, func() { exportedClusterSetIP(sk, c.pods); recordCost(&tcfg, sk, c.pods) }); n != 0 {
+			t.Errorf("%s: %v allocations", c.name, n)
 		}
 	}
 }

@@ -205,9 +205,10 @@ func wireLen(name string) int {
 	return len(name) + 1
 }
 
-// maxSRV is the most SRV records of targets under fqdn (<host>.<cluster>.
-// fqdn, each label at least one octet) that fit a reply.
-func maxSRV(fqdn string) int { return roomFor(fqdn) / (sizeSRV + 4 + wireLen(fqdn)) }
+// maxSRV is the most SRV records of targets under a name fqdnLen octets long
+// on the wire (<host>.<cluster>.<fqdn>, each label at least one octet) that
+// fit a reply to a question for that name.
+func maxSRV(fqdnLen int) int { return (maxMsg - 12 - 4 - fqdnLen) / (sizeSRV + 4 + fqdnLen) }
 
 // recordCost is how many records a full render of sk's answers holds, at
 // most: each ready endpoint's addresses, and its SRV records (one per named
@@ -237,7 +238,8 @@ func recordCost(cfg *Config, sk svcKey, pods []*Pod) int {
 	if eps == 0 {
 		return 0
 	}
-	limit := maxSRV(sk.Name + "." + sk.Namespace + ".svc." + cfg.Zone)
+	// <name>.<namespace>.svc.<zone> on the wire, counted without building it.
+	limit := maxSRV(len(sk.Name) + 1 + len(sk.Namespace) + len(".svc.") + len(cfg.Zone) + 1)
 	cost := addrs + min(named, limit)
 	for _, n := range ports {
 		cost += min(n, limit)
@@ -269,11 +271,25 @@ func (ix *Index) Serial() uint32 { return ix.serial }
 
 // Service returns the service <name>.<namespace>, or nil.
 func (ix *Index) Service(namespace, name string) *Service {
-	if e := ix.services[name+"."+namespace]; e != nil {
+	var buf [maxKey]byte
+	if e := ix.services[string(serviceKey(buf[:0], namespace, name))]; e != nil {
 		ix.demand.mark(e)
 		return e.get()
 	}
 	return nil
+}
+
+// maxKey is the longest key of a service with Kubernetes names (two labels
+// of up to 63 octets and a dot): serviceKey builds it on the stack.
+const maxKey = 63 + 1 + 63
+
+// serviceKey appends the index's key of <name>.<namespace> to b. Indexing a
+// map with string(serviceKey(...)) copies nothing, so a lookup by namespace
+// and name does not allocate (a concatenation would, past 32 bytes).
+func serviceKey(b []byte, namespace, name string) []byte {
+	b = append(b, name...)
+	b = append(b, '.')
+	return append(b, namespace...)
 }
 
 func newIndex(cfg Config, services map[string]*entry, imports map[string]*Service, serial uint32) *Index {
@@ -382,7 +398,8 @@ func (ix *Index) Allowed(namespace, name, client string) bool {
 	if client == namespace {
 		return true
 	}
-	e := ix.services[name+"."+namespace]
+	var buf [maxKey]byte
+	e := ix.services[string(serviceKey(buf[:0], namespace, name))]
 	return e != nil && e.access.allows(client)
 }
 

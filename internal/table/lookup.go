@@ -182,13 +182,14 @@ func splitService(qname, zone string) (prefix, key string, dot int, ok bool) {
 // cluster's endpoints, in endpoint form.
 func (ix *Index) LookupService(namespace, name, cluster, prefix string, qtype uint16) Answer {
 	if cluster == "" {
-		key := name + "." + namespace
-		if ci := ix.imports[key]; ci != nil {
+		var buf [maxKey]byte
+		key := serviceKey(buf[:0], namespace, name)
+		if ci := ix.imports[string(key)]; ci != nil {
 			if a, ok := clusterSetIP(ci, prefix, qtype); ok {
 				return a
 			}
 		}
-		e := ix.services[key]
+		e := ix.services[string(key)]
 		if e == nil {
 			return Answer{Kind: KindNXDomain}
 		}

@@ -11,7 +11,7 @@ import (
 // sources produce, what the table indexes, and what the snapshot persists.
 // A Pod is never modified once handed to the table. (It has no UID: nothing
 // in DNS depends on it, and a record is small because the table holds one
-// per endpoint: 72 bytes (80 when allocated alone; the snapshot's Decoder
+// per endpoint: 72 bytes (80 when allocated alone; the snapshot's PodDecoder
 // cuts records from chunks), and its name and addresses.)
 type Pod struct {
 	*Common               // shared with the other Pods of its service; never nil

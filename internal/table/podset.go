@@ -9,9 +9,9 @@ import (
 // table with linear probing over a slice of record pointers. A slot is the
 // 8-byte pointer (the name is read from the record), where a Go
 // map[string]*Pod spends 24 bytes a slot plus control bytes; at the loads below
-// that was about 40 bytes per record (BenchmarkIndexHeap). The zero podSet is
-// empty and ready to use; it is not safe for concurrent use (the table's lock
-// guards it).
+// that was about 40 bytes per record (BenchmarkIndexHeap, in
+// internal/snapshot). The zero podSet is empty and ready to use; it is not
+// safe for concurrent use (the table's lock guards it).
 type podSet struct {
 	slots []*Pod // nil marks a free slot
 	n     int

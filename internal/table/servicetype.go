@@ -66,6 +66,13 @@ func (ix *Index) ImportState() ImportState { return ix.importState }
 // oldest (an entry without exportedAt is older than any), the lower cluster ID
 // on a tie. Entries without a type are Headless (annotation.Service).
 func exportedClusterSetIP(sk svcKey, pods []*Pod) bool {
+	switch exportTypes(sk, pods) {
+	case typesNone, typesHeadless:
+		return false
+	case typesClusterSetIP:
+		return true
+	}
+	// The entries disagree: the oldest one decides.
 	var best, last *annotation.Export
 	var bestAt time.Time
 	for _, p := range pods {
@@ -78,13 +85,47 @@ func exportedClusterSetIP(sk svcKey, pods []*Pod) bool {
 				continue // the Pods of one service in one cluster repeat their entry
 			}
 			last = e
-			at := e.Exported()
+			var at time.Time // no exportedAt: older than any (parsing "" would allocate an error)
+			if e.ExportedAt != "" {
+				at = e.Exported()
+			}
 			if best == nil || annotation.CompareAge(at, e.Cluster, bestAt, best.Cluster) < 0 {
 				best, bestAt = e, at
 			}
 		}
 	}
 	return best != nil && best.ServiceType() == annotation.TypeClusterSetIP
+}
+
+// The types pods' entries for a service give it (exportTypes).
+const (
+	typesNone         = 0
+	typesHeadless     = 1 // some entries are Headless
+	typesClusterSetIP = 2 // some are ClusterSetIP
+	typesMixed        = typesHeadless | typesClusterSetIP
+)
+
+// exportTypes reports which types pods' entries for sk give it: when they
+// all agree, no entry's age needs to be read.
+func exportTypes(sk svcKey, pods []*Pod) int {
+	types := typesNone
+	for _, p := range pods {
+		for i := range p.Exports {
+			e := &p.Exports[i]
+			if e.Namespace != sk.Namespace || e.Name != sk.Name {
+				continue
+			}
+			if e.ServiceType() == annotation.TypeClusterSetIP {
+				types |= typesClusterSetIP
+			} else {
+				types |= typesHeadless
+			}
+			if types == typesMixed {
+				return types
+			}
+		}
+	}
+	return types
 }
 
 // withServiceForm returns s with its SRV answers in service form: each

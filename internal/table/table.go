@@ -68,7 +68,8 @@ type svcList struct {
 
 // nsKey groups records by cluster and namespace: the records are kept in one
 // podSet per group, keyed by Pod name: smaller per record than one map keyed
-// by Key or a map[string]*Pod per group (BenchmarkIndexHeap).
+// by Key or a map[string]*Pod per group (BenchmarkIndexHeap, in
+// internal/snapshot).
 type nsKey struct{ Cluster, Namespace string }
 
 // Table is safe for concurrent use.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 
@@ -359,10 +360,26 @@ func TestDashedIP(t *testing.T) {
 func TestLookupDoesNotAllocate(t *testing.T) {
 	tb := New(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
+	// A name and namespace longer than a short string's room on the stack.
+	const long, longNS = "payments-backend-with-a-long-name", "production-east-with-a-long-name"
+	tb.Upsert(pod("edge-a", longNS, "p1", "", true, []string{"10.0.0.2"}, export(long, httpPort)))
 	ix := tb.Rebuild()
-	for _, q := range []string{"backend.default.svc." + zone, "_http._tcp.backend.default.svc." + zone, "10-0-0-1.edge-a.backend.default.svc." + zone, "nope.default.svc." + zone} {
+	for _, q := range []string{"backend.default.svc." + zone, "_http._tcp.backend.default.svc." + zone, "10-0-0-1.edge-a.backend.default.svc." + zone, "nope.default.svc." + zone,
+		long + "." + longNS + ".svc." + zone} {
 		if n := testing.AllocsPerRun(100, func() { ix.Lookup(q, dns.TypeA) }); n != 0 {
 			t.Errorf("%s: %v allocations", q, n)
+		}
+	}
+	// Alias names answer through LookupService, with or without a cluster.
+	for _, q := range []struct{ ns, name, cluster, prefix string }{
+		{"default", "backend", "", ""}, {longNS, long, "", ""}, {longNS, long, "", "_http._tcp"}, {longNS, long, "", "10-0-0-2.edge-a"},
+		{longNS, long, "edge-a", ""}, {longNS, "nope-" + long, "", ""}, {longNS, "nope-" + long, "edge-a", ""},
+	} {
+		if n := testing.AllocsPerRun(100, func() { ix.LookupService(q.ns, q.name, q.cluster, q.prefix, dns.TypeA) }); n != 0 {
+			t.Errorf("alias to %+v: %v allocations", q, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { ix.Allowed(q.ns, q.name, "client") }); n != 0 {
+			t.Errorf("Allowed(%s, %s): %v allocations", q.ns, q.name, n)
 		}
 	}
 }
@@ -379,7 +396,7 @@ func FuzzLookup(f *testing.F) {
 	})
 }
 
-func TestOnPodChangeAndCodec(t *testing.T) {
+func TestOnPodChange(t *testing.T) {
 	tb := New(cfg())
 	got := map[Key]*Pod{}
 	tb.OnPodChange(func(k Key, p *Pod) { got[k] = p })
@@ -395,70 +412,6 @@ func TestOnPodChangeAndCodec(t *testing.T) {
 		t.Fatal("delete not journaled")
 	}
 
-	b, err := EncodePod(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := DecodePod(b)
-	if err != nil || !back.Equal(a) {
-		t.Fatalf("round trip: %+v, %v", back, err)
-	}
-	if b[0] != 'b' {
-		t.Errorf("written as %q, want the binary form", b[0])
-	}
-	// Allowed namespaces make a 'c' record, read back whole.
-	c := pod("edge-a", "default", "c", "", true, []string{"10.0.0.3"}, annotation.Export{Name: "backend", Allowed: []string{"api", "web"}, Ports: []annotation.Port{httpPort}})
-	if cb, err := EncodePod(c); err != nil || cb[0] != 'c' {
-		t.Fatalf("allowed namespaces: %q, %v", cb, err)
-	} else if back, err := DecodePod(cb); err != nil || !back.Equal(c) || !slices.Equal(back.Exports[0].Allowed, []string{"api", "web"}) {
-		t.Fatalf("allowed namespaces round trip: %+v, %v", back, err)
-	}
-	// Records written as JSON (the first format) still read.
-	legacy := []byte(`j{"c":"edge-a","ns":"default","n":"a","h":"web-0","ips":["10.0.0.1","fd00::1"],"r":true,` +
-		`"e":[{"name":"backend","namespace":"default","cluster":"edge-a","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]}]}`)
-	if back, err := DecodePod(legacy); err != nil || !back.Equal(a) {
-		t.Fatalf("legacy JSON: %+v, %v", back, err)
-	}
-	bad := [][]byte{nil, []byte("x{}"), []byte("j{"), []byte(`j{"c":"edge-a"}`), []byte("j[]"),
-		[]byte(`j{"n":"p","r":true}`), // no cluster or namespace at all: no Common
-		b[:len(b)/2], append(append([]byte(nil), b...), 0), []byte("b\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")}
-	for _, x := range bad {
-		if _, err := DecodePod(x); err == nil {
-			t.Errorf("DecodePod(%q) accepted", x)
-		}
-	}
-	if _, err := EncodePod(&Pod{Common: &Common{Cluster: "a", Namespace: "b", Exports: []annotation.Export{{Name: "s", Ports: []annotation.Port{{Port: 1, Protocol: "ICMP"}}}}}, Name: "c"}); err == nil {
-		t.Error("EncodePod accepted an unknown protocol")
-	}
-}
-
-// FuzzDecodePod: no input panics or allocates without bound, and whatever
-// decodes encodes back to a record that decodes the same.
-func FuzzDecodePod(f *testing.F) {
-	for _, p := range benchPods(3, 1, 1) {
-		b, _ := EncodePod(p)
-		f.Add(b)
-	}
-	withAllowed := pod("edge-a", "default", "c", "", true, []string{"10.0.0.3"}, annotation.Export{Name: "backend", Allowed: []string{"web"}, Ports: []annotation.Port{httpPort}})
-	if b, err := EncodePod(withAllowed); err == nil {
-		f.Add(b)
-	}
-	f.Add([]byte(`j{"c":"a","ns":"b","n":"c"}`))
-	f.Add([]byte("b"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := DecodePod(b)
-		if err != nil {
-			return
-		}
-		again, err := EncodePod(p)
-		if err != nil {
-			return // JSON records may carry protocols the binary form refuses
-		}
-		q, err := DecodePod(again)
-		if err != nil || !q.Equal(p) {
-			t.Fatalf("round trip: %+v -> %+v, %v", p, q, err)
-		}
-	})
 }
 
 func TestLookupServiceInCluster(t *testing.T) {
@@ -741,5 +694,68 @@ func TestEndpointNameFits(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { EndpointNameFits("web-0", "edge-a", "backend", "default", zone) }); n != 0 {
 		t.Errorf("%v allocations", n)
+	}
+}
+
+// Any sequence of upserts, deletes and replacements leaves the incremental
+// index answering exactly as an index built from scratch from the same
+// records.
+func TestIncrementalMatchesFresh(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tb := New(cfg())
+	clusters := []string{"edge-a", "edge-b"}
+	random := func(cluster string, i int) *Pod {
+		var ex []annotation.Export
+		for s := range 3 {
+			if rng.IntN(2) == 0 {
+				ex = append(ex, export(fmt.Sprintf("svc-%d", s), httpPort))
+			}
+		}
+		ip := netip.AddrFrom4([4]byte{10, byte(rng.IntN(2)), 0, byte(rng.IntN(4))})
+		return pod(cluster, "default", fmt.Sprintf("p-%d", i), "", rng.IntN(4) != 0, []string{ip.String()}, ex...)
+	}
+	for step := range 2000 {
+		c := clusters[rng.IntN(2)]
+		switch r := rng.IntN(20); {
+		case r == 0:
+			var ps []*Pod
+			for i := range rng.IntN(6) {
+				ps = append(ps, random(c, i))
+			}
+			tb.ReplaceCluster(c, ps)
+		case r < 6:
+			tb.Delete(Key{c, "default", fmt.Sprintf("p-%d", rng.IntN(6))})
+		default:
+			tb.Upsert(random(c, rng.IntN(6)))
+		}
+		if step%7 != 0 {
+			continue
+		}
+		got := tb.Rebuild()
+		fresh := New(cfg())
+		for _, c := range clusters {
+			fresh.ReplaceCluster(c, tb.Pods(c))
+		}
+		want := fresh.Rebuild()
+		for s := range 3 {
+			for _, q := range []string{fmt.Sprintf("svc-%d.default.svc.%s", s, zone), fmt.Sprintf("_http._tcp.svc-%d.default.svc.%s", s, zone)} {
+				for _, qt := range []uint16{dns.TypeA, dns.TypeSRV} {
+					g, w := got.Lookup(q, qt), want.Lookup(q, qt)
+					if g.Kind != w.Kind || !slices.Equal(addrs(g), addrs(w)) || !slices.Equal(srvs(g), srvs(w)) {
+						t.Fatalf("step %d %s %s: incremental %v %v %v, fresh %v %v %v", step, q, dns.TypeToString[qt],
+							g.Kind, addrs(g), srvs(g), w.Kind, addrs(w), srvs(w))
+					}
+				}
+			}
+		}
+	}
+}
+
+// A record is what the table holds once per endpoint: keep it in the 80-byte
+// size class (BenchmarkIndexHeap, in internal/snapshot; it was 128 with its
+// cluster, namespace and exports inline).
+func TestPodSize(t *testing.T) {
+	if n := unsafe.Sizeof(Pod{}); n > 80 {
+		t.Errorf("table.Pod is %d bytes, more than 80", n)
 	}
 }

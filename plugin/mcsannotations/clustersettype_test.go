@@ -181,7 +181,7 @@ func TestClusterSetIPTypeAfterOfflineRestart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := table.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{
+			b, err := snapshot.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{
 				Name: "web", Namespace: "default", Cluster: "edge-a",
 				Ports:   []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}},
 				Service: annotation.Service{Type: annotation.TypeClusterSetIP}}}},

@@ -209,7 +209,7 @@ func decodeRecords(st *snapshot.Store, cluster string, n int, records iter.Seq2[
 	for w := range workers {
 		wg.Go(func() {
 			errs[w] = st.Guard(func() {
-				dec := table.NewDecoder() // records share their cluster, namespace and exports
+				dec := snapshot.NewPodDecoder() // records share their cluster, namespace and exports
 				out := make([]*table.Pod, 0, n/workers+decodeBatch)
 				for b := range work {
 					for _, r := range b {
@@ -353,7 +353,7 @@ func (m *MCS) writeTable(st *snapshot.Store) {
 		}
 		recs := map[string][]byte{}
 		for _, p := range m.table.Pods(s.Cluster()) {
-			if b, err := table.EncodePod(p); err == nil {
+			if b, err := snapshot.EncodePod(p); err == nil {
 				recs[p.Namespace+"/"+p.Name] = b
 			}
 		}
@@ -400,7 +400,7 @@ func (m *MCS) journal(k table.Key, p *table.Pod) {
 		st.Delete(k.Cluster, key)
 		return
 	}
-	b, err := table.EncodePod(p)
+	b, err := snapshot.EncodePod(p)
 	if err != nil {
 		snapshotErrors.WithLabelValues("encode").Inc()
 		return

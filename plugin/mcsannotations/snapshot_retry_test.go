@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
-	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 // fastSnapshotRetry shortens the backoff between attempts to open the file.
@@ -50,7 +49,7 @@ func storedPods(t *testing.T, path, cluster string) []string {
 	}
 	var out []string
 	for k, v := range got[cluster].Records {
-		if _, err := table.DecodePod(v); err != nil {
+		if _, err := snapshot.DecodePod(v); err != nil {
 			t.Errorf("record %s: %v", k, err)
 		}
 		out = append(out, k)

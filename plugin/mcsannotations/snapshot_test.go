@@ -321,7 +321,7 @@ func TestSnapshotBadRecordsSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := func(name, ip string) []byte {
-		b, err := table.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: name, Ready: true,
+		b, err := snapshot.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: name, Ready: true,
 			IPs: []netip.Addr{netip.MustParseAddr(ip)}})
 		if err != nil {
 			t.Fatal(err)
@@ -434,7 +434,7 @@ func TestDecodeRecordsInParallel(t *testing.T) {
 	wantBad := map[string]bool{}
 	for i := range n {
 		name := fmt.Sprintf("p%05d", i)
-		b, err := table.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/10), Namespace: "default", Cluster: "edge-a"}}}, Name: name, Ready: true,
+		b, err := snapshot.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/10), Namespace: "default", Cluster: "edge-a"}}}, Name: name, Ready: true,
 			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})}})
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package table
+package snapshot
 
 import (
 	"fmt"
@@ -9,23 +9,24 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 // benchPods makes n Pods backing n/per services (per endpoints each) in 50
 // namespaces, with one named port, spread over clusters edge-a, edge-b...
-func benchPods(n, per, clusters int) []*Pod {
-	pods := make([]*Pod, n)
+func benchPods(n, per, clusters int) []*table.Pod {
+	pods := make([]*table.Pod, n)
 	for i := range pods {
 		ns := fmt.Sprintf("ns-%d", (i/per)%50)
 		cl := fmt.Sprintf("edge-%c", 'a'+i%clusters)
-		pods[i] = &Pod{Common: &Common{Cluster: cl, Namespace: ns, Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/per), Namespace: ns, Cluster: cl,
+		pods[i] = &table.Pod{Common: &table.Common{Cluster: cl, Namespace: ns, Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/per), Namespace: ns, Cluster: cl,
 			Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}}}, Name: fmt.Sprintf("pod-%d", i),
 			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})}, Ready: true}
 	}
 	return pods
 }
 
-func encodeAll(b testing.TB, pods []*Pod) [][]byte {
+func encodeAll(b testing.TB, pods []*table.Pod) [][]byte {
 	recs := make([][]byte, len(pods))
 	for i, p := range pods {
 		var err error
@@ -36,11 +37,11 @@ func encodeAll(b testing.TB, pods []*Pod) [][]byte {
 	return recs
 }
 
-// loadRecords is a cold start's work in the table: decode every record
+// loadRecords is a cold start's work after the store has read the records: decode every record
 // (sharing common values), load them, build the index.
-func loadRecords(b *testing.B, recs [][]byte) (*Table, *Index) {
-	dec := NewDecoder()
-	decoded := make([]*Pod, len(recs))
+func loadRecords(b *testing.B, recs [][]byte) (*table.Table, *table.Index) {
+	dec := NewPodDecoder()
+	decoded := make([]*table.Pod, len(recs))
 	for i, r := range recs {
 		p, err := dec.Decode(r)
 		if err != nil {
@@ -48,7 +49,7 @@ func loadRecords(b *testing.B, recs [][]byte) (*Table, *Index) {
 		}
 		decoded[i] = p
 	}
-	t := New(Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
+	t := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
 	clusters := map[string]bool{}
 	for _, p := range decoded {
 		if !clusters[p.Cluster] {
@@ -59,7 +60,7 @@ func loadRecords(b *testing.B, recs [][]byte) (*Table, *Index) {
 	return t, t.Rebuild()
 }
 
-// BenchmarkColdLoad is the table's part of a cold start from a snapshot of
+// BenchmarkColdLoad is a cold start from a snapshot of
 // 100,000 endpoints (10,000 services of 10): decode every record, load them,
 // build the index, answer.
 func BenchmarkColdLoad(b *testing.B) {
@@ -110,4 +111,12 @@ func BenchmarkIndexHeap(b *testing.B) {
 			}
 		})
 	}
+}
+
+// heap is the live heap after a collection.
+func heap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

@@ -1,20 +1,59 @@
-package table
+package snapshot
 
 import (
 	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"unsafe"
 
-	"github.com/miekg/dns"
-
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
-// A Decoder shares one Common among records that repeat the cluster,
+// A record round-trips in the smallest form that holds it; older forms
+// still read; damaged records are refused.
+func TestPodCodec(t *testing.T) {
+	a := pod("edge-a", "default", "a", "web-0", true, []string{"10.0.0.1", "fd00::1"}, export("backend", httpPort))
+	b, err := EncodePod(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodePod(b)
+	if err != nil || !back.Equal(a) {
+		t.Fatalf("round trip: %+v, %v", back, err)
+	}
+	if b[0] != 'b' {
+		t.Errorf("written as %q, want the binary form", b[0])
+	}
+	// Allowed namespaces make a 'c' record, read back whole.
+	c := pod("edge-a", "default", "c", "", true, []string{"10.0.0.3"}, annotation.Export{Name: "backend", Allowed: []string{"api", "web"}, Ports: []annotation.Port{httpPort}})
+	if cb, err := EncodePod(c); err != nil || cb[0] != 'c' {
+		t.Fatalf("allowed namespaces: %q, %v", cb, err)
+	} else if back, err := DecodePod(cb); err != nil || !back.Equal(c) || !slices.Equal(back.Exports[0].Allowed, []string{"api", "web"}) {
+		t.Fatalf("allowed namespaces round trip: %+v, %v", back, err)
+	}
+	// Records written as JSON (the first format) still read.
+	legacy := []byte(`j{"c":"edge-a","ns":"default","n":"a","h":"web-0","ips":["10.0.0.1","fd00::1"],"r":true,` +
+		`"e":[{"name":"backend","namespace":"default","cluster":"edge-a","ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}]}]}`)
+	if back, err := DecodePod(legacy); err != nil || !back.Equal(a) {
+		t.Fatalf("legacy JSON: %+v, %v", back, err)
+	}
+	bad := [][]byte{nil, []byte("x{}"), []byte("j{"), []byte(`j{"c":"edge-a"}`), []byte("j[]"),
+		[]byte(`j{"n":"p","r":true}`), // no cluster or namespace at all: no Common
+		b[:len(b)/2], append(append([]byte(nil), b...), 0), []byte("b\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")}
+	for _, x := range bad {
+		if _, err := DecodePod(x); err == nil {
+			t.Errorf("DecodePod(%q) accepted", x)
+		}
+	}
+	if _, err := EncodePod(&table.Pod{Common: &table.Common{Cluster: "a", Namespace: "b", Exports: []annotation.Export{{Name: "s", Ports: []annotation.Port{{Port: 1, Protocol: "ICMP"}}}}}, Name: "c"}); err == nil {
+		t.Error("EncodePod accepted an unknown protocol")
+	}
+}
+
+// A PodDecoder shares one Common among records that repeat the cluster,
 // namespace and exports, and decodes exactly what DecodePod decodes.
 func TestDecoderShares(t *testing.T) {
 	a := pod("edge-a", "default", "a", "web-0", true, []string{"10.0.0.1", "fd00::1"}, export("backend", httpPort))
@@ -22,9 +61,9 @@ func TestDecoderShares(t *testing.T) {
 	c := pod("edge-a", "default", "c", "", false, []string{"10.0.0.3"}, export("frontend", httpPort))
 	// d's exports encode as b's, but d runs in another namespace.
 	d := pod("edge-a", "other", "d", "", true, []string{"10.0.0.4"}, annotation.Export{Name: "backend", Namespace: "default", Ports: []annotation.Port{httpPort}})
-	dec := NewDecoder()
-	var got []*Pod
-	for _, p := range []*Pod{a, b, c, d} {
+	dec := NewPodDecoder()
+	var got []*table.Pod
+	for _, p := range []*table.Pod{a, b, c, d} {
 		raw, err := EncodePod(p)
 		if err != nil {
 			t.Fatal(err)
@@ -61,10 +100,10 @@ func TestDecoderShares(t *testing.T) {
 	}
 }
 
-// Past maxShared distinct values a Decoder copies instead of remembering:
+// Past maxShared distinct values a PodDecoder copies instead of remembering:
 // its maps stay bounded, and every record still decodes correctly.
 func TestDecoderBounded(t *testing.T) {
-	dec := NewDecoder()
+	dec := NewPodDecoder()
 	for i := range maxShared + 100 {
 		p := pod("edge-a", fmt.Sprintf("ns-%d", i), "p", "", true, []string{"10.0.0.1"}, export(fmt.Sprintf("s-%d", i), httpPort))
 		raw, _ := EncodePod(p)
@@ -78,15 +117,15 @@ func TestDecoderBounded(t *testing.T) {
 	}
 }
 
-// Records cut from a Decoder's chunks stay what they were decoded as while
+// Records cut from a PodDecoder's chunks stay what they were decoded as while
 // more records fill the chunks and start new ones: names and addresses of all
 // lengths (some names near the limit, some records with more addresses than
 // a chunk hands out), damaged records in between, and no record's addresses can be
 // appended to in place.
 func TestDecoderChunks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	dec := NewDecoder()
-	var want, got []*Pod
+	dec := NewPodDecoder()
+	var want, got []*table.Pod
 	for i := range 5 * chunkRecords {
 		name := fmt.Sprintf("p-%d-", i) + strings.Repeat("x", rng.IntN(40))
 		if i%97 == 0 {
@@ -134,65 +173,34 @@ func TestDecoderChunks(t *testing.T) {
 	}
 }
 
-// Any sequence of upserts, deletes and replacements leaves the incremental
-// index answering exactly as an index built from scratch from the same
-// records.
-func TestIncrementalMatchesFresh(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	tb := New(cfg())
-	clusters := []string{"edge-a", "edge-b"}
-	random := func(cluster string, i int) *Pod {
-		var ex []annotation.Export
-		for s := range 3 {
-			if rng.IntN(2) == 0 {
-				ex = append(ex, export(fmt.Sprintf("svc-%d", s), httpPort))
-			}
-		}
-		ip := netip.AddrFrom4([4]byte{10, byte(rng.IntN(2)), 0, byte(rng.IntN(4))})
-		return pod(cluster, "default", fmt.Sprintf("p-%d", i), "", rng.IntN(4) != 0, []string{ip.String()}, ex...)
+// FuzzDecodePod: no input panics or allocates without bound, and whatever
+// decodes encodes back to a record that decodes the same.
+func FuzzDecodePod(f *testing.F) {
+	for _, p := range benchPods(3, 1, 1) {
+		b, _ := EncodePod(p)
+		f.Add(b)
 	}
-	for step := range 2000 {
-		c := clusters[rng.IntN(2)]
-		switch r := rng.IntN(20); {
-		case r == 0:
-			var ps []*Pod
-			for i := range rng.IntN(6) {
-				ps = append(ps, random(c, i))
-			}
-			tb.ReplaceCluster(c, ps)
-		case r < 6:
-			tb.Delete(Key{c, "default", fmt.Sprintf("p-%d", rng.IntN(6))})
-		default:
-			tb.Upsert(random(c, rng.IntN(6)))
-		}
-		if step%7 != 0 {
-			continue
-		}
-		got := tb.Rebuild()
-		fresh := New(cfg())
-		for _, c := range clusters {
-			fresh.ReplaceCluster(c, tb.Pods(c))
-		}
-		want := fresh.Rebuild()
-		for s := range 3 {
-			for _, q := range []string{fmt.Sprintf("svc-%d.default.svc.%s", s, zone), fmt.Sprintf("_http._tcp.svc-%d.default.svc.%s", s, zone)} {
-				for _, qt := range []uint16{dns.TypeA, dns.TypeSRV} {
-					g, w := got.Lookup(q, qt), want.Lookup(q, qt)
-					if g.Kind != w.Kind || !slices.Equal(addrs(g), addrs(w)) || !slices.Equal(srvs(g), srvs(w)) {
-						t.Fatalf("step %d %s %s: incremental %v %v %v, fresh %v %v %v", step, q, dns.TypeToString[qt],
-							g.Kind, addrs(g), srvs(g), w.Kind, addrs(w), srvs(w))
-					}
-				}
-			}
-		}
+	withAllowed := pod("edge-a", "default", "c", "", true, []string{"10.0.0.3"}, annotation.Export{Name: "backend", Allowed: []string{"web"}, Ports: []annotation.Port{httpPort}})
+	if b, err := EncodePod(withAllowed); err == nil {
+		f.Add(b)
 	}
-}
-
-// A record is what the table holds once per endpoint: keep it in the 80-byte
-// size class (BenchmarkIndexHeap; it was 128 with its cluster, namespace and
-// exports inline).
-func TestPodSize(t *testing.T) {
-	if n := unsafe.Sizeof(Pod{}); n > 80 {
-		t.Errorf("table.Pod is %d bytes, more than 80", n)
+	if b, err := EncodePod(servicePod("web-0", "10.0.0.1")); err == nil {
+		f.Add(b) // a 'd' record
 	}
+	f.Add([]byte(`j{"c":"a","ns":"b","n":"c"}`))
+	f.Add([]byte("b"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := DecodePod(b)
+		if err != nil {
+			return
+		}
+		again, err := EncodePod(p)
+		if err != nil {
+			return // JSON records may carry protocols the binary form refuses
+		}
+		q, err := DecodePod(again)
+		if err != nil || !q.Equal(p) {
+			t.Fatalf("round trip: %+v -> %+v, %v", p, q, err)
+		}
+	})
 }

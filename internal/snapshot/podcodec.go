@@ -1,4 +1,4 @@
-package table
+package snapshot
 
 import (
 	"encoding/binary"
@@ -11,7 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/wire"
+	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 // A persisted record starts with a version byte: a codec change gets a new
@@ -21,12 +21,6 @@ const (
 	recordBinary  = 'b' // the compact form below; about ten times faster to read
 	recordAllowed = 'c' // the compact form with each export's allowed namespaces
 	recordService = 'd' // 'c' with each port's appProtocol and each export's Service fields
-)
-
-// Limits that a decoded record must respect (a damaged or hostile file must
-// not make the decoder allocate without bound).
-const (
-	maxItems = 256
 )
 
 var protocols = [...]string{annotation.TCP, annotation.UDP, annotation.SCTP}
@@ -51,7 +45,7 @@ var protocols = [...]string{annotation.TCP, annotation.UDP, annotation.SCTP}
 //	trafficDistribution n-labels { key value } n-annotations { key value }
 //
 // (annotation values may be up to annotation.MaxBytes long).
-func EncodePod(p *Pod) ([]byte, error) {
+func EncodePod(p *table.Pod) ([]byte, error) {
 	b := make([]byte, 0, 128)
 	version := byte(recordBinary)
 	for _, e := range p.Exports {
@@ -71,7 +65,7 @@ func EncodePod(p *Pod) ([]byte, error) {
 		ready = 1
 	}
 	b = append(b, ready)
-	b = wire.AppendAddrs(b, p.IPs)
+	b = appendAddrs(b, p.IPs)
 	b = binary.AppendUvarint(b, uint64(len(p.Exports)))
 	for _, e := range p.Exports {
 		b = appendString(b, e.Name)
@@ -140,49 +134,47 @@ func appendService(b []byte, s *annotation.Service) []byte {
 	return b
 }
 
-func appendString(b []byte, s string) []byte { return wire.AppendString(b, s) }
-
 // DecodePod reads a persisted record. It checks the shape, not the content:
 // callers check the record against the source it was stored under.
-func DecodePod(b []byte) (*Pod, error) { return (*Decoder)(nil).Decode(b) }
+func DecodePod(b []byte) (*table.Pod, error) { return (*PodDecoder)(nil).Decode(b) }
 
-// Decoder reads many records and shares what they have in common: a
+// PodDecoder reads many records and shares what they have in common: a
 // service's Pods carry the same cluster, namespace and exports, so a table
-// loaded through one Decoder holds one Common for them all. Records are
-// immutable, so sharing is safe. A Decoder is for one goroutine; drop it when
-// the load is done. The nil Decoder shares nothing.
+// loaded through one PodDecoder holds one Common for them all. Records are
+// immutable, so sharing is safe. A PodDecoder is for one goroutine; drop it
+// when the load is done. The nil PodDecoder shares nothing.
 //
-// A Decoder also cuts records, names and addresses from chunks (about
+// A PodDecoder also cuts records, names and addresses from chunks (about
 // chunkRecords records' worth at a time) instead of allocating each: a cold
 // start decodes 100,000 records, and three allocations a record were 300,000.
 // A chunk lives while any record cut from it does, so after churn a few
 // surviving records may keep a chunk alive: never more memory than the load
 // allocated, and records decoded on their own (DecodePod, the informers')
 // are unaffected.
-type Decoder struct {
+type PodDecoder struct {
 	strings map[string]string
-	commons map[string][]*Common // by the encoded exports; one per cluster and namespace
+	commons map[string][]*table.Common // by the encoded exports; one per cluster and namespace
 
-	pods  []Pod        // unused records of the current chunk
+	pods  []table.Pod  // unused records of the current chunk
 	addrs []netip.Addr // unused addresses
 	text  []byte       // names: appended to, never changed once cut
 }
 
-// chunkRecords is how many records a Decoder's chunk holds (18 KB), with
+// chunkRecords is how many records a PodDecoder's chunk holds (18 KB), with
 // room for as many single addresses (6 KB) and names of 24 bytes.
 const chunkRecords = 256
 
-// NewDecoder returns a Decoder that shares equal values across records.
-func NewDecoder() *Decoder {
-	return &Decoder{strings: map[string]string{}, commons: map[string][]*Common{}}
+// NewPodDecoder returns a PodDecoder that shares equal values across records.
+func NewPodDecoder() *PodDecoder {
+	return &PodDecoder{strings: map[string]string{}, commons: map[string][]*table.Common{}}
 }
 
-// Decoders share at most this many distinct values of each kind; past it,
+// PodDecoders share at most this many distinct values of each kind; past it,
 // values are copied (a hostile or huge file cannot grow the maps without
 // bound).
 const maxShared = 1 << 16
 
-func (s *Decoder) str(b []byte) string {
+func (s *PodDecoder) str(b []byte) string {
 	if s == nil {
 		return string(b)
 	}
@@ -197,12 +189,12 @@ func (s *Decoder) str(b []byte) string {
 }
 
 // newPod returns a zero record, cut from the current chunk.
-func (s *Decoder) newPod() *Pod {
+func (s *PodDecoder) newPod() *table.Pod {
 	if s == nil {
-		return new(Pod)
+		return new(table.Pod)
 	}
 	if len(s.pods) == 0 {
-		s.pods = make([]Pod, chunkRecords)
+		s.pods = make([]table.Pod, chunkRecords)
 	}
 	p := &s.pods[0]
 	s.pods = s.pods[1:]
@@ -211,7 +203,7 @@ func (s *Decoder) newPod() *Pod {
 
 // name returns a string of b's bytes, copied into the current chunk of
 // names (read-only from then on).
-func (s *Decoder) name(b []byte) string {
+func (s *PodDecoder) name(b []byte) string {
 	if s == nil || len(b) == 0 {
 		return string(b)
 	}
@@ -227,7 +219,7 @@ func (s *Decoder) name(b []byte) string {
 // capacity ends at n, so nothing can append into the next record's). A
 // record with more than a quarter chunk's worth gets its own, rather than
 // leaving most of a chunk unused.
-func (s *Decoder) addrsFor(n int) []netip.Addr {
+func (s *PodDecoder) addrsFor(n int) []netip.Addr {
 	if s == nil || n > chunkRecords/4 {
 		return make([]netip.Addr, 0, n)
 	}
@@ -240,23 +232,23 @@ func (s *Decoder) addrsFor(n int) []netip.Addr {
 }
 
 // Decode is DecodePod, sharing values with the records decoded before.
-func (s *Decoder) Decode(b []byte) (*Pod, error) {
+func (s *PodDecoder) Decode(b []byte) (*table.Pod, error) {
 	if len(b) == 0 {
 		return nil, errors.New("empty record")
 	}
-	var p *Pod
+	var p *table.Pod
 	switch b[0] {
 	case recordBinary, recordAllowed, recordService:
-		d := decoder{Reader: wire.Reader{B: b[1:]}, shared: s, allowed: b[0] >= recordAllowed, service: b[0] == recordService}
+		d := podReader{reader: reader{b: b[1:]}, shared: s, allowed: b[0] >= recordAllowed, service: b[0] == recordService}
 		p = d.pod()
-		if d.Err != nil {
-			return nil, d.Err
+		if d.err != nil {
+			return nil, d.err
 		}
-		if len(d.B) != 0 {
+		if len(d.b) != 0 {
 			return nil, errors.New("data after the record")
 		}
 	case recordJSON:
-		p = new(Pod)
+		p = new(table.Pod)
 		if err := json.Unmarshal(b[1:], p); err != nil {
 			return nil, err
 		}
@@ -269,38 +261,33 @@ func (s *Decoder) Decode(b []byte) (*Pod, error) {
 	return p, nil
 }
 
-// decoder reads the binary form; the first error sticks and every later read
-// returns zero values.
-type decoder struct {
-	wire.Reader
-	shared  *Decoder
+// podReader reads the binary form; the first error sticks and every later
+// read returns zero values.
+type podReader struct {
+	reader
+	shared  *PodDecoder
 	allowed bool // each export has its allowed namespaces
 	service bool // each port its appProtocol, each export its Service fields
 }
 
-func (d *decoder) uvarint(max uint64) uint64 { return d.Uvarint(max) }
-func (d *decoder) bytes(n int) []byte        { return d.Bytes(n) }
-func (d *decoder) string() string            { return d.String() }
-func (d *decoder) fail(err error)            { d.Fail(err) }
-
 // sharedString reads a string that many records repeat (cluster, namespace).
-func (d *decoder) sharedString() string { return d.shared.str(d.StringBytes()) }
+func (d *podReader) sharedString() string { return d.shared.str(d.stringBytes()) }
 
-func (d *decoder) pod() *Pod {
+func (d *podReader) pod() *table.Pod {
 	cluster, namespace := d.sharedString(), d.sharedString()
 	p := d.shared.newPod()
-	p.Name = d.shared.name(d.StringBytes())
-	d.StringBytes() // the uid of older records
-	p.Hostname = d.shared.name(d.StringBytes())
+	p.Name = d.shared.name(d.stringBytes())
+	d.stringBytes() // the uid of older records
+	p.Hostname = d.shared.name(d.stringBytes())
 	if r := d.bytes(1); r != nil {
 		p.Ready = r[0] == 1
 	}
 	if n := int(d.uvarint(maxItems)); n > 0 {
-		p.IPs = d.AddrsInto(d.shared.addrsFor(n), n)
+		p.IPs = d.addrsInto(d.shared.addrsFor(n), n)
 	}
-	start := d.B
+	start := d.b
 	if d.shared == nil {
-		p.Common = &Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
+		p.Common = &table.Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
 		return p
 	}
 	// The exports run to the end of a well-formed record: records with the
@@ -308,12 +295,12 @@ func (d *decoder) pod() *Pod {
 	for _, c := range d.shared.commons[string(start)] {
 		if c.Cluster == cluster && c.Namespace == namespace {
 			p.Common = c
-			d.B = nil
+			d.b = nil
 			return p
 		}
 	}
-	p.Common = &Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
-	if d.Err == nil && len(d.B) == 0 && len(d.shared.commons) < maxShared {
+	p.Common = &table.Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
+	if d.err == nil && len(d.b) == 0 && len(d.shared.commons) < maxShared {
 		k := string(start)
 		if cs := d.shared.commons[k]; len(cs) < maxItems {
 			d.shared.commons[k] = append(cs, p.Common)
@@ -323,7 +310,7 @@ func (d *decoder) pod() *Pod {
 }
 
 // service1 reads an export's Service fields ('d' records).
-func (d *decoder) service1(s *annotation.Service) {
+func (d *podReader) service1(s *annotation.Service) {
 	s.Type, s.ExportedAt, s.SessionAffinity = d.sharedString(), d.sharedString(), d.sharedString()
 	s.SessionAffinityTimeoutSeconds = int32(d.uvarint(annotation.MaxAffinityTimeout))
 	s.InternalTrafficPolicy, s.TrafficDistribution = d.sharedString(), d.sharedString()
@@ -332,7 +319,7 @@ func (d *decoder) service1(s *annotation.Service) {
 		for range n {
 			k := d.string()
 			v := string(d.bytes(int(d.uvarint(annotation.MaxBytes))))
-			if d.Err != nil {
+			if d.err != nil {
 				return
 			}
 			if *m == nil {
@@ -344,18 +331,18 @@ func (d *decoder) service1(s *annotation.Service) {
 }
 
 // exports reads the count and the exports (nil when none).
-func (d *decoder) exports() []annotation.Export {
+func (d *podReader) exports() []annotation.Export {
 	n := d.uvarint(maxItems)
-	if n == 0 || d.Err != nil {
+	if n == 0 || d.err != nil {
 		return nil
 	}
 	out := make([]annotation.Export, 0, n)
 	for range n {
-		e := annotation.Export{Name: d.string(), Namespace: d.sharedString(), Cluster: d.sharedString()}
+		e := annotation.Export{Name: d.shared.name(d.stringBytes()), Namespace: d.sharedString(), Cluster: d.sharedString()}
 		if m := d.uvarint(maxItems); m > 0 {
 			e.Ports = make([]annotation.Port, 0, m)
 			for range m {
-				pt := annotation.Port{Name: d.string(), Port: int32(d.uvarint(65535)), TargetPort: int32(d.uvarint(65535))}
+				pt := annotation.Port{Name: d.sharedString(), Port: int32(d.uvarint(65535)), TargetPort: int32(d.uvarint(65535))}
 				if proto := d.bytes(1); proto != nil {
 					if int(proto[0]) >= len(protocols) {
 						d.fail(errors.New("bad protocol"))
@@ -380,7 +367,7 @@ func (d *decoder) exports() []annotation.Export {
 		if d.service {
 			d.service1(&e.Service)
 		}
-		if d.Err != nil {
+		if d.err != nil {
 			break
 		}
 		out = append(out, e)
