@@ -438,10 +438,10 @@ func perfColdStart(b *harness.Program, c *contender, ds dataset, out string) str
 // goBenchmarks runs the plugin's own Go benchmarks and keeps their output.
 func goBenchmarks(ctx context.Context, b *harness.Program, res *results, _ *world) {
 	for _, gb := range []struct{ pkg, args string }{
-		{"./internal/snapshot/", "-run ^TestLookupDoesNotAllocate$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad)$ -benchtime 3x -benchmem"},
+		{"./internal/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^$"},
+		{"./internal/snapshot/", "-run ^$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad|BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 3x -benchmem"},
 		{"./plugin/mcsannotations/", "-run ^$ -bench ^(BenchmarkServeDNS|BenchmarkServeDNSProbe)$ -benchmem"},
 		{"./internal/probe/", "-run ^$ -bench ^BenchmarkRound$ -benchmem"},
-		{"./internal/snapshot/", "-run ^$ -bench ^(BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 5x -benchmem"},
 		{"./internal/clients/", "-run ^$ -bench ^BenchmarkSlimClientMemory$ -benchtime 3x"},
 		{"./annotation/", "-run ^$ -bench ^(BenchmarkVerify|BenchmarkParseExports)$ -benchtime 2000x -benchmem"},
 	} {
