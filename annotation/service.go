@@ -65,6 +65,9 @@ func CompareAge(aAt time.Time, aCluster string, bAt time.Time, bCluster string) 
 
 // Exported returns ExportedAt as a time; the zero time when absent.
 func (s *Service) Exported() time.Time {
+	if s.ExportedAt == "" { // entries written before the field; time.Parse's error would allocate
+		return time.Time{}
+	}
 	t, _ := time.Parse(time.RFC3339, s.ExportedAt)
 	return t
 }

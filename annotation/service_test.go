@@ -122,3 +122,16 @@ func TestServiceEqual(t *testing.T) {
 		}
 	}
 }
+
+// An entry without exportedAt (everything written before the field) is read
+// on every index build: it must not allocate.
+func TestExportedWithoutTimeDoesNotAllocate(t *testing.T) {
+	s := &Service{}
+	if n := testing.AllocsPerRun(100, func() { _ = s.Exported() }); n != 0 {
+		t.Fatalf("Exported() of an entry without exportedAt: %v allocations, want 0", n)
+	}
+	at := "2026-11-26T10:00:00Z"
+	if got := (&Service{ExportedAt: at}).Exported(); got.Format(time.RFC3339) != at {
+		t.Fatalf("Exported() = %v, want %s", got, at)
+	}
+}
