@@ -393,14 +393,11 @@ func (p *Prober) probe(ctx context.Context, addr netip.AddrPort) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.http == nil {
-		var c net.Conn
-		var err error
-		if nd, ok := p.opts.Dialer.(*net.Dialer); ok {
-			// The address as it is: no string to format and parse again.
-			c, err = nd.DialTCP(ctx, "tcp", netip.AddrPort{}, addr)
-		} else {
-			c, err = p.opts.Dialer.DialContext(ctx, "tcp", addr.String())
-		}
+		// Not net.Dialer.DialTCP: its zero local address still makes it bind
+		// the socket to port 0 before connecting, and the kernel's search for a
+		// port no other socket holds (TIME_WAIT ones included) grows with every
+		// probe made in the last minute; connect picks a port per destination.
+		c, err := p.opts.Dialer.DialContext(ctx, "tcp", addr.String())
 		if err != nil {
 			return err
 		}
