@@ -84,22 +84,9 @@ func (upDialer) DialContext(context.Context, string, string) (net.Conn, error) {
 // connection leaves a socket in TIME_WAIT for a minute, and the loopback has
 // some 28,000 ephemeral ports.)
 func BenchmarkRoundLoopback(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	to := acceptClose(b)
 	tbl, _ := roundTable(1000, 8080)
-	p := New(tbl, Defaults(All), Options{Dialer: redirect{ln.Addr().String()}})
+	p := New(tbl, Defaults(All), Options{Dialer: redirect{to.String()}})
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {

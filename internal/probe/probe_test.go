@@ -444,15 +444,7 @@ func TestHTTP(t *testing.T) {
 	}))
 	defer srv.Close()
 	addr := netip.MustParseAddrPort(srv.Listener.Addr().String())
-	closed := func() netip.AddrPort {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := netip.MustParseAddrPort(l.Addr().String())
-		l.Close()
-		return a
-	}()
+	closed := refused(t)
 	for _, tc := range []struct {
 		path string
 		addr netip.AddrPort
@@ -474,23 +466,7 @@ func TestHTTP(t *testing.T) {
 // down, and the probe's socket lingers 1 s (a FIN, not a RST; no 60 s in
 // TIME_WAIT), as the kubelet's probes do.
 func TestTCPProbeDefaultDialer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	closedBy := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			closedBy <- err
-			return
-		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		_, err = c.Read(make([]byte, 1))
-		closedBy <- err
-	}()
+	ln, closedBy := readOnce(t)
 	p := New(nil, Defaults(All), Options{})
 	if err := p.probe(context.Background(), netip.MustParseAddrPort(ln.Addr().String())); err != nil {
 		t.Fatalf("probe of a listener: %v", err)
@@ -498,12 +474,7 @@ func TestTCPProbeDefaultDialer(t *testing.T) {
 	if err := <-closedBy; !errors.Is(err, io.EOF) {
 		t.Errorf("the listener read %v after the probe closed, want EOF (a FIN)", err)
 	}
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := netip.MustParseAddrPort(closed.Addr().String())
-	closed.Close()
+	down := refused(t)
 	if err := p.probe(context.Background(), down); err == nil {
 		t.Errorf("probe of a closed port %s: up, want down", down)
 	}
@@ -528,4 +499,61 @@ func TestTCPProbeDefaultDialer(t *testing.T) {
 	if l.Onoff != 1 || l.Linger != 1 {
 		t.Errorf("SO_LINGER %+v, want on, 1 s", *l)
 	}
+}
+
+// readOnce is a listener that accepts one connection and reads from it:
+// closedBy gets the read's error (io.EOF after a FIN).
+func readOnce(t *testing.T) (ln net.Listener, closedBy chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	closedBy = make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			closedBy <- err
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		closedBy <- err
+	}()
+	return ln, closedBy
+}
+
+// acceptClose is a listener that accepts connections and closes them at
+// once, until the test ends.
+func acceptClose(tb testing.TB) netip.AddrPort {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
+// refused is a port nothing listens on.
+func refused(t *testing.T) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddrPort(l.Addr().String())
+	l.Close()
+	return a
 }
