@@ -134,6 +134,15 @@ func (c *conns) start(i int, a netip.AddrPort, deadline time.Time, done func(int
 // connect opens a non-blocking socket and starts connecting it to a. It
 // returns the socket while the connection is under way, or -1 and the
 // result when it ended at once.
+//
+// The socket keeps the kernel's close: a FIN, then TIME_WAIT for a minute on
+// this side. Not SO_LINGER 1 s, as the kubelet's probes set it (kubernetes
+// issue 89898): on Linux it does not shorten TIME_WAIT, and it makes close
+// wait, even on a non-blocking socket, until the FIN is acknowledged (a round
+// trip; up to 1 s from an endpoint that vanished), which in this one loop
+// would hold up every other probe. Not SO_LINGER 0 either: a RST instead of
+// the FIN leaves no TIME_WAIT, but the endpoint's server reads "connection
+// reset" rather than an orderly close.
 func connect(a netip.AddrPort) (int, error) {
 	var sa unix.Sockaddr
 	family := unix.AF_INET
@@ -146,10 +155,6 @@ func connect(a netip.AddrPort) (int, error) {
 	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, os.NewSyscallError("socket", err)
-	}
-	if err := closeLinger(fd); err != nil {
-		unix.Close(fd)
-		return -1, os.NewSyscallError("setsockopt", err)
 	}
 	switch err := unix.Connect(fd, sa); err {
 	case unix.EINPROGRESS, unix.EINTR:

@@ -20,7 +20,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -386,22 +385,11 @@ func (p *Prober) set(tg *target, down bool, reason string) {
 	p.suppressed = 0
 }
 
-// probeDialer is a net.Dialer whose sockets close as closeLinger says, with
-// no TCP keep-alive (a probe's connection is closed at once).
-func probeDialer() *net.Dialer {
-	return &net.Dialer{KeepAlive: -1, Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) { serr = closeLinger(int(fd)) })
-		return errors.Join(err, serr)
-	}}
-}
-
-// closeLinger sets SO_LINGER on a probe's socket: 1 s, as the kubelet's
-// probes do (kubernetes issue 89898). Not 0, which would end each
-// connection with a RST rather than a FIN.
-func closeLinger(fd int) error {
-	return syscall.SetsockoptLinger(fd, syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 1})
-}
+// probeDialer is a net.Dialer with no TCP keep-alive: a probe's connection
+// is closed at once. Its sockets close as the kernel does by default, with a
+// FIN that does not wait; see connect in connect_linux.go for why not
+// SO_LINGER.
+func probeDialer() *net.Dialer { return &net.Dialer{KeepAlive: -1} }
 
 var (
 	// errStatus is an HTTP probe's answer outside 2xx and 3xx.

@@ -462,9 +462,10 @@ func TestHTTP(t *testing.T) {
 	}
 }
 
-// The TCP probe with the default dialer: a listener is up, a closed port is
-// down, and the probe's socket lingers 1 s (a FIN, not a RST; no 60 s in
-// TIME_WAIT), as the kubelet's probes do.
+// The TCP probe with the default dialer (HTTP probes use it, and TCP probes
+// where connectAll is not): a listener is up, a closed port is down, the
+// probe closes with a FIN, and its socket has neither SO_LINGER (a close
+// that waits for the FIN's acknowledgement) nor keep-alive.
 func TestTCPProbeDefaultDialer(t *testing.T) {
 	ln, closedBy := readOnce(t)
 	p := New(nil, Defaults(All), Options{})
@@ -483,21 +484,30 @@ func TestTCPProbeDefaultDialer(t *testing.T) {
 	if !ok {
 		t.Fatalf("the default dialer is a %T, want a *net.Dialer", p.opts.Dialer)
 	}
-	c, err := nd.DialTCP(context.Background(), "tcp", netip.AddrPort{}, netip.MustParseAddrPort(ln.Addr().String()))
+	c, err := nd.DialContext(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	raw, err := c.SyscallConn()
+	raw, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var l *unix.Linger
-	if err := raw.Control(func(fd uintptr) { l, err = unix.GetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER) }); err != nil || l == nil {
-		t.Fatalf("SO_LINGER: %v", err)
+	var ka int
+	if err := raw.Control(func(fd uintptr) {
+		l, err = unix.GetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER)
+		if err == nil {
+			ka, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+		}
+	}); err != nil || l == nil {
+		t.Fatalf("SO_LINGER, SO_KEEPALIVE: %v", err)
 	}
-	if l.Onoff != 1 || l.Linger != 1 {
-		t.Errorf("SO_LINGER %+v, want on, 1 s", *l)
+	if l.Onoff != 0 {
+		t.Errorf("SO_LINGER %+v, want off", *l)
+	}
+	if ka != 0 {
+		t.Errorf("SO_KEEPALIVE %d, want off", ka)
 	}
 }
 
