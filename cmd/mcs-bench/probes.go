@@ -31,6 +31,17 @@ type probeResult struct {
 	Accepted            int64 // connections the listeners accepted in the window: the probes made
 	WrongAfter          int   // services not answering every endpoint after the QPS turns
 	On, Off             runs  // dnsperf runs with probing on and off, in turns
+	// Answer latency at the fixed rate Cfg.Rate (not saturating), "on"/"off"
+	// -> runs, in turns: what clients feel of the probing.
+	Latency map[string][]latencyRun
+}
+
+// latencyRun is one fixed-rate run's answer latency.
+type latencyRun struct {
+	P50, P99 time.Duration
+	Answers  int
+	Lost     int
+	CPU      time.Duration // CoreDNS's
 }
 
 // Rounds is the number of probe rounds in the window: probes made over endpoints.
@@ -82,7 +93,8 @@ func probeFailover(b *harness.Program, res *results) {
 // program on CPU 1, it reads both processes' CPU time over ProbeWindow and
 // counts the connections the listeners accept; then it runs dnsperf (on CPU
 // 1) against each in turns, the other stopped (SIGSTOP) meanwhile so that
-// neither's work falls into the other's runs.
+// neither's work falls into the other's runs; then, the same way, dnsperf at
+// the fixed rate Rate, for the answers' latency.
 func probeCost(ctx context.Context, b *harness.Program, res *results) {
 	cfg := res.Cfg
 	scoped(b, func(t *harness.Program) {
@@ -151,36 +163,59 @@ func probeCost(ctx context.Context, b *harness.Program, res *results) {
 		b.Logf("probing %d endpoints for %s: %d probes (%.1f rounds); CPU: probing %s, not probing %s (%.1f ms per round)",
 			p.Endpoints, cfg.ProbeWindow, p.Accepted, p.Rounds(), p.CPUOn, p.CPUOff, float64(p.CPUPerRound())/1e6)
 
-		order := []string{"off", "on"}
-		for run := 0; run < cfg.Runs; run++ {
-			for k := range order {
-				which, other := order[(k+run)%2], cs[order[(k+run+1)%2]]
-				c := cs[which]
-				if err := other.d.Process().Signal(syscall.SIGSTOP); err != nil {
-					t.Fatalf("stop %s: %v", other.Name, err)
-				}
-				raw := filepath.Join(cfg.Raw, fmt.Sprintf("dnsperf-probe-%s-run%d.txt", which, run+1))
-				cpu0, start := cpuOf(t, c.d.Process()), time.Now()
-				x, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: queries, Duration: cfg.Duration, Clients: cfg.Clients, Pin: "1", Raw: raw})
-				x.Took, x.CPU = time.Since(start), cpuOf(t, c.d.Process())[0]-cpu0[0]
-				_ = other.d.Process().Signal(syscall.SIGCONT)
-				if err != nil {
-					t.Fatalf("probe %s: %v", which, err)
-				}
-				b.Logf("probe %-3s run %d: %8.0f QPS, %d lost, %s; CoreDNS CPU %s (%.1f µs per answer)", which, run+1, x.QPS, x.Lost, x.Rcodes, x.CPU, float64(x.CPUPerAnswer())/1e3)
-				if which == "on" {
-					p.On = append(p.On, x)
-				} else {
-					p.Off = append(p.Off, x)
-				}
+		inTurns(t, cs, cfg.Runs, func(which string, run int, c *contender) {
+			raw := filepath.Join(cfg.Raw, fmt.Sprintf("dnsperf-probe-%s-run%d.txt", which, run))
+			cpu0, start := cpuOf(t, c.d.Process()), time.Now()
+			x, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: queries, Duration: cfg.Duration, Clients: cfg.Clients, Pin: "1", Raw: raw})
+			x.Took, x.CPU = time.Since(start), cpuOf(t, c.d.Process())[0]-cpu0[0]
+			if err != nil {
+				t.Fatalf("probe %s: %v", which, err)
 			}
-		}
+			b.Logf("probe %-3s run %d: %8.0f QPS, %d lost, %s; CoreDNS CPU %s (%.1f µs per answer)", which, run, x.QPS, x.Lost, x.Rcodes, x.CPU, float64(x.CPUPerAnswer())/1e3)
+			if which == "on" {
+				p.On = append(p.On, x)
+			} else {
+				p.Off = append(p.Off, x)
+			}
+		})
+		p.Latency = map[string][]latencyRun{}
+		inTurns(t, cs, cfg.Runs, func(which string, run int, c *contender) {
+			raw := filepath.Join(cfg.Raw, fmt.Sprintf("latency-probe-%s-%dqps-run%d.txt", which, cfg.Rate, run))
+			cpu0 := cpuOf(t, c.d.Process())
+			x, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: queries, Duration: cfg.LatDur, Clients: cfg.Clients, Pin: "1", Rate: cfg.Rate, Verbose: true, Raw: raw})
+			if err != nil {
+				t.Fatalf("latency probe %s: %v", which, err)
+			}
+			l := latencyRun{P50: time.Duration(percentile(x.Latencies, 50) * 1e9), P99: time.Duration(percentile(x.Latencies, 99) * 1e9),
+				Answers: len(x.Latencies), Lost: x.Lost, CPU: cpuOf(t, c.d.Process())[0] - cpu0[0]}
+			p.Latency[which] = append(p.Latency[which], l)
+			b.Logf("probe %-3s latency run %d at %d QPS: p50 %s, p99 %s (%d answers, %d lost); CoreDNS CPU %s", which, run, cfg.Rate, l.P50, l.P99, l.Answers, l.Lost, l.CPU)
+		})
 		for i := 0; i < ds.services; i++ {
 			if check(cs["on"], ds, i, dns.TypeA) != "" {
 				p.WrongAfter++
 			}
 		}
 	})
+}
+
+// inTurns calls f runs times for each of cs's "off" and "on", their order
+// swapped every run, the other stopped (SIGSTOP) meanwhile so that neither's
+// work falls into the other's run; run counts from 1.
+func inTurns(t harness.T, cs map[string]*contender, runs int, f func(which string, run int, c *contender)) {
+	order := []string{"off", "on"}
+	for run := 0; run < runs; run++ {
+		for k := range order {
+			which, other := order[(k+run)%2], cs[order[(k+run+1)%2]]
+			if err := other.d.Process().Signal(syscall.SIGSTOP); err != nil {
+				t.Fatalf("stop %s: %v", other.Name, err)
+			}
+			func() {
+				defer other.d.Process().Signal(syscall.SIGCONT) // also when f fails
+				f(which, run+1, cs[which])
+			}()
+		}
+	}
 }
 
 // scoped runs f with a Program of its own whose cleanups run when f ends, so

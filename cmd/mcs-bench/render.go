@@ -73,6 +73,7 @@ func render(w *strings.Builder, r *results) error {
 func reportFuncs(r *results) template.FuncMap {
 	return template.FuncMap{
 		"ms":         ms,
+		"us":         func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/1e3) },
 		"mb":         mb,
 		"kbmb":       kbmb,
 		"num":        num,

@@ -58,6 +58,10 @@ func sample(t *testing.T) *results {
 			r.Probe.On = append(r.Probe.On, p)
 		}
 	}
+	r.Probe.Latency = map[string][]latencyRun{
+		"off": {{P50: 70 * time.Microsecond, P99: 900 * time.Microsecond, CPU: 200 * time.Millisecond}},
+		"on":  {{P50: 140 * time.Microsecond, P99: 1600 * time.Microsecond, Lost: 1, CPU: 600 * time.Millisecond}},
+	}
 	r.DNS.Latency = map[string]perf{}
 	for _, mode := range []string{"pinned", "unpinned"} {
 		for _, q := range []string{"A", "SRV"} {
@@ -122,6 +126,7 @@ func TestRender(t *testing.T) {
 		"| local | 2 | ", "| 11713 | **1** | 0 |", "First wrong answer (API server restarted while cut: every Pod listed again): `svc-00001 A: empty`",
 		"cpu-top-listing", "mcsannotations 16.5%",
 		"| failover <= 5 s with the probe defaults", "| p50 4200.0 ms, max 5500.0 ms over 3 | **missed** |",
+		"| `probe all` | 140 µs | 1600 µs | 1 | 600.0 ms |",
 		"| QPS with `probe all` / without >= 0.95 (A, pinned, 10000 asked endpoints probed) | 0.98 | met |",
 		"| `probe all` | 1500.0 ms | **5.0%** | 140000 | 14.0 | 2142.9 ms | **100.0 ms** |",
 		"without probing 50000, 52000; with `probe all` 49000, 51000; medians' ratio **0.98**. CoreDNS's CPU per answer (as in the throughput table): without probing 20.0 µs (busy 2%), with 20.0 µs (busy 2%).",

@@ -20,7 +20,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -136,11 +135,12 @@ type Options struct {
 
 // Prober probes the endpoints of asked services; Run runs it.
 type Prober struct {
-	tbl    Table
-	cfg    Config
-	opts   Options
-	http   *http.Client
-	logLim flowcontrol.PassiveRateLimiter
+	tbl     Table
+	cfg     Config
+	opts    Options
+	http    *http.Client
+	connect bool // TCP probes by connectAll, not the dialer
+	logLim  flowcontrol.PassiveRateLimiter
 
 	roundMu    sync.Mutex // one round at a time; guards what follows
 	asked      map[svc]time.Time
@@ -170,6 +170,8 @@ type target struct {
 
 // New returns a prober of t's endpoints.
 func New(t Table, cfg Config, opts Options) *Prober {
+	// TCP probes with the default dialer connect on their own (connectAll).
+	connect := haveConnectAll && opts.Dialer == nil && cfg.Path == ""
 	if opts.Dialer == nil {
 		opts.Dialer = probeDialer()
 	}
@@ -182,7 +184,7 @@ func New(t Table, cfg Config, opts Options) *Prober {
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
 	}
-	p := &Prober{tbl: t, cfg: cfg, opts: opts,
+	p := &Prober{tbl: t, cfg: cfg, opts: opts, connect: connect,
 		logLim:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(1, 10, opts.Clock),
 		asked:   make(map[svc]time.Time),
 		targets: make(map[targetID]*target),
@@ -284,9 +286,22 @@ func (p *Prober) Round(ctx context.Context) {
 	p.probed = len(list)
 	p.mu.Unlock()
 
-	workqueue.ParallelizeUntil(ctx, p.opts.Workers, len(list), func(i int) {
-		list[i].err = p.probe(ctx, list[i].ep.Addr)
-	})
+	if p.connect {
+		addrs := make([]netip.AddrPort, len(list))
+		for i, tg := range list {
+			addrs[i], tg.err = tg.ep.Addr, errNotProbed
+		}
+		err := connectAll(ctx, addrs, p.opts.Workers, p.cfg.Timeout, func(i int, err error) { list[i].err = err })
+		for _, tg := range list {
+			if tg.err == errNotProbed {
+				tg.err = err // the round failed: say why
+			}
+		}
+	} else {
+		workqueue.ParallelizeUntil(ctx, p.opts.Workers, len(list), func(i int) {
+			list[i].err = p.probe(ctx, list[i].ep.Addr)
+		})
+	}
 	if ctx.Err() != nil {
 		return // results cut short by the stop say nothing of the endpoints
 	}
@@ -370,37 +385,31 @@ func (p *Prober) set(tg *target, down bool, reason string) {
 	p.suppressed = 0
 }
 
-// probeDialer is a net.Dialer whose connections, once closed, linger in
-// TIME_WAIT for 1 s instead of the kernel's 60 s, as the kubelet's probes do
-// (kubernetes issue 89898): every probe would otherwise leave a socket in
-// TIME_WAIT on CoreDNS's node for a minute. Not 0, which
-// would end each connection with a RST rather than a FIN.
-func probeDialer() *net.Dialer {
-	return &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 1})
-		})
-		return errors.Join(err, serr)
-	}}
-}
+// probeDialer is a net.Dialer with no TCP keep-alive: a probe's connection
+// is closed at once. Its sockets close as the kernel does by default, with a
+// FIN that does not wait; see connect in connect_linux.go for why not
+// SO_LINGER.
+func probeDialer() *net.Dialer { return &net.Dialer{KeepAlive: -1} }
 
-// errStatus is an HTTP probe's answer outside 2xx and 3xx.
-var errStatus = errors.New("HTTP status")
+var (
+	// errStatus is an HTTP probe's answer outside 2xx and 3xx.
+	errStatus = errors.New("HTTP status")
+	// errTimeout is a TCP probe that did not connect within Config.Timeout.
+	errTimeout = errors.New("timed out")
+	// errNotProbed marks the targets of a round not probed yet.
+	errNotProbed = errors.New("not probed")
+)
 
 // probe checks one address: a TCP connection, or an HTTP GET of Path.
 func (p *Prober) probe(ctx context.Context, addr netip.AddrPort) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.http == nil {
-		var c net.Conn
-		var err error
-		if nd, ok := p.opts.Dialer.(*net.Dialer); ok {
-			// The address as it is: no string to format and parse again.
-			c, err = nd.DialTCP(ctx, "tcp", netip.AddrPort{}, addr)
-		} else {
-			c, err = p.opts.Dialer.DialContext(ctx, "tcp", addr.String())
-		}
+		// Not net.Dialer.DialTCP: its zero local address still makes it bind
+		// the socket to port 0 before connecting, and the kernel's search for a
+		// port no other socket holds (TIME_WAIT ones included) grows with every
+		// probe made in the last minute; connect picks a port per destination.
+		c, err := p.opts.Dialer.DialContext(ctx, "tcp", addr.String())
 		if err != nil {
 			return err
 		}

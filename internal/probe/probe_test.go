@@ -444,15 +444,7 @@ func TestHTTP(t *testing.T) {
 	}))
 	defer srv.Close()
 	addr := netip.MustParseAddrPort(srv.Listener.Addr().String())
-	closed := func() netip.AddrPort {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := netip.MustParseAddrPort(l.Addr().String())
-		l.Close()
-		return a
-	}()
+	closed := refused(t)
 	for _, tc := range []struct {
 		path string
 		addr netip.AddrPort
@@ -470,16 +462,65 @@ func TestHTTP(t *testing.T) {
 	}
 }
 
-// The TCP probe with the default dialer: a listener is up, a closed port is
-// down, and the probe's socket lingers 1 s (a FIN, not a RST; no 60 s in
-// TIME_WAIT), as the kubelet's probes do.
+// The TCP probe with the default dialer (HTTP probes use it, and TCP probes
+// where connectAll is not): a listener is up, a closed port is down, the
+// probe closes with a FIN, and its socket has neither SO_LINGER (a close
+// that waits for the FIN's acknowledgement) nor keep-alive.
 func TestTCPProbeDefaultDialer(t *testing.T) {
+	ln, closedBy := readOnce(t)
+	p := New(nil, Defaults(All), Options{})
+	if err := p.probe(context.Background(), netip.MustParseAddrPort(ln.Addr().String())); err != nil {
+		t.Fatalf("probe of a listener: %v", err)
+	}
+	if err := <-closedBy; !errors.Is(err, io.EOF) {
+		t.Errorf("the listener read %v after the probe closed, want EOF (a FIN)", err)
+	}
+	down := refused(t)
+	if err := p.probe(context.Background(), down); err == nil {
+		t.Errorf("probe of a closed port %s: up, want down", down)
+	}
+
+	nd, ok := p.opts.Dialer.(*net.Dialer) // the dialer New installs
+	if !ok {
+		t.Fatalf("the default dialer is a %T, want a *net.Dialer", p.opts.Dialer)
+	}
+	c, err := nd.DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l *unix.Linger
+	var ka int
+	if err := raw.Control(func(fd uintptr) {
+		l, err = unix.GetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER)
+		if err == nil {
+			ka, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+		}
+	}); err != nil || l == nil {
+		t.Fatalf("SO_LINGER, SO_KEEPALIVE: %v", err)
+	}
+	if l.Onoff != 0 {
+		t.Errorf("SO_LINGER %+v, want off", *l)
+	}
+	if ka != 0 {
+		t.Errorf("SO_KEEPALIVE %d, want off", ka)
+	}
+}
+
+// readOnce is a listener that accepts one connection and reads from it:
+// closedBy gets the read's error (io.EOF after a FIN).
+func readOnce(t *testing.T) (ln net.Listener, closedBy chan error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	closedBy := make(chan error, 1)
+	t.Cleanup(func() { ln.Close() })
+	closedBy = make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()
 		if err != nil {
@@ -491,41 +532,38 @@ func TestTCPProbeDefaultDialer(t *testing.T) {
 		_, err = c.Read(make([]byte, 1))
 		closedBy <- err
 	}()
-	p := New(nil, Defaults(All), Options{})
-	if err := p.probe(context.Background(), netip.MustParseAddrPort(ln.Addr().String())); err != nil {
-		t.Fatalf("probe of a listener: %v", err)
-	}
-	if err := <-closedBy; !errors.Is(err, io.EOF) {
-		t.Errorf("the listener read %v after the probe closed, want EOF (a FIN)", err)
-	}
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := netip.MustParseAddrPort(closed.Addr().String())
-	closed.Close()
-	if err := p.probe(context.Background(), down); err == nil {
-		t.Errorf("probe of a closed port %s: up, want down", down)
-	}
+	return ln, closedBy
+}
 
-	nd, ok := p.opts.Dialer.(*net.Dialer) // the dialer New installs
-	if !ok {
-		t.Fatalf("the default dialer is a %T, want a *net.Dialer", p.opts.Dialer)
+// acceptClose is a listener that accepts connections and closes them at
+// once, until the test ends.
+func acceptClose(tb testing.TB) netip.AddrPort {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
 	}
-	c, err := nd.DialTCP(context.Background(), "tcp", netip.AddrPort{}, netip.MustParseAddrPort(ln.Addr().String()))
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
+// refused is a port nothing listens on.
+func refused(t *testing.T) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	raw, err := c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var l *unix.Linger
-	if err := raw.Control(func(fd uintptr) { l, err = unix.GetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER) }); err != nil || l == nil {
-		t.Fatalf("SO_LINGER: %v", err)
-	}
-	if l.Onoff != 1 || l.Linger != 1 {
-		t.Errorf("SO_LINGER %+v, want on, 1 s", *l)
-	}
+	a := netip.MustParseAddrPort(l.Addr().String())
+	l.Close()
+	return a
 }
