@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -265,4 +266,38 @@ func TestExpiryWithoutAChange(t *testing.T) {
 	e.poll("b's share gone past its expiry", clusters("a"))
 	bAnswers.Store(true)
 	e.poll("b's share back once it answers", clusters("a", "b"))
+}
+
+// The Conflict condition is set on the local ServiceExport also when the
+// local export is the younger one, whose type lost (the suite checks it on
+// every exporting cluster's ServiceExport): the import takes the older
+// export's type.
+func TestConflictOnTheYoungerExport(t *testing.T) {
+	se := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": exportsGVR.GroupVersion().String(), "kind": "ServiceExport",
+		"metadata": map[string]any{"namespace": "ns", "name": "web"},
+	}}
+	e := newEnv(t, Config{}, []*fakeSource{newSource("a", true, time.Now()), newSource("b", true, time.Now())}, se)
+	young := exporter("a", "web", "10.0.0.1", annotation.TypeHeadless)
+	young.Exports[0].ExportedAt = "2026-11-25T12:00:01Z"
+	old := exporter("b", "web", "10.0.1.1", annotation.TypeClusterSetIP)
+	old.Exports[0].ExportedAt = "2026-11-25T12:00:00Z"
+	e.table.Upsert(young)
+	e.table.Upsert(old)
+	e.start(false)
+	e.waitSynced()
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	u, err := e.dyn.Resource(exportsGVR).Namespace("ns").Get(e.ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := condition(u, "Conflict")
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "TypeConflict" || !strings.Contains(c.Message, "cluster a differ") || !strings.Contains(c.Message, "cluster b") {
+		t.Errorf("the younger export's Conflict condition: %+v", c)
+	}
+	if typ, _, _ := unstructured.NestedString(e.serviceImport("web").Object, "spec", "type"); typ != "ClusterSetIP" {
+		t.Errorf("import type %q, want the older export's ClusterSetIP", typ)
+	}
 }
