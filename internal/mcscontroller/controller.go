@@ -710,7 +710,14 @@ func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clus
 	if same {
 		return stored, nil
 	}
-	obj.Annotations[AnnotationApplied] = sum
+	// A new ClusterSetIP import is applied for its UID (the derived
+	// Service's owner), then again with the derived Service's IPs: the
+	// first apply leaves out the status and the hash, which the second
+	// writes.
+	first := spec.Type == mcsv1beta1.ClusterSetIP && ips == nil && stored == nil
+	if !first {
+		obj.Annotations[AnnotationApplied] = sum
+	}
 	u, err := toUnstructured(obj)
 	if err != nil {
 		return nil, err
@@ -720,8 +727,8 @@ func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clus
 	ri := c.dyn.Resource(c.importsGVR).Namespace(k.Namespace)
 	out, err := ri.Apply(ctx, k.Name, u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	c.metrics.write("serviceimport", err)
-	if err != nil {
-		return nil, err
+	if err != nil || first {
+		return out, err
 	}
 	st := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": u.GetAPIVersion(), "kind": "ServiceImport",
