@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,8 +148,8 @@ type Controller struct {
 
 // outcome is what the controller keeps for one service.
 type outcome struct {
-	slices  map[string]bool // namespace/name
-	service string          // the derived Service's namespace/name ("": none)
+	slices  []string // namespace/name, sorted once the reconcile has written
+	service string   // the derived Service's namespace/name ("": none)
 	merged  *clusterset.Import
 	// failed: a write failed, so what it holds is not known to be all it
 	// wants; nothing of it is deleted until a reconcile succeeds.
@@ -156,10 +157,13 @@ type outcome struct {
 }
 
 func (o *outcome) addSlice(s *discoveryv1.EndpointSlice) {
-	if o.slices == nil {
-		o.slices = map[string]bool{}
-	}
-	o.slices[s.Namespace+"/"+s.Name] = true
+	o.slices = append(o.slices, s.Namespace+"/"+s.Name)
+}
+
+// hasSlice says whether o holds the slice ns/name (o.slices sorted).
+func (o *outcome) hasSlice(ns, name string) bool {
+	_, ok := slices.BinarySearch(o.slices, ns+"/"+name)
+	return ok
 }
 
 // counts are what o adds to the controller's totals of slices and conflicts.
@@ -605,6 +609,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	}
 	for k := range dirty {
 		if o := c.done[k]; o != nil {
+			slices.Sort(o.slices)
 			s, cf := o.counts()
 			c.nslices, c.nconflicts = c.nslices+s, c.nconflicts+cf
 		}
@@ -826,7 +831,7 @@ func (c *Controller) deleteUnwanted(ctx context.Context, keys map[clusterset.Key
 			continue
 		}
 		k, _ := byServiceLabel(s)
-		if d := c.done[k]; d == nil || !d.failed && !d.slices[s.Namespace+"/"+s.Name] {
+		if d := c.done[k]; d == nil || !d.failed && !d.hasSlice(s.Namespace, s.Name) {
 			del("endpointslice", c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
 		}
 	}
