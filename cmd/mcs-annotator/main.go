@@ -55,6 +55,8 @@ type options struct {
 	peers          peerFlags
 	peerExpire     time.Duration
 	peerReader     string
+	kubeAPIQPS     float64
+	kubeAPIBurst   int
 	version        bool
 }
 
@@ -78,6 +80,8 @@ func parseFlags(args []string) (options, error) {
 	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "requests per second to the local API server (its priority and fairness protects it; the MCS controller's first sync writes about four objects per exported service)")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "burst of requests to the local API server above --kube-api-qps")
 	fs.BoolVar(&o.version, "version", false, "print the version and commit, and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -101,6 +105,9 @@ func parseFlags(args []string) (options, error) {
 		if err := annotator.ParsePeerReader(o.peerReader); err != nil {
 			return o, fmt.Errorf("--peer-reader: %w", err)
 		}
+	}
+	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst < 1 {
+		return o, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: both must be positive", o.kubeAPIQPS, o.kubeAPIBurst)
 	}
 	if o.workers < 1 {
 		return o, fmt.Errorf("--workers %d: must be at least 1", o.workers)
@@ -158,7 +165,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	cfg.UserAgent = "mcs-annotator"
-	cfg.QPS, cfg.Burst = 50, 100 // a new leader may write many Pods at once
+	cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -120,6 +121,11 @@ func Merge(exports []Export) Import {
 	}
 	if im.Spec.SessionAffinity == "" {
 		im.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	}
+	// Said as a Service says it once the API server has defaulted it: an
+	// entry leaves out the default.
+	if im.Spec.InternalTrafficPolicy == nil {
+		im.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyCluster)
 	}
 	differ := map[mcsv1beta1.ServiceExportConditionReason][]string{}
 	note := func(r mcsv1beta1.ServiceExportConditionReason, cluster string) {

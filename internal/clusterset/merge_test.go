@@ -197,4 +197,9 @@ func TestMergeNoConflictReason(t *testing.T) {
 	if im.Spec.SessionAffinity != corev1.ServiceAffinityNone {
 		t.Errorf("affinity %q, want None (the API's default)", im.Spec.SessionAffinity)
 	}
+	// As the exported Service says it (the API server defaults it to
+	// Cluster), which the upstream conformance suite compares.
+	if p := im.Spec.InternalTrafficPolicy; p == nil || *p != corev1.ServiceInternalTrafficPolicyCluster {
+		t.Errorf("internalTrafficPolicy %v, want Cluster (the API's default)", p)
+	}
 }

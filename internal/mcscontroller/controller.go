@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -79,6 +81,15 @@ type Config struct {
 	// CRDPoll is how often the ServiceImport CRD is looked for while the API
 	// server does not serve it.
 	CRDPoll time.Duration
+	// StatePoll is how often the clusters' states (current, stale, past
+	// their expiry) are looked at, so that a peer's share goes when its
+	// expiry passes and comes back when it answers again, without waiting
+	// for a change of records or for the resync (default 1s).
+	StatePoll time.Duration
+	// Workers is how many services a reconcile writes at once (default 8):
+	// the writes of one service follow each other, those of different
+	// services do not wait for each other.
+	Workers int
 }
 
 // Controller keeps the MCS objects of the local cluster.
@@ -108,12 +119,16 @@ type Controller struct {
 
 	mu      sync.Mutex
 	lastErr error
+	// seenState is the clusters' states the last reconcile wrote for.
+	seenState atomic.Pointer[string]
 
 	// dirty are the services to reconcile next (all of them when all is
-	// set): those whose local objects changed. The services whose records
-	// changed are found by the reconcile itself.
+	// set): those whose local objects changed, and every service of the
+	// namespaces in dirtyNS (created or deleted). The services whose
+	// records changed are found by the reconcile itself.
 	dirtyMu sync.Mutex
 	dirty   map[clusterset.Key]bool
+	dirtyNS map[string]bool
 	all     bool
 
 	// What the last reconcile saw and did; only Reconcile touches these,
@@ -126,16 +141,37 @@ type Controller struct {
 	lastCount map[clusterset.Key]int
 	lastState string
 	done      map[clusterset.Key]*outcome
+	// nslices and nconflicts total the slices and the conflicts of done,
+	// kept as done changes so that the metrics need no walk over it.
+	nslices, nconflicts int
 }
 
 // outcome is what the controller keeps for one service.
 type outcome struct {
-	slices  []string // namespace/name
+	slices  []string // namespace/name, sorted once the reconcile has written
 	service string   // the derived Service's namespace/name ("": none)
 	merged  *clusterset.Import
 	// failed: a write failed, so what it holds is not known to be all it
 	// wants; nothing of it is deleted until a reconcile succeeds.
 	failed bool
+}
+
+func (o *outcome) addSlice(s *discoveryv1.EndpointSlice) {
+	o.slices = append(o.slices, s.Namespace+"/"+s.Name)
+}
+
+// hasSlice says whether o holds the slice ns/name (o.slices sorted).
+func (o *outcome) hasSlice(ns, name string) bool {
+	_, ok := slices.BinarySearch(o.slices, ns+"/"+name)
+	return ok
+}
+
+// counts are what o adds to the controller's totals of slices and conflicts.
+func (o *outcome) counts() (slices, conflicts int) {
+	if o.merged != nil && o.merged.Conflict() {
+		conflicts = 1
+	}
+	return len(o.slices), conflicts
 }
 
 // New returns a controller over t, which sources feed (one per cluster, the
@@ -150,8 +186,14 @@ func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dyna
 	if cfg.CRDPoll <= 0 {
 		cfg.CRDPoll = 10 * time.Second
 	}
+	if cfg.StatePoll <= 0 {
+		cfg.StatePoll = time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
 	c := &Controller{cfg: cfg, table: t, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
-		kick: make(chan struct{}, 1), ready: make(chan struct{}), dirty: map[clusterset.Key]bool{}, all: true,
+		kick: make(chan struct{}, 1), ready: make(chan struct{}), dirty: map[clusterset.Key]bool{}, dirtyNS: map[string]bool{}, all: true,
 		done: map[clusterset.Key]*outcome{}}
 	t.OnPodChange(func(table.Key, *table.Pod) { c.Kick() })
 	m.sources.Store(&sources)
@@ -179,7 +221,8 @@ func (c *Controller) Run(ctx context.Context) {
 	nsInf := nsf.Core().V1().Namespaces().Informer()
 	svInf := svf.Core().V1().Services().Informer()
 	slInf := slf.Discovery().V1().EndpointSlices().Informer()
-	_, _ = nsInf.AddEventHandler(c.handler(nil))
+	// Of a Namespace the controller reads only whether it exists.
+	_, _ = nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.namespaceChanged, DeleteFunc: c.namespaceChanged})
 	_, _ = svInf.AddEventHandler(c.handler(byServiceLabel))
 	_, _ = slInf.AddEventHandler(c.handler(byServiceLabel))
 	_ = slInf.AddIndexers(cache.Indexers{indexService: func(o any) ([]string, error) {
@@ -231,6 +274,8 @@ func (c *Controller) Run(ctx context.Context) {
 func (c *Controller) RunLoop(ctx context.Context) {
 	resync := time.NewTicker(c.cfg.Resync)
 	defer resync.Stop()
+	poll := time.NewTicker(c.cfg.StatePoll)
+	defer poll.Stop()
 	select { // Run sets the informers first
 	case <-ctx.Done():
 		return
@@ -250,6 +295,10 @@ func (c *Controller) RunLoop(ctx context.Context) {
 		case <-c.kick:
 		case <-resync.C:
 			c.markDirty(clusterset.Key{}, true)
+		case <-poll.C:
+			if _, _, st := c.clusterState(time.Now()); c.seenState.Load() == nil || *c.seenState.Load() == st {
+				continue
+			}
 		}
 		select { // let the burst settle
 		case <-ctx.Done():
@@ -297,6 +346,22 @@ func (c *Controller) handler(key func(any) (clusterset.Key, bool)) cache.Resourc
 	}
 }
 
+// namespaceChanged marks the services of a namespace created or deleted.
+func (c *Controller) namespaceChanged(o any) {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	m, err := meta.Accessor(o)
+	c.dirtyMu.Lock()
+	if err != nil {
+		c.all = true
+	} else {
+		c.dirtyNS[m.GetName()] = true
+	}
+	c.dirtyMu.Unlock()
+	c.Kick()
+}
+
 func (c *Controller) markDirty(k clusterset.Key, all bool) {
 	c.dirtyMu.Lock()
 	defer c.dirtyMu.Unlock()
@@ -307,13 +372,14 @@ func (c *Controller) markDirty(k clusterset.Key, all bool) {
 	c.dirty[k] = true
 }
 
-// takeDirty returns the services marked since the last call, or all.
-func (c *Controller) takeDirty() (map[clusterset.Key]bool, bool) {
+// takeDirty returns the services and namespaces marked since the last
+// call, or all.
+func (c *Controller) takeDirty() (map[clusterset.Key]bool, map[string]bool, bool) {
 	c.dirtyMu.Lock()
 	defer c.dirtyMu.Unlock()
-	d, all := c.dirty, c.all
-	c.dirty, c.all = map[clusterset.Key]bool{}, false
-	return d, all
+	d, ns, all := c.dirty, c.dirtyNS, c.all
+	c.dirty, c.dirtyNS, c.all = map[clusterset.Key]bool{}, map[string]bool{}, false
+	return d, ns, all
 }
 
 // byName is the service of a ServiceImport or ServiceExport.
@@ -399,7 +465,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	defer c.reconciling.Unlock()
 	start := time.Now()
 	current, stale, state := c.clusterState(start)
-	dirty, all := c.takeDirty()
+	dirty, dirtyNS, all := c.takeDirty()
 	if state != c.lastState {
 		all = true
 	}
@@ -436,6 +502,18 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 			dirty[k] = true
 		}
 	}
+	if len(dirtyNS) > 0 && !all {
+		for k := range groups {
+			if dirtyNS[k.Namespace] {
+				dirty[k] = true
+			}
+		}
+		for k := range c.done {
+			if dirtyNS[k.Namespace] {
+				dirty[k] = true
+			}
+		}
+	}
 
 	// The shares of the clusters that have not answered since the start,
 	// from the slices the controller wrote before.
@@ -468,9 +546,21 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 			dirty[k] = true
 		}
 	}
-	var errs []error
+	// What each dirty service should be; the writes follow, Workers
+	// services at a time.
+	type job struct {
+		k   clusterset.Key
+		im  *clusterset.Import
+		cur map[string]*share
+		out *outcome
+	}
+	var jobs []job
 	for k := range dirty {
-		delete(c.done, k)
+		if old := c.done[k]; old != nil {
+			s, cf := old.counts()
+			c.nslices, c.nconflicts = c.nslices-s, c.nconflicts-cf
+			delete(c.done, k)
+		}
 		if _, ok, _ := c.namespaces.GetByKey(k.Namespace); !ok {
 			continue // never create a namespace: no import where it does not exist
 		}
@@ -482,7 +572,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 		}
 		for cl, kc := range keep[k] {
 			for _, s := range kc.slices {
-				out.slices = append(out.slices, s.Namespace+"/"+s.Name)
+				out.addSlice(s)
 			}
 			if kc.entry.Name != "" {
 				exports = append(exports, toExport(cl, &kc.entry))
@@ -499,10 +589,29 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 		im := clusterset.Merge(exports)
 		out.merged = &im
 		c.done[k] = out
-		if err := c.syncService(ctx, k, &im, cur, out); err != nil {
-			errs = append(errs, fmt.Errorf("service %s: %w", k, err))
-			out.failed = true
-			c.markDirty(k, false) // again next time
+		jobs = append(jobs, job{k, &im, cur, out})
+	}
+	errs := make([]error, len(jobs))
+	workqueue.ParallelizeUntil(ctx, c.cfg.Workers, len(jobs), func(i int) {
+		j := jobs[i]
+		if err := c.syncService(ctx, j.k, j.im, j.cur, j.out); err != nil {
+			errs[i] = fmt.Errorf("service %s: %w", j.k, err)
+			j.out.failed = true
+			c.markDirty(j.k, false) // again next time
+		}
+	})
+	if ctx.Err() != nil {
+		// Stopped before every job ran: what did not run is not known to be written.
+		for _, j := range jobs {
+			j.out.failed = true
+		}
+		errs = append(errs, ctx.Err())
+	}
+	for k := range dirty {
+		if o := c.done[k]; o != nil {
+			slices.Sort(o.slices)
+			s, cf := o.counts()
+			c.nslices, c.nconflicts = c.nslices+s, c.nconflicts+cf
 		}
 	}
 	later := c.deleteUnwanted(ctx, dirty, all)
@@ -513,18 +622,12 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	errs = append(errs, later...)
 
 	c.lastPods, c.lastState = seen, state
+	c.seenState.Store(&state)
 	c.lastCount = make(map[clusterset.Key]int, len(groups))
 	for k, g := range groups {
 		c.lastCount[k] = len(g)
 	}
-	nslices, conflicts := 0, 0
-	for _, o := range c.done {
-		nslices += len(o.slices)
-		if o.merged != nil && o.merged.Conflict() {
-			conflicts++
-		}
-	}
-	c.metrics.observe(len(c.done), nslices, conflicts, time.Since(start))
+	c.metrics.observe(len(c.done), c.nslices, c.nconflicts, time.Since(start))
 	return errors.Join(errs...)
 }
 
@@ -554,7 +657,7 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	for cl, s := range cur {
 		entry, _ := json.Marshal(s.entry)
 		for _, sl := range clusterset.Slices(k, cl, derived, im, s.endpoints, owner) {
-			out.slices = append(out.slices, sl.Namespace+"/"+sl.Name)
+			out.addSlice(sl)
 			sl.Annotations = map[string]string{AnnotationExport: string(entry)}
 			if err := c.applySlice(ctx, sl); err != nil {
 				errs = append(errs, err)
@@ -612,7 +715,14 @@ func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clus
 	if same {
 		return stored, nil
 	}
-	obj.Annotations[AnnotationApplied] = sum
+	// A new ClusterSetIP import is applied for its UID (the derived
+	// Service's owner), then again with the derived Service's IPs: the
+	// first apply leaves out the status and the hash, which the second
+	// writes.
+	first := spec.Type == mcsv1beta1.ClusterSetIP && ips == nil && stored == nil
+	if !first {
+		obj.Annotations[AnnotationApplied] = sum
+	}
 	u, err := toUnstructured(obj)
 	if err != nil {
 		return nil, err
@@ -622,8 +732,8 @@ func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clus
 	ri := c.dyn.Resource(c.importsGVR).Namespace(k.Namespace)
 	out, err := ri.Apply(ctx, k.Name, u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	c.metrics.write("serviceimport", err)
-	if err != nil {
-		return nil, err
+	if err != nil || first {
+		return out, err
 	}
 	st := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": u.GetAPIVersion(), "kind": "ServiceImport",
@@ -721,7 +831,7 @@ func (c *Controller) deleteUnwanted(ctx context.Context, keys map[clusterset.Key
 			continue
 		}
 		k, _ := byServiceLabel(s)
-		if d := c.done[k]; d == nil || !d.failed && !slices.Contains(d.slices, s.Namespace+"/"+s.Name) {
+		if d := c.done[k]; d == nil || !d.failed && !d.hasSlice(s.Namespace, s.Name) {
 			del("endpointslice", c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
 		}
 	}

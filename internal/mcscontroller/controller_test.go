@@ -377,8 +377,8 @@ func TestReconcileWritesOnlyWhatChanged(t *testing.T) {
 	moved.Exports[0].Name = "api2"
 	e.table.Upsert(moved)
 	step("api's Pod now exports api2", "delete endpointslices ", "delete services ", "delete serviceimports ",
-		"patch endpointslices ", "patch services ", "patch serviceimports ", "patch serviceimports status",
-		"patch serviceimports ", "patch serviceimports status") // the second apply carries the derived Service's IPs
+		"patch endpointslices ", "patch services ", "patch serviceimports ",
+		"patch serviceimports ", "patch serviceimports status") // the second apply carries the derived Service's IPs, and the status
 	if e.serviceImport("api") != nil || e.serviceImport("api2") == nil || len(e.slicesBy("api2")["a"]) != 1 {
 		t.Errorf("api's objects were not moved to api2")
 	}

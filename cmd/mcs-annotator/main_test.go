@@ -1,0 +1,33 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// The local client's rate limit: kube-controller-manager's flag names,
+// defaults high enough for the controller's first sync, and nothing that is
+// not positive.
+func TestKubeAPIRateFlags(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.kubeAPIQPS != 200 || o.kubeAPIBurst != 400 {
+		t.Errorf("defaults: qps %v, burst %d; want 200, 400", o.kubeAPIQPS, o.kubeAPIBurst)
+	}
+	o, err = parseFlags([]string{"--kube-api-qps", "12.5", "--kube-api-burst", "30"})
+	if err != nil || o.kubeAPIQPS != 12.5 || o.kubeAPIBurst != 30 {
+		t.Errorf("set: qps %v, burst %d, %v", o.kubeAPIQPS, o.kubeAPIBurst, err)
+	}
+	for _, args := range [][]string{
+		{"--kube-api-qps", "0"},
+		{"--kube-api-qps", "-1"},
+		{"--kube-api-burst", "0"},
+		{"--kube-api-qps", "fast"},
+	} {
+		if _, err := parseFlags(args); err == nil || !strings.Contains(err.Error(), "kube-api") {
+			t.Errorf("%q: error %v, want one naming the flag", args, err)
+		}
+	}
+}
