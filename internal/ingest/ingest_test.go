@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -394,6 +395,35 @@ func TestMalformedList(t *testing.T) {
 	broken = false
 	mu.Unlock()
 	eventually(t, "whole list", func() bool { return slices.Equal(keys(st), []string{"ns/a", "ns/b"}) })
+}
+
+// A watch event that does not decode ends the watch: reported as a
+// failure, and the reflector lists again from the version it had; the
+// store keeps what it holds meanwhile.
+func TestMalformedWatch(t *testing.T) {
+	a := newAPIServer(t, thenList(t, pod("b", "8")), func(n int, r *http.Request, w http.ResponseWriter) {
+		if n > 1 {
+			hang(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"type":"BOGUS","object":{"kind":"Pod","apiVersion":"v1"}}` + "\n"))
+	})
+	rec := &recorder{}
+	st := start(t, Pods(a.client(t), "", toSlim), rec, nil)
+	eventually(t, "relisted", func() bool { return rec.read(func(r *recorder) bool { return len(r.relisted) > 0 }) })
+	rec.read(func(r *recorder) bool {
+		if len(r.failed) != 1 || !strings.Contains(r.failed[0].Error(), "unable to decode an event from the watch stream") {
+			t.Errorf("failures %v, want the watch's decode error", r.failed)
+		}
+		return true
+	})
+	if got := keys(st); !slices.Equal(got, []string{"ns/a", "ns/b"}) {
+		t.Errorf("store holds %v after the relist, want ns/a and ns/b", got)
+	}
+	if lists, _ := a.requests(); lists[1].Get("resourceVersion") != "5" {
+		t.Errorf("relist %v, want from version 5", lists[1])
+	}
 }
 
 // An object the Transform refuses fails the list that holds it (reported;
