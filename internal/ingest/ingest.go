@@ -27,8 +27,12 @@ import (
 // Backoff is the reflectors' retry backoff: 100 ms, then 200 ms, then every
 // 250 ms (each up to a fifth longer), so that a list or watch resumes soon
 // after an API server answers again, however often it failed before
-// (client-go's default backoff grows to 30 s and resets only after minutes
-// without a retry).
+// (client-go's default backoff grows to 30 s and resets only every two
+// minutes). The reflector also waits one step of it between every end of a
+// watch and the next list: the relist after an expired watch starts one
+// step after the 410, at most about 300 ms after an outage. A shorter step
+// relists sooner but retries an API server that is down more often, once
+// per reflector (a scoped peer has one per exporting namespace).
 var Backoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 10, Cap: 250 * time.Millisecond}
 
 // StopWait is the default bound on the wait for a stopping reflector.

@@ -12,19 +12,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
-// ListerWatcher lists and watches one resource, and cuts each object down
-// with Transform before the store sees it.
+// ListerWatcher lists and watches one resource with client-go's ListWatch,
+// and cuts each object down with Transform before the store sees it.
 type ListerWatcher struct {
-	// ListFunc lists with opts. It may return a *List whose items are
-	// transformed already (a list transformed as it streams in); the items
-	// of any other list are transformed here.
-	ListFunc func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
-	// WatchFunc watches from opts.ResourceVersion.
-	WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	// ListWatch lists and watches. Its list may return a *List whose items
+	// are transformed already (a list transformed as it streams in); the
+	// items of any other list are transformed here.
+	cache.ListWatch
 	// Transform returns what the store keeps of an object: a runtime.Object
 	// with object metadata (metav1.Object, or Meta embedded), since the
 	// reflector reads the resource version of each watch event.
@@ -54,13 +53,13 @@ func (l *List) DeepCopyObject() runtime.Object {
 
 // observed returns a copy of l that reports to ev.
 func (l *ListerWatcher) observed(ev Events) *ListerWatcher {
-	return &ListerWatcher{ListFunc: l.ListFunc, WatchFunc: l.WatchFunc, Transform: l.Transform, ev: ev}
+	return &ListerWatcher{ListWatch: l.ListWatch, Transform: l.Transform, ev: ev}
 }
 
 // ListWithContext lists, transforms the items and reports the list.
 func (l *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	start := time.Now()
-	obj, err := l.ListFunc(ctx, opts)
+	obj, err := l.ListWatch.ListWithContext(ctx, opts)
 	var list *List
 	if err == nil {
 		list, err = l.transformList(obj)
@@ -131,7 +130,7 @@ func (l *ListerWatcher) listed(list *List, start time.Time) {
 // WatchWithContext watches, transforms each object event and reports an
 // expired watch.
 func (l *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	w, err := l.WatchFunc(ctx, opts)
+	w, err := l.ListWatch.WatchWithContext(ctx, opts)
 	if err != nil {
 		if isExpired(err) {
 			l.expired()

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Meta is the object metadata of a slim object: its key, and the resource
@@ -59,7 +60,7 @@ func PodsIn(client kubernetes.Interface, namespace, selector string, transform f
 	pods := client.CoreV1().Pods(namespace)
 	lw := typed(transform, func(opts *metav1.ListOptions) { opts.LabelSelector = selector }, pods.List, pods.Watch)
 	if s, ok := client.(Streamer); ok {
-		lw.ListFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		lw.ListWithContextFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = selector
 			list := &List{}
 			meta, err := s.ListPodsIn(ctx, namespace, opts, func(p *v1.Pod) error {
@@ -101,13 +102,15 @@ func typed[T runtime.Object, L runtime.Object](transform func(T) (runtime.Object
 			var want T
 			return nil, fmt.Errorf("a %T where a %T was expected", obj, want)
 		},
-		WatchFunc: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			selects(&opts)
-			return watchf(ctx, opts)
-		},
-		ListFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			selects(&opts)
-			return list(ctx, opts)
+		ListWatch: cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				selects(&opts)
+				return list(ctx, opts)
+			},
+			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				selects(&opts)
+				return watchf(ctx, opts)
+			},
 		},
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/table"
@@ -222,10 +223,12 @@ func (w *Watcher) start(gvr schema.GroupVersionResource) *run {
 	}
 	ri := w.dyn.Resource(gvr)
 	lw := &ingest.ListerWatcher{
-		ListFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return ri.List(ctx, opts)
+		ListWatch: cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				return ri.List(ctx, opts)
+			},
+			WatchFuncWithContext: ri.Watch,
 		},
-		WatchFunc: ri.Watch,
 		Transform: Transform,
 	}
 	r := w.newRun(gvr)

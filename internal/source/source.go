@@ -282,21 +282,23 @@ func (s *Source) setState(to State, err error) {
 }
 
 // check looks at /readyz so that contact is tracked (and a hung API server
-// is noticed) even when no Pod changes: at once on start, then every
-// ProbeInterval, and every ReconnectInterval while the last check failed.
+// is noticed) even when no Pod changes: at once on start, then
+// ProbeInterval after each check that passed and ReconnectInterval after
+// each that failed. A client that cannot be checked is not checked again.
 func (s *Source) check(ctx context.Context) {
-	var last time.Time
 	failing := true
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		if !failing && time.Since(last) < s.opts.ProbeInterval {
-			return
+	next := wait.DelayFunc(func() time.Duration {
+		if failing {
+			return s.opts.ReconnectInterval
 		}
-		last = time.Now()
+		return s.opts.ProbeInterval
+	})
+	_ = next.Until(ctx, true, true, func(ctx context.Context) (bool, error) {
 		err := s.checkOnce(ctx)
 		switch {
 		case ctx.Err() != nil:
 		case errors.Is(err, errNoCheck):
-			failing = false
+			return true, nil
 		case err != nil:
 			failing = true
 			s.setState(Disconnected, err)
@@ -304,7 +306,8 @@ func (s *Source) check(ctx context.Context) {
 			failing = false
 			s.touch()
 		}
-	}, min(s.opts.ReconnectInterval, s.opts.ProbeInterval))
+		return false, nil
+	})
 }
 
 // errNoCheck: the client cannot be checked (a fake clientset without
