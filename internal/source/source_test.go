@@ -327,26 +327,31 @@ func TestExpireAndStopArePrompt(t *testing.T) {
 	s := New("edge-a", client, tb, Events{}, Options{ProbeInterval: time.Hour,
 		Ingest: ingest.Options{StopWait: 500 * time.Millisecond, Backoff: &wait.Backoff{Duration: time.Minute}}})
 
-	// asleep waits for the reflector's next request and a little more, so
-	// that the 429 has arrived and the reflector sleeps, then stops it.
-	asleep := func(stop func() error, what string) {
+	// asleep waits until the reflector has made a request since the count
+	// was since, and a little more, so that the 429 has arrived and the
+	// reflector sleeps; then it stops it, and returns the count from just
+	// before the stop (a stop that starts a new reflector: its request
+	// comes after). A count taken after the reflector started would miss a
+	// request made meanwhile and wait for one that never comes.
+	asleep := func(since int64, stop func() error, what string) int64 {
 		t.Helper()
-		n := requests.Load()
-		eventually(t, what+": the reflector's request", func() bool { return requests.Load() > n })
+		eventually(t, what+": the reflector's request", func() bool { return requests.Load() > since })
 		time.Sleep(100 * time.Millisecond)
-		start := time.Now()
+		before, start := requests.Load(), time.Now()
 		if err := stop(); err != nil {
 			t.Errorf("%s after %s: %v", what, time.Since(start), err)
 		}
+		return before
 	}
+	n := requests.Load()
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	asleep(s.Expire, "Expire")
+	n = asleep(n, s.Expire, "Expire")
 	if !s.Expired() || len(answer(tb, "backend.default.svc.")) != 0 {
 		t.Fatalf("Expire kept the records: expired %v, %v", s.Expired(), answer(tb, "backend.default.svc."))
 	}
-	asleep(s.Stop, "Stop")
+	asleep(n, s.Stop, "Stop")
 }
 
 // Pods with the same export annotation in one namespace share one parse (one
