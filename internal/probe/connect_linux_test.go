@@ -148,3 +148,31 @@ func TestRoundConnects(t *testing.T) {
 		t.Errorf("Down() = %v, %d probed; want edge-b: 1 (the closed port), 2 probed", down, probed)
 	}
 }
+
+// A round that cannot probe at all (connectAll fails before any endpoint:
+// no epoll instance) is CoreDNS's failure: reported, and no endpoint marked.
+func TestRoundFailureBlamesNoEndpoint(t *testing.T) {
+	saved := connectRound
+	t.Cleanup(func() { connectRound = saved })
+	connectRound = func(context.Context, []netip.AddrPort, int, time.Duration, func(int, error)) error {
+		return errors.New("epoll_create1: too many open files")
+	}
+	tbl := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	tbl.ReplaceCluster("edge-b", []*table.Pod{mkpod("edge-b", "b1", "127.0.0.1", true, "backend")})
+	tbl.TrackDemand()
+	tbl.Rebuild().Service("default", "backend")
+	var failed []error
+	p := New(tbl, Defaults(All), Options{Events: Events{RoundFailed: func(err error) { failed = append(failed, err) }}})
+	if !p.connect {
+		t.Fatal("the default TCP probe does not use connectAll")
+	}
+	for range Defaults(All).Fails + 1 {
+		p.Round(context.Background())
+	}
+	if down, _ := p.Down(); len(down) != 0 {
+		t.Errorf("Down() = %v after rounds that could not probe; want none", down)
+	}
+	if len(failed) != Defaults(All).Fails+1 {
+		t.Errorf("RoundFailed heard %d rounds, want %d", len(failed), Defaults(All).Fails+1)
+	}
+}
