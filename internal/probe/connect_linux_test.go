@@ -203,7 +203,7 @@ func TestStaleEventNotTakenForANewSocket(t *testing.T) {
 	}
 	t.Cleanup(func() { unix.Close(copyFD) })
 	c.expire(time.Now().Add(time.Hour), time.Minute, []netip.AddrPort{up}, done) // closes first
-	time.Sleep(50 * time.Millisecond)                                             // the first connects meanwhile: its registration reports it
+	time.Sleep(50 * time.Millisecond)                                            // the first connects meanwhile: its registration reports it
 	c.start(1, cut, time.Now().Add(time.Minute), done)
 	if len(c.order) != 1 || int(c.order[0].fd) != first {
 		t.Skipf("the second socket did not get the first one's number (%v, first %d): cannot set the case up", c.order, first)
