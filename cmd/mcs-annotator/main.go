@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -80,7 +81,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")
-	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "requests per second to the local API server (its priority and fairness protects it; the MCS controller's first sync writes about four objects per exported service)")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "requests per second to the local API server (its priority and fairness protects it; the MCS controller's first sync makes about four requests per exported service, plus one per exporting cluster)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "burst of requests to the local API server above --kube-api-qps")
 	fs.BoolVar(&o.version, "version", false, "print the version and commit, and exit")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -106,7 +107,7 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("--peer-reader: %w", err)
 		}
 	}
-	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst < 1 {
+	if !(o.kubeAPIQPS > 0) || math.IsInf(o.kubeAPIQPS, 1) || o.kubeAPIBurst < 1 { // NaN is not > 0
 		return o, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: both must be positive", o.kubeAPIQPS, o.kubeAPIBurst)
 	}
 	if o.workers < 1 {

@@ -23,6 +23,8 @@ func TestKubeAPIRateFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--kube-api-qps", "0"},
 		{"--kube-api-qps", "-1"},
+		{"--kube-api-qps", "NaN"},
+		{"--kube-api-qps", "+Inf"},
 		{"--kube-api-burst", "0"},
 		{"--kube-api-qps", "fast"},
 	} {

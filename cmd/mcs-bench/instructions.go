@@ -89,7 +89,7 @@ func (ps instrPoints) Figure(qtype, name, which string) float64 {
 func (ps instrPoints) Range(qtype, name string) string {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, x := range ps {
-		if x.QType == qtype && x.Contender == name {
+		if x.QType == qtype && x.Contender == name && x.Answers > 0 { // as Figure: a run with no answer has no figure
 			lo, hi = math.Min(lo, x.PerAnswer()), math.Max(hi, x.PerAnswer())
 		}
 	}

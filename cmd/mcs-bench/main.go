@@ -251,8 +251,8 @@ func (c config) wants(part string) bool {
 // timed runs one part, timing it and recording a failure.
 func timed(b *harness.Program, res *results, name string, f func()) {
 	fmt.Printf("== %s\n", name)
-	start := time.Now()
-	ok := b.Run(f)
+	start, failedBefore := time.Now(), b.Failed()
+	ok := b.Run(f) && (failedBefore || !b.Failed()) // an Errorf alone fails the stage too
 	took := time.Since(start)
 	res.Stages = append(res.Stages, stageTime{name, took, ok})
 	if !ok {

@@ -105,8 +105,12 @@ func liveTargets(r *results) []target {
 		if rs.Restart {
 			warm = fmt.Sprintf("; restored after the API server's warm-up of %s", ms(rs.WarmUp))
 		}
-		t.Measured = fmt.Sprintf("%s (%s of it until the first new connection; %s from the API server%s); %d wrong answers of %d probes",
-			ms(rs.Took), ms(rs.Reconnect), kbmb(rs.Received), warm, rs.ProbeWrong, rs.Probes)
+		reconnect := ms(rs.Reconnect) + " of it until the first new connection"
+		if rs.Reconnect < 0 {
+			reconnect = "no new connection"
+		}
+		t.Measured = fmt.Sprintf("%s (%s; %s from the API server%s); %d wrong answers of %d probes",
+			ms(rs.Took), reconnect, kbmb(rs.Received), warm, rs.ProbeWrong, rs.Probes)
 		if !t.Known && !t.Met {
 			t.Known, t.Name = true, t.Name+": **missed** already at this size"
 		}

@@ -115,23 +115,23 @@ func (a *apiServer) requests() (lists, watches []url.Values) {
 	return slices.Clone(a.lists), slices.Clone(a.watch)
 }
 
-func writeJSON(t *testing.T, w http.ResponseWriter, code int, obj any) {
+// writeJSON answers with obj. A write error means the client went (a
+// stopped reflector), possibly after the test ended: not the test's failure.
+func writeJSON(w http.ResponseWriter, code int, obj any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	if err := json.NewEncoder(w).Encode(obj); err != nil {
-		t.Error(err)
-	}
+	_ = json.NewEncoder(w).Encode(obj)
 }
 
 // thenList answers the first list with Pod a at version 5, and every later
 // one with a and added at version 9.
-func thenList(t *testing.T, added v1.Pod) func(n int, q url.Values, w http.ResponseWriter) {
+func thenList(added v1.Pod) func(n int, q url.Values, w http.ResponseWriter) {
 	return func(n int, q url.Values, w http.ResponseWriter) {
 		if n == 1 {
-			writeJSON(t, w, http.StatusOK, podList("5", "", pod("a", "4")))
+			writeJSON(w, http.StatusOK, podList("5", "", pod("a", "4")))
 			return
 		}
-		writeJSON(t, w, http.StatusOK, podList("9", "", pod("a", "4"), added))
+		writeJSON(w, http.StatusOK, podList("9", "", pod("a", "4"), added))
 	}
 }
 
@@ -143,12 +143,10 @@ func hang(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeEvents answers a watch with events, then ends it.
-func writeEvents(t *testing.T, w http.ResponseWriter, events ...metav1.WatchEvent) {
+func writeEvents(w http.ResponseWriter, events ...metav1.WatchEvent) {
 	w.Header().Set("Content-Type", "application/json")
 	for _, ev := range events {
-		if err := json.NewEncoder(w).Encode(ev); err != nil {
-			t.Error(err)
-		}
+		_ = json.NewEncoder(w).Encode(ev) // as writeJSON
 	}
 }
 
@@ -228,16 +226,16 @@ func keys(st *Store[*slim]) []string {
 func TestExpiredWatchRelists(t *testing.T) {
 	for _, how := range []string{"reply", "event"} {
 		t.Run(how, func(t *testing.T) {
-			a := newAPIServer(t, thenList(t, pod("b", "8")), func(n int, r *http.Request, w http.ResponseWriter) {
+			a := newAPIServer(t, thenList(pod("b", "8")), func(n int, r *http.Request, w http.ResponseWriter) {
 				if r.URL.Query().Get("resourceVersion") != "5" {
 					hang(w, r)
 					return
 				}
 				if how == "reply" {
-					writeJSON(t, w, http.StatusGone, expiredStatus())
+					writeJSON(w, http.StatusGone, expiredStatus())
 					return
 				}
-				writeEvents(t, w, event(string(watch.Error), expiredStatus()))
+				writeEvents(w, event(string(watch.Error), expiredStatus()))
 			})
 			rec := &recorder{}
 			st := start(t, Pods(a.client(t), "app=x", toSlim), rec, nil)
@@ -293,7 +291,7 @@ func TestPagedRelist(t *testing.T) {
 	var replaced []int
 	a := newAPIServer(t, func(n int, q url.Values, w http.ResponseWriter) {
 		if q.Get("limit") == "" {
-			writeJSON(t, w, http.StatusOK, podList("10", "", all...))
+			writeJSON(w, http.StatusOK, podList("10", "", all...))
 			return
 		}
 		i, _ := strconv.Atoi(q.Get("continue"))
@@ -301,9 +299,9 @@ func TestPagedRelist(t *testing.T) {
 		if i+1 < len(all) {
 			cont = strconv.Itoa(i + 1)
 		}
-		writeJSON(t, w, http.StatusOK, podList("10", cont, all[i]))
+		writeJSON(w, http.StatusOK, podList("10", cont, all[i]))
 	}, func(n int, r *http.Request, w http.ResponseWriter) {
-		writeJSON(t, w, http.StatusGone, expiredStatus())
+		writeJSON(w, http.StatusGone, expiredStatus())
 	})
 	rec := &recorder{}
 	st := &Store[*slim]{}
@@ -368,7 +366,7 @@ func TestMalformedList(t *testing.T) {
 			w.Write(whole)
 		}
 	}, func(n int, r *http.Request, w http.ResponseWriter) {
-		writeJSON(t, w, http.StatusGone, expiredStatus())
+		writeJSON(w, http.StatusGone, expiredStatus())
 	})
 	client, err := podproto.NewClient(&rest.Config{Host: a.srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf}}, podproto.Plugin)
 	if err != nil {
@@ -401,7 +399,7 @@ func TestMalformedList(t *testing.T) {
 // failure, and the reflector lists again from the version it had; the
 // store keeps what it holds meanwhile.
 func TestMalformedWatch(t *testing.T) {
-	a := newAPIServer(t, thenList(t, pod("b", "8")), func(n int, r *http.Request, w http.ResponseWriter) {
+	a := newAPIServer(t, thenList(pod("b", "8")), func(n int, r *http.Request, w http.ResponseWriter) {
 		if n > 1 {
 			hang(w, r)
 			return
@@ -438,9 +436,9 @@ func TestTransformError(t *testing.T) {
 		}
 		return toSlim(p)
 	}
-	a := newAPIServer(t, thenList(t, pod("bad", "8")), func(n int, r *http.Request, w http.ResponseWriter) {
+	a := newAPIServer(t, thenList(pod("bad", "8")), func(n int, r *http.Request, w http.ResponseWriter) {
 		b := pod("bad", "8")
-		writeEvents(t, w, event(string(watch.Added), &b))
+		writeEvents(w, event(string(watch.Added), &b))
 	})
 	rec := &recorder{}
 	var changed []string
@@ -520,7 +518,7 @@ func TestStoreClose(t *testing.T) {
 func TestRunStop(t *testing.T) {
 	t.Run("ends", func(t *testing.T) {
 		a := newAPIServer(t, func(n int, q url.Values, w http.ResponseWriter) {
-			writeJSON(t, w, http.StatusOK, podList("5", "", pod("a", "4")))
+			writeJSON(w, http.StatusOK, podList("5", "", pod("a", "4")))
 		}, nil)
 		st := &Store[*slim]{}
 		run := Start(Pods(a.client(t), "", toSlim), st, Options{StopWait: 10 * time.Second})
@@ -534,7 +532,7 @@ func TestRunStop(t *testing.T) {
 	})
 	t.Run("slow", func(t *testing.T) {
 		a := newAPIServer(t, func(n int, q url.Values, w http.ResponseWriter) {
-			writeJSON(t, w, http.StatusOK, podList("5", "", pod("a", "4")))
+			writeJSON(w, http.StatusOK, podList("5", "", pod("a", "4")))
 		}, nil)
 		replacing, release := make(chan struct{}), make(chan struct{})
 		st := &Store[*slim]{Replaced: func(_, _ map[string]*slim) {

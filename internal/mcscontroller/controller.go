@@ -222,9 +222,12 @@ func (c *Controller) Run(ctx context.Context) {
 	svInf := svf.Core().V1().Services().Informer()
 	slInf := slf.Discovery().V1().EndpointSlices().Informer()
 	// Of a Namespace the controller reads only whether it exists.
-	_, _ = nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.namespaceChanged, DeleteFunc: c.namespaceChanged})
-	_, _ = svInf.AddEventHandler(c.handler(byServiceLabel))
-	_, _ = slInf.AddEventHandler(c.handler(byServiceLabel))
+	// Synced once the handlers heard the initial list too, not only the
+	// store: a first reconcile before them would be followed by a second,
+	// near-full one for their Adds.
+	nsReg, _ := nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.namespaceChanged, DeleteFunc: c.namespaceChanged})
+	svReg, _ := svInf.AddEventHandler(c.handler(byServiceLabel))
+	slReg, _ := slInf.AddEventHandler(c.handler(byServiceLabel))
 	_ = slInf.AddIndexers(cache.Indexers{indexService: func(o any) ([]string, error) {
 		k, ok := byServiceLabel(o)
 		if !ok {
@@ -233,7 +236,7 @@ func (c *Controller) Run(ctx context.Context) {
 		return []string{k.String()}, nil
 	}})
 	c.namespaces, c.services, c.slices = nsInf.GetIndexer(), svInf.GetIndexer(), slInf.GetIndexer()
-	c.synced = []cache.InformerSynced{nsInf.HasSynced, svInf.HasSynced, slInf.HasSynced}
+	c.synced = []cache.InformerSynced{nsReg.HasSynced, svReg.HasSynced, slReg.HasSynced}
 	nsf.Start(ctx.Done())
 	svf.Start(ctx.Done())
 	slf.Start(ctx.Done())
@@ -255,12 +258,12 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 		f := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, 0)
 		im, ex := f.ForResource(imp), f.ForResource(exp)
-		_, _ = im.Informer().AddEventHandler(c.handler(byName))
-		_, _ = ex.Informer().AddEventHandler(c.handler(byName))
+		imReg, _ := im.Informer().AddEventHandler(c.handler(byName))
+		exReg, _ := ex.Informer().AddEventHandler(c.handler(byName))
 		f.Start(ctx.Done())
 		c.importsGVR, c.exportsGVR = imp, exp
 		c.imports, c.exports = im.Lister(), ex.Lister()
-		c.synced = append(c.synced, im.Informer().HasSynced, ex.Informer().HasSynced)
+		c.synced = append(c.synced, imReg.HasSynced, exReg.HasSynced)
 		crdsFound = true
 		close(c.ready)
 		klog.Infof("mcs-controller: writing ServiceImports (%s)", imp.GroupVersion())

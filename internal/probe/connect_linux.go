@@ -119,17 +119,24 @@ func (c *conns) start(i int, a netip.AddrPort, deadline time.Time, done func(int
 		done(i, err)
 		return
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLOUT, Fd: int32(fd)}
+	// The event carries the socket's sequence number beside its descriptor:
+	// a registration outlives our close while a forked child still holds a
+	// copy of the socket, and its events must not be taken for those of a
+	// later socket given the same number.
+	c.seq++
+	ev := unix.EpollEvent{Events: unix.EPOLLOUT, Fd: int32(fd), Pad: tag(c.seq)}
 	if err := unix.EpollCtl(c.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		unix.Close(fd)
 		done(i, os.NewSyscallError("epoll_ctl", err))
 		return
 	}
-	c.seq++
 	c.open[int32(fd)] = conn{i: i, seq: c.seq, deadline: deadline}
 	c.order = append(c.order, opened{int32(fd), c.seq})
 	c.most = max(c.most, len(c.open))
 }
+
+// tag is what of a sequence number fits an epoll event beside the descriptor.
+func tag(seq uint64) int32 { return int32(uint32(seq)) }
 
 // connect opens a non-blocking socket and starts connecting it to a. It
 // returns the socket while the connection is under way, or -1 and the
@@ -182,8 +189,8 @@ func (c *conns) reap(done func(int, error)) bool {
 		any = true
 		for _, ev := range c.events[:n] {
 			cn, ok := c.open[ev.Fd]
-			if !ok {
-				continue
+			if !ok || tag(cn.seq) != ev.Pad {
+				continue // an earlier socket's registration (see start)
 			}
 			fd := int(ev.Fd)
 			soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)

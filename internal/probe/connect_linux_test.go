@@ -148,3 +148,69 @@ func TestRoundConnects(t *testing.T) {
 		t.Errorf("Down() = %v, %d probed; want edge-b: 1 (the closed port), 2 probed", down, probed)
 	}
 }
+
+// A round that cannot probe at all (connectAll fails before any endpoint:
+// no epoll instance) is CoreDNS's failure: reported, and no endpoint marked.
+func TestRoundFailureBlamesNoEndpoint(t *testing.T) {
+	saved := connectRound
+	t.Cleanup(func() { connectRound = saved })
+	connectRound = func(context.Context, []netip.AddrPort, int, time.Duration, func(int, error)) error {
+		return errors.New("epoll_create1: too many open files")
+	}
+	tbl := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	tbl.ReplaceCluster("edge-b", []*table.Pod{mkpod("edge-b", "b1", "127.0.0.1", true, "backend")})
+	tbl.TrackDemand()
+	tbl.Rebuild().Service("default", "backend")
+	var failed []error
+	p := New(tbl, Defaults(All), Options{Events: Events{RoundFailed: func(err error) { failed = append(failed, err) }}})
+	if !p.connect {
+		t.Fatal("the default TCP probe does not use connectAll")
+	}
+	for range Defaults(All).Fails + 1 {
+		p.Round(context.Background())
+	}
+	if down, _ := p.Down(); len(down) != 0 {
+		t.Errorf("Down() = %v after rounds that could not probe; want none", down)
+	}
+	if len(failed) != Defaults(All).Fails+1 {
+		t.Errorf("RoundFailed heard %d rounds, want %d", len(failed), Defaults(All).Fails+1)
+	}
+}
+
+// A registration outlives the close of a socket a forked child still holds
+// (here: a dup); its events, carrying the old descriptor number, must not
+// be taken for those of a later socket given the same number.
+func TestStaleEventNotTakenForANewSocket(t *testing.T) {
+	up, cut := acceptClose(t), stuck(t)
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(epfd) })
+	c := conns{epfd: epfd, open: map[int32]conn{}, events: make([]unix.EpollEvent, 8)}
+	t.Cleanup(c.closeAll)
+	var reported []int
+	done := func(i int, err error) { reported = append(reported, i) }
+
+	c.start(0, up, time.Now().Add(time.Minute), done)
+	if len(c.order) != 1 {
+		t.Fatalf("the first probe did not start: reported %v", reported)
+	}
+	first := int(c.order[0].fd)
+	copyFD, err := unix.Dup(first) // as a forked child's copy
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(copyFD) })
+	c.expire(time.Now().Add(time.Hour), time.Minute, []netip.AddrPort{up}, done) // closes first
+	time.Sleep(50 * time.Millisecond)                                            // the first connects meanwhile: its registration reports it
+	c.start(1, cut, time.Now().Add(time.Minute), done)
+	if len(c.order) != 1 || int(c.order[0].fd) != first {
+		t.Skipf("the second socket did not get the first one's number (%v, first %d): cannot set the case up", c.order, first)
+	}
+	reported = reported[:0]
+	c.reap(done)
+	if len(reported) != 0 {
+		t.Fatalf("reap reported %v: the first socket's event was taken for the second, which never connects", reported)
+	}
+}

@@ -118,11 +118,18 @@ type Events struct {
 	// Changed reports state changes, at most about one a second (bursts of
 	// ten), with a count of the ones left out.
 	Changed func(Change)
+	// RoundFailed reports a round that could not probe at all (no epoll
+	// instance: out of file descriptors, say). Its endpoints keep their
+	// state: a failure here is CoreDNS's, not theirs.
+	RoundFailed func(err error)
 }
 
 // Options tune a prober; zero values take the defaults.
 type Options struct {
-	Dialer Dialer      // default: a net.Dialer
+	// Dialer opens HTTP probes' connections (default: a net.Dialer without
+	// keep-alive). TCP probes use it only when it is set or connectAll is
+	// not available (not Linux); otherwise they connect on their own.
+	Dialer Dialer
 	Clock  clock.Clock // default: the real clock
 	// Stale reports whether a cluster's records are not vouched for by its
 	// API server (its source is disconnected). In Disconnected mode only
@@ -291,11 +298,12 @@ func (p *Prober) Round(ctx context.Context) {
 		for i, tg := range list {
 			addrs[i], tg.err = tg.ep.Addr, errNotProbed
 		}
-		err := connectAll(ctx, addrs, p.opts.Workers, p.cfg.Timeout, func(i int, err error) { list[i].err = err })
-		for _, tg := range list {
-			if tg.err == errNotProbed {
-				tg.err = err // the round failed: say why
+		err := connectRound(ctx, addrs, p.opts.Workers, p.cfg.Timeout, func(i int, err error) { list[i].err = err })
+		if err != nil && ctx.Err() == nil {
+			if p.opts.Events.RoundFailed != nil {
+				p.opts.Events.RoundFailed(err)
 			}
+			return // not the endpoints' failure: none is recorded
 		}
 	} else {
 		workqueue.ParallelizeUntil(ctx, p.opts.Workers, len(list), func(i int) {
@@ -398,6 +406,9 @@ var (
 	errTimeout = errors.New("timed out")
 	// errNotProbed marks the targets of a round not probed yet.
 	errNotProbed = errors.New("not probed")
+
+	// connectRound is connectAll; tests make it fail.
+	connectRound = connectAll
 )
 
 // probe checks one address: a TCP connection, or an HTTP GET of Path.

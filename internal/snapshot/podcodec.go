@@ -147,7 +147,8 @@ func DecodePod(b []byte) (*table.Pod, error) { return (*PodDecoder)(nil).Decode(
 // A PodDecoder also cuts records, names and addresses from chunks (about
 // chunkRecords records' worth at a time) instead of allocating each: a cold
 // start decodes 100,000 records, and three allocations a record were 300,000.
-// A chunk lives while any record cut from it does, so after churn a few
+// A chunk lives while any record cut from it does, or any Common holding an
+// export name cut from it, so after churn a few
 // surviving records may keep a chunk alive: never more memory than the load
 // allocated, and records decoded on their own (DecodePod, the informers')
 // are unaffected.

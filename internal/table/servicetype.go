@@ -85,10 +85,7 @@ func exportedClusterSetIP(sk svcKey, pods []*Pod) bool {
 				continue // the Pods of one service in one cluster repeat their entry
 			}
 			last = e
-			var at time.Time // no exportedAt: older than any (parsing "" would allocate an error)
-			if e.ExportedAt != "" {
-				at = e.Exported()
-			}
+			at := e.Exported() // no exportedAt: the zero time, older than any
 			if best == nil || annotation.CompareAge(at, e.Cluster, bestAt, best.Cluster) < 0 {
 				best, bestAt = e, at
 			}

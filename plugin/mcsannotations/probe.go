@@ -121,6 +121,10 @@ func (m *MCS) newProber(cfg *probe.Config) {
 				}
 			},
 			Changed: logProbeChange,
+			RoundFailed: func(err error) {
+				probeRoundErrors.Inc()
+				log.Errorf("probe: a round could not probe (its endpoints keep their state): %v", err)
+			},
 		},
 	})
 	how := "TCP connect"
@@ -151,6 +155,13 @@ var (
 		Help:      "Endpoint probes, by result (up, down).",
 	}, []string{"result"})
 	probesUp, probesDown = probes.WithLabelValues("up"), probes.WithLabelValues("down")
+
+	probeRoundErrors = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "probe_round_errors_total",
+		Help:      "Probe rounds that could not probe at all (no epoll instance: out of file descriptors, say); their endpoints keep their state.",
+	})
 
 	failOpenAnswers = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
