@@ -29,13 +29,9 @@ import (
 // carried; a headless export's ServiceImport never gets an IP.
 func TestMCSConformanceFields(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolAnnotator)
-	cs := harness.StartClusters(t, "edge-a", "edge-b")
-	a, b := cs[0], cs[1]
 	ns := "mcs-conformance"
-	for _, cl := range cs {
-		cl.InstallMCSCRDs(t)
-		cl.CreateNamespace(t, ns)
-	}
+	cs := mcsClusters(t, ns, "edge-a", "edge-b")
+	a, b := cs[0], cs[1]
 	app := func(v string) map[string]string { return map[string]string{"app": v} }
 	props := harness.ServiceObject(ns, "props", app("props"), tcpPort("http", 80, intstr.FromInt32(8080)),
 		corev1.ServicePort{Name: "stcp", Port: 142, Protocol: corev1.ProtocolSCTP, TargetPort: intstr.FromInt32(142)})

@@ -32,13 +32,9 @@ const mcsContactLag = 6 * time.Second
 // predecessor), so the share outlives the expiry counted from the cut.
 func TestMCSPeerExpiry(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolAnnotator)
-	cs := harness.StartClusters(t, "edge-a", "edge-b")
-	a, b := cs[0], cs[1]
 	ns := "mcs-expiry"
-	for _, cl := range cs {
-		cl.InstallMCSCRDs(t)
-		cl.CreateNamespace(t, ns)
-	}
+	cs := mcsClusters(t, ns, "edge-a", "edge-b")
+	a, b := cs[0], cs[1]
 	app := func(v string) map[string]string { return map[string]string{"app": v} }
 	http := tcpPort("http", 80, intstr.FromInt32(8080))
 	a.CreateService(t, harness.ServiceObject(ns, "web", app("web"), http))

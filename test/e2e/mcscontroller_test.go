@@ -107,6 +107,17 @@ func eventuallyMCS(t *testing.T, c *harness.Cluster, ns, name, what string, ok f
 	}
 }
 
+// mcsClusters starts clusters with the MCS CRDs and the namespace ns in each.
+func mcsClusters(t *testing.T, ns string, names ...string) []*harness.Cluster {
+	t.Helper()
+	cs := harness.StartClusters(t, names...)
+	for _, cl := range cs {
+		cl.InstallMCSCRDs(t)
+		cl.CreateNamespace(t, ns)
+	}
+	return cs
+}
+
 // TestMCSController: three real clusters, the real annotator in each, the
 // MCS controller in edge-a (bin/mcs-annotator -mcs-controller) watching
 // edge-b through a link that the test cuts, and edge-c directly; edge-a's
@@ -119,13 +130,9 @@ func eventuallyMCS(t *testing.T, c *harness.Cluster, ns, name, what string, ok f
 // ExternalName Service refused, an unexport from one cluster, then from all.
 func TestMCSController(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolAnnotator, harness.ToolCoreDNS)
-	cs := harness.StartClusters(t, "edge-a", "edge-b", "edge-c")
-	a, b, c := cs[0], cs[1], cs[2]
 	ns := "mcs-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:10]
-	for _, cl := range cs {
-		cl.InstallMCSCRDs(t)
-		cl.CreateNamespace(t, ns)
-	}
+	cs := mcsClusters(t, ns, "edge-a", "edge-b", "edge-c")
+	a, b, c := cs[0], cs[1], cs[2]
 	app := func(v string) map[string]string { return map[string]string{"app": v} }
 	http := tcpPort("http", 80, intstr.FromInt32(8080))
 
