@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -31,12 +30,9 @@ const haveConnectAll = true
 // When ctx ends, the open connections are closed unreported and ctx's error
 // returned.
 //
-// The loop yields its P after each connection it opens or reaps. Its system
-// calls are short (a loopback connect, with the handshake, included), so
-// the scheduler would let it run for 10 ms before preempting it; on a
-// CoreDNS with one P, queries would wait that long behind a round. Yielding
-// costs a fraction of a microsecond a probe and bounds that wait to about
-// one connect.
+// The loop pauses now and then (see yield): its system calls are short, so
+// the scheduler would otherwise let it run until it preempts it, and on a
+// CoreDNS with one P queries would wait that long behind a round.
 func connectAll(ctx context.Context, addrs []netip.AddrPort, inflight int, timeout time.Duration, done func(i int, err error)) error {
 	var c conns
 	return c.run(ctx, addrs, inflight, timeout, done)
@@ -73,7 +69,7 @@ func (c *conns) run(ctx context.Context, addrs []netip.AddrPort, inflight int, t
 		for len(c.open) < inflight && next < len(addrs) {
 			c.start(next, addrs[next], now.Add(timeout), done)
 			next++
-			runtime.Gosched() // see connectAll
+			c.yield()
 		}
 		c.expire(now, timeout, addrs, done)
 		if len(c.open) == 0 {
@@ -96,6 +92,23 @@ func (c *conns) run(ctx context.Context, addrs []netip.AddrPort, inflight int, t
 	return nil
 }
 
+// yieldEvery connections opened or reaped, the loop sleeps yieldFor. Not
+// runtime.Gosched: a goroutine that yields stays runnable, and Go's
+// scheduler polls the network only when nothing is runnable (or from
+// sysmon, every 10 ms), so queries would still wait that long. A sleep
+// leaves nothing runnable, and the network is polled.
+const (
+	yieldEvery = 8
+	yieldFor   = 50 * time.Microsecond
+)
+
+// yield counts a connection opened or reaped, and sleeps every yieldEvery.
+func (c *conns) yield() {
+	if c.work++; c.work%yieldEvery == 0 {
+		time.Sleep(yieldFor)
+	}
+}
+
 // conn is an open probe connection.
 type conn struct {
 	i        int // its index in addrs
@@ -112,6 +125,7 @@ type conns struct {
 	seq    uint64
 	events []unix.EpollEvent
 	most   int // open at once, at most
+	work   int // connections opened and reaped (yield)
 }
 
 // opened is a socket in the order of opening; seq tells it from a later
@@ -214,7 +228,7 @@ func (c *conns) reap(done func(int, error)) bool {
 				err = os.NewSyscallError("close", cerr)
 			}
 			done(cn.i, err)
-			runtime.Gosched() // see connectAll
+			c.yield()
 		}
 		if n < len(c.events) {
 			return true
