@@ -195,7 +195,10 @@ const (
 
 // roomFor is the room for records in the largest reply to a question for
 // qname (fully qualified).
-func roomFor(qname string) int { return maxMsg - 12 - 4 - wireLen(qname) }
+func roomFor(qname string) int { return roomForLen(wireLen(qname)) }
+
+// roomForLen is roomFor of a name n octets long on the wire.
+func roomForLen(n int) int { return maxMsg - 12 - 4 - n }
 
 // wireLen is the length on the wire of a fully qualified name without escapes.
 func wireLen(name string) int {
@@ -208,7 +211,7 @@ func wireLen(name string) int {
 // maxSRV is the most SRV records of targets under a name fqdnLen octets long
 // on the wire (<host>.<cluster>.<fqdn>, each label at least one octet) that
 // fit a reply to a question for that name.
-func maxSRV(fqdnLen int) int { return (maxMsg - 12 - 4 - fqdnLen) / (sizeSRV + 4 + fqdnLen) }
+func maxSRV(fqdnLen int) int { return roomForLen(fqdnLen) / (sizeSRV + 4 + fqdnLen) }
 
 // recordCost is how many records a full render of sk's answers holds, at
 // most: each ready endpoint's addresses, and its SRV records (one per named
