@@ -6,10 +6,11 @@
 // in between (no informer, no DeltaFIFO, no second copy of the objects).
 //
 // The ListerWatcher hands the store slim objects (each component's
-// Transform cuts an object down as it arrives), reports what client-go logs
-// only at high verbosity (a malformed list, an expired watch, each relist)
-// and keeps client-go's watch-list off (its retry sleeps without looking at
-// its context, so a stop would wait for it). The reflector's retry backoff
+// Transform cuts an object down as it arrives; Pods and custom resources
+// are listed one object at a time, so a list is never held whole), reports
+// what client-go logs only at high verbosity (a malformed list, an expired
+// watch, each relist) and keeps client-go's watch-list off (its retry
+// sleeps without looking at its context, so a stop would wait for it). The reflector's retry backoff
 // is Backoff: short, so that a peer that comes back is listed and watched
 // again within a third of a second, however long or often it was gone.
 package ingest

@@ -65,7 +65,7 @@ func (l *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 		list, err = l.transformList(obj)
 	}
 	if err != nil && ctx.Err() == nil {
-		if errors.Is(err, podproto.ErrStream) && l.ev.Malformed != nil {
+		if (errors.Is(err, podproto.ErrStream) || errors.Is(err, ErrStream)) && l.ev.Malformed != nil {
 			l.ev.Malformed(err)
 		}
 		l.failed(err)

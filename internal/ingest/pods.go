@@ -62,19 +62,9 @@ func PodsIn(client kubernetes.Interface, namespace, selector string, transform f
 	if s, ok := client.(Streamer); ok {
 		lw.ListWithContextFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = selector
-			list := &List{}
-			meta, err := s.ListPodsIn(ctx, namespace, opts, func(p *v1.Pod) error {
-				obj, err := transform(p)
-				if err == nil {
-					list.Items = append(list.Items, obj)
-				}
-				return err
+			return transformedList(transform, func(each func(*v1.Pod) error) (metav1.ListMeta, error) {
+				return s.ListPodsIn(ctx, namespace, opts, each)
 			})
-			if err != nil {
-				return nil, err
-			}
-			list.ListMeta = meta
-			return list, nil
 		}
 	}
 	return lw
@@ -87,6 +77,24 @@ func ConfigMap(client kubernetes.Interface, namespace, name string, transform fu
 	cms := client.CoreV1().ConfigMaps(namespace)
 	field := fields.OneTermEqualSelector("metadata.name", name).String()
 	return typed(transform, func(opts *metav1.ListOptions) { opts.FieldSelector = field }, cms.List, cms.Watch)
+}
+
+// transformedList returns the List of the objects that list hands to its
+// each one at a time, each transformed as it arrives.
+func transformedList[T any](transform func(T) (runtime.Object, error), list func(each func(T) error) (metav1.ListMeta, error)) (runtime.Object, error) {
+	l := &List{}
+	meta, err := list(func(obj T) error {
+		t, err := transform(obj)
+		if err == nil {
+			l.Items = append(l.Items, t)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.ListMeta = meta
+	return l, nil
 }
 
 // typed returns the ListerWatcher of objects of type T, listed with list

@@ -16,12 +16,13 @@ import (
 // the plugin read. Variables for tests.
 var (
 	// MaxReply bounds the body of every reply read whole: lists other than
-	// ListPods' in protobuf, the contact check, discovery, a list of Pods
-	// that came in JSON.
+	// ListPods' in protobuf and ListEach's, the contact check, discovery, a
+	// list of Pods that came in JSON.
 	MaxReply int64 = 64 << 20
-	// MaxEvent bounds each event of a JSON watch (a line). client-go bounds
-	// the frames of a protobuf watch itself (16 MiB), and podproto each Pod
-	// of a streamed protobuf list (podproto.MaxField).
+	// MaxEvent bounds each event of a JSON watch (a line) and each item of
+	// a list ListEach reads. client-go bounds the frames of a protobuf watch
+	// itself (16 MiB), and podproto each Pod of a streamed protobuf list
+	// (podproto.MaxField).
 	MaxEvent int64 = podproto.MaxField
 )
 
@@ -63,8 +64,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		} else {
 			b.limit, b.perLine = MaxEvent, true
 		}
-	case podproto.Streamed(req.Context()) && protobuf:
-		b.limit = -1
+	case podproto.Streamed(req.Context()) && protobuf, streamed(req.Context()) && !protobuf:
+		b.limit = -1 // read one item at a time, each bounded
 	default:
 		b.limit = MaxReply
 	}

@@ -14,8 +14,9 @@ import (
 
 // What the transport lets through of each kind of reply: a reply read whole
 // up to MaxReply; a JSON watch up to MaxEvent bytes per event (line), however
-// long in all; a protobuf list of ListPods (podproto bounds each Pod) and a
-// protobuf watch (client-go bounds each frame) unbounded in all. Each cut is
+// long in all; a protobuf list of ListPods (podproto bounds each Pod), a JSON
+// list of ListEach (it bounds each item) and a protobuf watch (client-go
+// bounds each frame) unbounded in all. Each cut is
 // reported once.
 func TestTransportBounds(t *testing.T) {
 	oldReply, oldEvent := MaxReply, MaxEvent
@@ -24,18 +25,21 @@ func TestTransportBounds(t *testing.T) {
 	const protobuf = "application/vnd.kubernetes.protobuf"
 	cases := []struct {
 		name, contentType, query string
-		streamed                 bool
+		streamed                 bool // a ListPods list (podproto's mark)
+		each                     bool // a ListEach list
 		body                     string
 		cut                      bool
 	}{
-		{"reply over MaxReply", "application/json", "", false, strings.Repeat("x", 1001), true},
-		{"reply at MaxReply", "application/json", "", false, strings.Repeat("x", 1000), false},
-		{"streamed list in JSON", "application/json", "", true, strings.Repeat("x", 1001), true},
-		{"streamed list in protobuf", protobuf, "", true, strings.Repeat("x", 5000), false},
-		{"protobuf list not streamed", protobuf, "", false, strings.Repeat("x", 1001), true},
-		{"JSON watch, short events", "application/json", "?watch=true", false, strings.Repeat(strings.Repeat("x", 99)+"\n", 100), false},
-		{"JSON watch, one long event", "application/json", "?watch=1", false, strings.Repeat("x", 50) + "\n" + strings.Repeat("x", 101), true},
-		{"protobuf watch", protobuf + ";stream=watch", "?watch=true", false, strings.Repeat("x", 5000), false},
+		{"reply over MaxReply", "application/json", "", false, false, strings.Repeat("x", 1001), true},
+		{"reply at MaxReply", "application/json", "", false, false, strings.Repeat("x", 1000), false},
+		{"streamed list in JSON", "application/json", "", true, false, strings.Repeat("x", 1001), true},
+		{"streamed list in protobuf", protobuf, "", true, false, strings.Repeat("x", 5000), false},
+		{"protobuf list not streamed", protobuf, "", false, false, strings.Repeat("x", 1001), true},
+		{"ListEach's list in JSON", "application/json", "", false, true, strings.Repeat("x", 5000), false},
+		{"ListEach's list in protobuf", protobuf, "", false, true, strings.Repeat("x", 1001), true},
+		{"JSON watch, short events", "application/json", "?watch=true", false, false, strings.Repeat(strings.Repeat("x", 99)+"\n", 100), false},
+		{"JSON watch, one long event", "application/json", "?watch=1", false, false, strings.Repeat("x", 50) + "\n" + strings.Repeat("x", 101), true},
+		{"protobuf watch", protobuf + ";stream=watch", "?watch=true", false, false, strings.Repeat("x", 5000), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,6 +53,9 @@ func TestTransportBounds(t *testing.T) {
 			ctx := context.Background()
 			if tc.streamed {
 				ctx = podproto.WithStreamed(ctx)
+			}
+			if tc.each {
+				ctx = withStreamed(ctx)
 			}
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v1/pods"+tc.query, nil)
 			if err != nil {

@@ -20,7 +20,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -28,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/table"
@@ -221,16 +219,7 @@ func (w *Watcher) start(gvr schema.GroupVersionResource) *run {
 	if w.ev.Watching != nil {
 		w.ev.Watching(gvr)
 	}
-	ri := w.dyn.Resource(gvr)
-	lw := &ingest.ListerWatcher{
-		ListWatch: cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				return ri.List(ctx, opts)
-			},
-			WatchFuncWithContext: ri.Watch,
-		},
-		Transform: Transform,
-	}
+	lw := ingest.Resource(w.dyn, gvr, func(u *unstructured.Unstructured) (runtime.Object, error) { return FromUnstructured(u), nil })
 	r := w.newRun(gvr)
 	r.refl = ingest.Start(lw, r.store, w.opts.Ingest)
 	return r
@@ -310,15 +299,12 @@ func (w *Watcher) reject(old, s *Slim) {
 // Slim is what the store keeps of a ServiceImport: its name, version and
 // what DNS needs.
 type Slim struct {
-	metav1.ObjectMeta // name, namespace, resourceVersion only
+	ingest.Meta
 	// ClusterSetIP is set when the ServiceImport is of type ClusterSetIP
 	// and has at least one valid IP.
 	ClusterSetIP *table.ClusterSetIP
 	Rejected     []Rejection
 }
-
-// Key is the store key: namespace/name.
-func (s *Slim) Key() string { return s.Namespace + "/" + s.Name }
 
 // GetObjectKind and DeepCopyObject make Slim a runtime.Object for the
 // reflector (it is never copied: the store's objects are not changed).
@@ -327,19 +313,10 @@ func (s *Slim) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind
 // DeepCopyObject implements runtime.Object.
 func (s *Slim) DeepCopyObject() runtime.Object { c := *s; return &c }
 
-// Transform cuts a ServiceImport (unstructured) down to a Slim.
-func Transform(obj runtime.Object) (runtime.Object, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, fmt.Errorf("a %T where a ServiceImport was expected", obj)
-	}
-	return FromUnstructured(u), nil
-}
-
 // FromUnstructured reads a ServiceImport of either version: spec.type,
 // spec.ips and spec.ports have the same shape in v1alpha1 and v1beta1.
 func FromUnstructured(u *unstructured.Unstructured) *Slim {
-	s := &Slim{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion()}}
+	s := &Slim{Meta: ingest.MetaOf(u)}
 	typ, _, err := unstructured.NestedString(u.Object, "spec", "type")
 	if err != nil {
 		s.Rejected = append(s.Rejected, Rejection{ReasonMalformed, "spec.type: " + err.Error()})

@@ -2,7 +2,6 @@ package mcsannotations
 
 import (
 	"context"
-
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 )
 
 // propertyServer answers the ClusterProperty with the value in *value; every
@@ -206,4 +207,16 @@ current-context: c
 		t.Fatal(err)
 	}
 	return path
+}
+
+// The ServiceImports' client lists one item at a time (ingest.Dynamic), so
+// that a relist of many ServiceImports never holds the whole reply.
+func TestServiceImportClientStreams(t *testing.T) {
+	d, err := dynamicFor(writeKubeconfig(t, "https://127.0.0.1:1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.(*ingest.Dynamic); !ok {
+		t.Fatalf("the ServiceImports' client is a %T, want an *ingest.Dynamic", d)
+	}
 }

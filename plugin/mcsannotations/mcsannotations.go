@@ -138,7 +138,8 @@ var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, erro
 }
 
 // dynamicFor builds the local cluster's client for ServiceImports (a custom
-// resource, in JSON); tests replace it.
+// resource, in JSON), whose lists are read one item at a time (see
+// ingest.Dynamic); tests replace it.
 var dynamicFor = func(kubeconfig, kubecontext string) (dynamic.Interface, error) {
 	rc, err := restConfigFor(kubeconfig, kubecontext)
 	if err != nil {
@@ -146,7 +147,11 @@ var dynamicFor = func(kubeconfig, kubecontext string) (dynamic.Interface, error)
 	}
 	rc.UserAgent = "coredns-" + pluginName
 	wrapTransport(rc)
-	return dynamic.NewForConfig(rc)
+	d, err := ingest.NewDynamic(rc)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // newMCS builds the handler and its sources (the local cluster first, then

@@ -1,0 +1,222 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+// ErrStream is wrapped by every error of a list read one item at a time
+// (ListEach) but those of its each: the reply broke off, is not a list, or
+// holds an item over MaxEvent bytes.
+var ErrStream = errors.New("bad list stream")
+
+// Dynamic is the client of custom resources (in JSON): client-go's dynamic
+// client, whose lists Resource reads one item at a time (ListEach).
+type Dynamic struct {
+	dynamic.Interface
+	rest rest.Interface
+}
+
+// NewDynamic returns the Dynamic client of rc.
+func NewDynamic(rc *rest.Config) (*Dynamic, error) {
+	cfg := dynamic.ConfigFor(rc)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.GroupVersion = nil // every path is absolute, as the dynamic client's
+	rc2, err := rest.UnversionedRESTClientForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	return &Dynamic{Interface: dyn, rest: rc2}, nil
+}
+
+// ListEach lists gvr in every namespace as the dynamic client does, but
+// hands each item to each as soon as its bytes are in: the reply is never
+// held whole, neither its bytes nor its decoded objects (a list of 10,000
+// ServiceImports is some 7 MB of JSON and several times that decoded).
+// Each item may be at most MaxEvent bytes. An error of each stops the list
+// and is returned as it is; every other error after the request was
+// answered wraps ErrStream.
+func (d *Dynamic) ListEach(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions, each func(*unstructured.Unstructured) error) (metav1.ListMeta, error) {
+	path := []string{"/apis", gvr.Group, gvr.Version, gvr.Resource}
+	if gvr.Group == "" {
+		path = []string{"/api", gvr.Version, gvr.Resource}
+	}
+	body, err := d.rest.Get().AbsPath(path...).
+		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, schema.GroupVersion{Version: "v1"}).
+		Stream(withStreamed(ctx))
+	if err != nil {
+		return metav1.ListMeta{}, err
+	}
+	defer body.Close()
+	return eachJSONItem(body, MaxEvent, func(raw []byte) error {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil {
+			return fmt.Errorf("%w: an item: %w", ErrStream, err)
+		}
+		return each(u)
+	})
+}
+
+// Resource returns the ListerWatcher of gvr in every namespace, each object
+// cut down by transform. Through a *Dynamic the list is read one object at
+// a time and each is transformed as it arrives (see ListEach).
+func Resource(client dynamic.Interface, gvr schema.GroupVersionResource, transform func(*unstructured.Unstructured) (runtime.Object, error)) *ListerWatcher {
+	ri := client.Resource(gvr)
+	lw := typed(transform, func(*metav1.ListOptions) {}, ri.List, ri.Watch)
+	if d, ok := client.(*Dynamic); ok {
+		lw.ListWithContextFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return transformedList(transform, func(each func(*unstructured.Unstructured) error) (metav1.ListMeta, error) {
+				return d.ListEach(ctx, gvr, opts, each)
+			})
+		}
+	}
+	return lw
+}
+
+type streamedKey struct{}
+
+// withStreamed marks ctx as that of a list read by ListEach: its reply is
+// bounded item by item, so Transport does not bound it whole.
+func withStreamed(ctx context.Context) context.Context {
+	return context.WithValue(ctx, streamedKey{}, true)
+}
+
+func streamed(ctx context.Context) bool {
+	v, _ := ctx.Value(streamedKey{}).(bool)
+	return v
+}
+
+// eachJSONItem reads a list as the API server sends it in JSON
+// ({"kind":…,"apiVersion":…,"metadata":{…},"items":[…]}) from r and calls
+// each with the bytes of every item in turn. Anything buffered beyond max
+// bytes at once (an item, or the list's metadata) is refused. A reply with
+// no "items" (a Status, say) is no list: an error, never an empty list.
+// each's error is returned as it is; every other wraps ErrStream.
+func eachJSONItem(r io.Reader, max int64, each func([]byte) error) (metav1.ListMeta, error) {
+	br := &boundedDecoding{r: r, max: max}
+	dec := json.NewDecoder(br)
+	br.dec = dec
+	var eachErr error
+	meta, err := decodeList(dec, func(raw []byte) error {
+		eachErr = each(raw)
+		return eachErr
+	})
+	switch {
+	case eachErr != nil:
+		return metav1.ListMeta{}, eachErr
+	case errors.Is(err, io.EOF):
+		return metav1.ListMeta{}, fmt.Errorf("%w: %w", ErrStream, io.ErrUnexpectedEOF) // a list cut off is never a complete one
+	case err != nil:
+		return metav1.ListMeta{}, fmt.Errorf("%w: %w", ErrStream, err)
+	}
+	return meta, nil
+}
+
+func decodeList(dec *json.Decoder, each func([]byte) error) (metav1.ListMeta, error) {
+	var meta metav1.ListMeta
+	items := false
+	if err := delim(dec, '{'); err != nil {
+		return meta, err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return meta, err
+		}
+		switch tok {
+		case "metadata":
+			err = dec.Decode(&meta)
+		case "items":
+			items = true
+			err = decodeItems(dec, each)
+		default:
+			var skip json.RawMessage
+			err = dec.Decode(&skip)
+		}
+		if err != nil {
+			return meta, err
+		}
+	}
+	if err := delim(dec, '}'); err != nil {
+		return meta, err
+	}
+	if !items {
+		return meta, errors.New("the reply has no items: not a list")
+	}
+	return meta, nil
+}
+
+// decodeItems reads the items array (or null) and calls each with every item.
+func decodeItems(dec *json.Decoder, each func([]byte) error) error {
+	tok, err := dec.Token()
+	if err != nil || tok == nil { // "items": null is an empty list
+		return err
+	}
+	if tok != json.Delim('[') {
+		return fmt.Errorf("items is %v, not a list", tok)
+	}
+	for dec.More() {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		if err := each(raw); err != nil {
+			return err
+		}
+	}
+	return delim(dec, ']')
+}
+
+// delim reads the next token, which must be want.
+func delim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != want {
+		return fmt.Errorf("%v where %v was expected", tok, want)
+	}
+	return nil
+}
+
+// boundedDecoding is what a JSON decoder reads a list through. The decoder
+// reads more only when the value it decodes is not complete in what it
+// holds: a read while it holds more than max bytes of one value fails with
+// ErrTooLarge (it holds at most max bytes and one read more).
+type boundedDecoding struct {
+	r    io.Reader
+	dec  *json.Decoder
+	max  int64
+	read int64
+	err  error
+}
+
+func (b *boundedDecoding) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if held := b.read - b.dec.InputOffset(); held > b.max {
+		b.err = fmt.Errorf("%w: a list item over %d bytes", ErrTooLarge, b.max)
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	return n, err
+}

@@ -1,0 +1,221 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/rest"
+)
+
+// What eachJSONItem makes of each shape of reply: a list's items one by
+// one, and an error wrapping ErrStream, never an empty list, for anything
+// that is not a whole list.
+func TestEachJSONItem(t *testing.T) {
+	cases := []struct {
+		name   string
+		body   string
+		items  []string
+		rv     string
+		broken bool
+	}{
+		{"a list", `{"kind":"XList","apiVersion":"x/v1","metadata":{"resourceVersion":"7","continue":"c"},"items":[{"a":1},{"b":[2,3]},{}]}`,
+			[]string{`{"a":1}`, `{"b":[2,3]}`, `{}`}, "7", false},
+		{"items before metadata", `{"items":[{"a":1}],"metadata":{"resourceVersion":"8"}}`, []string{`{"a":1}`}, "8", false},
+		{"no items", `{"kind":"XList","metadata":{"resourceVersion":"9"},"items":[]}`, nil, "9", false},
+		{"items null", `{"kind":"XList","metadata":{},"items":null}`, nil, "", false},
+		{"a Status", `{"kind":"Status","apiVersion":"v1","status":"Failure","code":500}`, nil, "", true},
+		{"cut inside an item", `{"kind":"XList","items":[{"a":1},{"b":`, []string{`{"a":1}`}, "", true},
+		{"cut between items", `{"kind":"XList","items":[{"a":1},`, []string{`{"a":1}`}, "", true},
+		{"cut after the items", `{"kind":"XList","items":[{"a":1}]`, []string{`{"a":1}`}, "", true},
+		{"empty", ``, nil, "", true},
+		{"not JSON", `<html>`, nil, "", true},
+		{"items an object", `{"items":{"a":1}}`, nil, "", true},
+		{"items a string", `{"items":"x"}`, nil, "", true},
+		{"metadata a string", `{"metadata":"x","items":[]}`, nil, "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			meta, err := eachJSONItem(strings.NewReader(tc.body), 1<<20, func(raw []byte) error {
+				got = append(got, string(raw))
+				return nil
+			})
+			if tc.broken != (err != nil) || err != nil && !errors.Is(err, ErrStream) {
+				t.Fatalf("error %v, want broken %v (wrapping ErrStream)", err, tc.broken)
+			}
+			if !slices.Equal(got, tc.items) {
+				t.Errorf("items %q, want %q", got, tc.items)
+			}
+			if !tc.broken && meta.ResourceVersion != tc.rv {
+				t.Errorf("resource version %q, want %q", meta.ResourceVersion, tc.rv)
+			}
+		})
+	}
+}
+
+// Each item is bounded, the list is not: a list of many small items reads
+// whole, an item over the bound is refused with ErrTooLarge after the items
+// before it were handed over, and so is metadata over the bound.
+func TestEachJSONItemBound(t *testing.T) {
+	item := `{"pad":"` + strings.Repeat("x", 80) + `"}`
+	many := `{"items":[` + strings.Repeat(item+",", 999) + item + `]}`
+	n := 0
+	if _, err := eachJSONItem(strings.NewReader(many), 200, func([]byte) error { n++; return nil }); err != nil || n != 1000 {
+		t.Fatalf("a list of 1,000 small items (%d bytes) under a bound of 200 per item: %d items, %v", len(many), n, err)
+	}
+	big := `{"pad":"` + strings.Repeat("x", 5000) + `"}`
+	for name, body := range map[string]string{
+		"item":     `{"items":[` + item + "," + big + `]}`,
+		"metadata": `{"metadata":{"continue":"` + strings.Repeat("x", 5000) + `"},"items":[]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var got int
+			_, err := eachJSONItem(strings.NewReader(body), 200, func([]byte) error { got++; return nil })
+			if !errors.Is(err, ErrStream) || !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("an oversized %s: %v, want ErrStream and ErrTooLarge", name, err)
+			}
+			if name == "item" && got != 1 {
+				t.Errorf("%d items handed over before the oversized one, want 1", got)
+			}
+		})
+	}
+}
+
+// An error of each ends the list and comes back as it is, not as a broken
+// stream (the reflector reports only the latter as malformed).
+func TestEachJSONItemEachError(t *testing.T) {
+	mine := errors.New("mine")
+	_, err := eachJSONItem(strings.NewReader(`{"items":[{},{},{}]}`), 1<<20, func([]byte) error { return mine })
+	if err != mine {
+		t.Fatalf("got %v, want each's own error", err)
+	}
+}
+
+var gvrX = schema.GroupVersionResource{Group: "x.example", Version: "v1", Resource: "things"}
+
+// thing is the JSON of one item of a list of things.
+func thing(i int) string {
+	return fmt.Sprintf(`{"apiVersion":"x.example/v1","kind":"Thing","metadata":{"namespace":"ns","name":"t%d","resourceVersion":"%d"},"spec":{"port":%d}}`, i, i, 1000+i)
+}
+
+// ListEach hands over each item while the API server is still sending the
+// list: the reply is never held whole. The server sends the first item,
+// then waits for the test to have it before it sends the rest.
+func TestListEachStreams(t *testing.T) {
+	got1 := make(chan struct{})
+	var query string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/apis/x.example/v1/things" {
+			http.NotFound(w, r)
+			return
+		}
+		query = r.URL.RawQuery
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"kind":"ThingList","apiVersion":"x.example/v1","metadata":{"resourceVersion":"42"},"items":[`+thing(1))
+		w.(http.Flusher).Flush()
+		select {
+		case <-got1:
+		case <-time.After(5 * time.Second): // the test fails: the item was not handed over
+		}
+		for i := 2; i <= 3; i++ {
+			io.WriteString(w, ","+thing(i))
+		}
+		io.WriteString(w, `]}`)
+	}))
+	defer srv.Close()
+	rc := &rest.Config{Host: srv.URL}
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return Transport(rt, nil) })
+	d, err := NewDynamic(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		names []string
+		first = time.Now()
+		once  sync.Once
+	)
+	meta, err := d.ListEach(context.Background(), gvrX, metav1.ListOptions{ResourceVersion: "40"}, func(u *unstructured.Unstructured) error {
+		names = append(names, u.GetName())
+		if port, _, _ := unstructured.NestedInt64(u.Object, "spec", "port"); port < 1000 {
+			t.Errorf("%s: spec.port %d, want it read as an integer", u.GetName(), port)
+		}
+		once.Do(func() { first = time.Now(); close(got1) })
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(names, []string{"t1", "t2", "t3"}) || meta.ResourceVersion != "42" {
+		t.Fatalf("items %v at version %q, want t1-t3 at 42", names, meta.ResourceVersion)
+	}
+	if query != "resourceVersion=40" {
+		t.Errorf("query %q, want the list options", query)
+	}
+	if time.Since(first) > 4*time.Second {
+		t.Errorf("the first item was handed over only once the list had ended")
+	}
+}
+
+// Resource lists through a *Dynamic one item at a time, and through any
+// other dynamic client (a fake here) with its List; either way the store
+// gets the transformed items and the list's version.
+func TestResource(t *testing.T) {
+	transform := func(u *unstructured.Unstructured) (runtime.Object, error) {
+		return &slim{Meta: MetaOf(u)}, nil
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"kind":"ThingList","metadata":{"resourceVersion":"5"},"items":[`+thing(1)+","+thing(2)+`]}`)
+	}))
+	defer srv.Close()
+	d, err := NewDynamic(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := func(i int) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON([]byte(thing(i))); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	fake := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvrX: "ThingList"}, obj(1), obj(2))
+	for _, tc := range []struct {
+		name string
+		lw   *ListerWatcher
+		rv   string
+	}{{"streamed", Resource(d, gvrX, transform), "5"}, {"fake", Resource(fake, gvrX, transform), ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, err := tc.lw.ListWithContext(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, ok := obj.(*List)
+			if !ok {
+				t.Fatalf("a %T, want a *List", obj)
+			}
+			var keys []string
+			for _, it := range list.Items {
+				keys = append(keys, it.(*slim).Key())
+			}
+			slices.Sort(keys)
+			if !slices.Equal(keys, []string{"ns/t1", "ns/t2"}) || tc.rv != "" && list.ResourceVersion != tc.rv {
+				t.Errorf("items %v at %q, want ns/t1 and ns/t2 at %q", keys, list.ResourceVersion, tc.rv)
+			}
+		})
+	}
+}
