@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -298,6 +299,15 @@ func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cf
 			}
 		})
 	}
+	// The relist's allocations: an allocation profile before the restore and
+	// one with the peak (2 s after the change showed), compared with go tool
+	// pprof -base. A profile shows allocations up to the last GC.
+	var allocsBefore []byte
+	if restart {
+		if allocsBefore, err = get("http://"+c.pprof+"/debug/pprof/allocs", 30*time.Second); err != nil {
+			b.Logf("allocation profile before the relist: %v", err)
+		}
+	}
 	listed := len(listedPods(c.d.Log()))
 	restore := time.Now()
 	proxy.Restore(b)
@@ -329,11 +339,33 @@ func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cf
 	if err != nil {
 		b.Fatalf("CoreDNS's peak RSS: %v", err)
 	}
+	if allocsBefore != nil {
+		saveAllocs(b, c, cfg.Raw, "allocs-ours-relist"+tag, allocsBefore)
+	}
 	prof.Wait() // after the prober and the peak: both end 2 s after the change, in either row
 	b.Logf("resync of %d endpoints after a %s cut (API server restarted: %v, its warm-up %s): %s (first new connection after %s; %.1f MB from the API server; CPU: CoreDNS %s, kube-apiserver %s; CoreDNS heap %.1f MB, RSS %.1f MB, peak %.1f MB, anonymous %.1f MB then %.1f MB); prober: %d queries, %d wrong (empty/NXDOMAIN/other), %d errors",
 		r.Endpoints, r.CutFor.Round(time.Millisecond), restart, r.WarmUp.Round(time.Millisecond), r.Took.Round(time.Millisecond), r.Reconnect.Round(time.Millisecond), float64(r.Received)/1e6,
 		r.CPUCoreDNS.Round(time.Millisecond), r.CPUAPIServer.Round(time.Millisecond), float64(r.Heap)/1e6, float64(r.RSSBefore)/1e6, float64(r.RSSPeak)/1e6, float64(r.AnonBefore)/1e6, float64(r.AnonAfter)/1e6, r.Probes, r.ProbeWrong, r.ProbeErrors)
 	return r
+}
+
+// saveAllocs keeps the allocation profiles taken before and after a relist
+// as name-before.pprof and name-after.pprof, and what the relist allocated
+// (the difference, by allocated space) as name.top.txt.
+func saveAllocs(b *harness.Program, c *contender, raw, name string, before []byte) {
+	after, err := get("http://"+c.pprof+"/debug/pprof/allocs", 30*time.Second)
+	if err != nil {
+		b.Logf("allocation profile after the relist: %v", err)
+		return
+	}
+	base, path := filepath.Join(raw, name+"-before.pprof"), filepath.Join(raw, name+"-after.pprof")
+	if err := os.WriteFile(base, before, 0o644); err != nil {
+		b.Logf("allocation profile: %v", err)
+		return
+	}
+	if _, err := saveProfile(context.Background(), after, c.binary(), path, []string{"-sample_index=alloc_space", "-base", base}); err != nil {
+		b.Logf("allocation profile of the relist: %v", err)
+	}
 }
 
 // relistProfile is how long the CPU profile of a relist runs from the restore.
