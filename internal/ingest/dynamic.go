@@ -38,8 +38,12 @@ func NewDynamic(rc *rest.Config) (*Dynamic, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.GroupVersion = nil // every path is absolute, as the dynamic client's
-	rc2, err := rest.UnversionedRESTClientForConfigAndClient(cfg, hc)
+	// ListEach decodes JSON: its lists are asked for in JSON only, even
+	// where client-go's CBOR feature gate lets the dynamic client take CBOR.
+	lc := rest.CopyConfig(cfg)
+	lc.AcceptContentTypes = "application/json"
+	lc.GroupVersion = nil // every path is absolute, as the dynamic client's
+	rc2, err := rest.UnversionedRESTClientForConfigAndClient(lc, hc)
 	if err != nil {
 		return nil, err
 	}

@@ -116,14 +116,15 @@ func thing(i int) string {
 // list: the reply is never held whole. The server sends the first item,
 // then waits for the test to have it before it sends the rest.
 func TestListEachStreams(t *testing.T) {
+	t.Setenv("KUBE_FEATURE_ClientsAllowCBOR", "true") // the list is still asked for in JSON only
 	got1 := make(chan struct{})
-	var query string
+	var query, accept string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/apis/x.example/v1/things" {
 			http.NotFound(w, r)
 			return
 		}
-		query = r.URL.RawQuery
+		query, accept = r.URL.RawQuery, r.Header.Get("Accept")
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"kind":"ThingList","apiVersion":"x.example/v1","metadata":{"resourceVersion":"42"},"items":[`+thing(1))
 		w.(http.Flusher).Flush()
@@ -162,8 +163,8 @@ func TestListEachStreams(t *testing.T) {
 	if !slices.Equal(names, []string{"t1", "t2", "t3"}) || meta.ResourceVersion != "42" {
 		t.Fatalf("items %v at version %q, want t1-t3 at 42", names, meta.ResourceVersion)
 	}
-	if query != "resourceVersion=40" {
-		t.Errorf("query %q, want the list options", query)
+	if query != "resourceVersion=40" || accept != "application/json" {
+		t.Errorf("query %q, Accept %q; want the list options, in JSON", query, accept)
 	}
 	if time.Since(first) > 4*time.Second {
 		t.Errorf("the first item was handed over only once the list had ended")
