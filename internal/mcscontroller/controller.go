@@ -119,7 +119,8 @@ type Controller struct {
 
 	mu      sync.Mutex
 	lastErr error
-	// seenState is the clusters' states the last reconcile wrote for.
+	// seenState is the clusters' states the last reconcile wrote for (nil
+	// before the first); the loop reads it without waiting for a reconcile.
 	seenState atomic.Pointer[string]
 
 	// dirty are the services to reconcile next (all of them when all is
@@ -139,7 +140,6 @@ type Controller struct {
 	// pointer from being reused), lastCount their number per service.
 	lastPods  map[*table.Pod]struct{}
 	lastCount map[clusterset.Key]int
-	lastState string
 	done      map[clusterset.Key]*outcome
 	// nslices and nconflicts total the slices and the conflicts of done,
 	// kept as done changes so that the metrics need no walk over it.
@@ -469,7 +469,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	start := time.Now()
 	current, stale, state := c.clusterState(start)
 	dirty, dirtyNS, all := c.takeDirty()
-	if state != c.lastState {
+	if seen := c.seenState.Load(); seen == nil || *seen != state {
 		all = true
 	}
 
@@ -624,7 +624,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	}
 	errs = append(errs, later...)
 
-	c.lastPods, c.lastState = seen, state
+	c.lastPods = seen
 	c.seenState.Store(&state)
 	c.lastCount = make(map[clusterset.Key]int, len(groups))
 	for k, g := range groups {
