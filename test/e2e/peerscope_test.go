@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
@@ -94,6 +95,13 @@ func TestPeerScope(t *testing.T) {
 	groups := harness.ServiceAccountGroups(kubeSystem)
 	harness.StartAnnotator(t, b.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, annotatorSA), groups...),
 		"--cluster", peerID, "--leader-elect=false")
+	// CoreDNS starts once the annotator published its (empty) list, as it
+	// would in a fleet: without the list it reads every namespace, which
+	// the reader may not (Credential checks nothing of that is logged).
+	harness.Eventually(t, annotatorPropagation, func() error {
+		_, err := b.Client.CoreV1().ConfigMaps(source.ExportingNamespacesNamespace).Get(context.Background(), source.ExportingNamespacesName, metav1.GetOptions{})
+		return err
+	})
 	readerKubeconfig := b.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, peerReaderSA), groups...)
 	reader := harness.NewClient(t, readerKubeconfig, 0)
 	proxy := harness.StartProxy(t, b.APIServerAddr())
