@@ -412,63 +412,77 @@ func listedPods(log string) []int {
 }
 
 // compareRow is one figure of the side-by-side table: every turn's value of
-// each build.
+// each build (seconds, or bytes with Bytes).
 type compareRow struct {
 	Name     string
-	New, Old []time.Duration
+	Bytes    bool
+	New, Old []float64
 }
 
 // Cell renders one build's values: the median, then every turn's.
-func (c compareRow) Cell(xs []time.Duration) string {
+func (c compareRow) Cell(xs []float64) string {
 	if len(xs) == 0 {
 		return "n/a"
 	}
+	show := func(x float64) string { return ms(time.Duration(x * float64(time.Second))) }
+	if c.Bytes {
+		show = func(x float64) string { return mb(int64(x)) }
+	}
 	var each []string
 	for _, x := range xs {
-		each = append(each, ms(x))
+		each = append(each, show(x))
 	}
-	return fmt.Sprintf("**%s** (%s)", ms(pct(xs, 50)), strings.Join(each, ", "))
+	return fmt.Sprintf("**%s** (%s)", show(percentile(xs, 50)), strings.Join(each, ", "))
 }
 
 // Ratio is the old build's median over the new one's.
 func (c compareRow) Ratio() string {
-	return ratio(pct(c.Old, 50).Seconds(), pct(c.New, 50).Seconds())
+	return ratio(percentile(c.Old, 50), percentile(c.New, 50))
 }
 
 // Rows are the figures of the comparison.
 func (c *compareResult) Rows() []compareRow {
 	type figure struct {
-		name string
-		f    func(r liveRun) (time.Duration, bool)
+		name  string
+		bytes bool
+		f     func(r liveRun) (float64, bool)
+	}
+	dur := func(name string, f func(r liveRun) (time.Duration, bool)) figure {
+		return figure{name, false, func(r liveRun) (float64, bool) { d, ok := f(r); return d.Seconds(), ok }}
+	}
+	bytes := func(name string, f func(r liveRun) int64) figure {
+		return figure{name, true, func(r liveRun) (float64, bool) { return float64(f(r)), r.Relist.Probes > 0 && f(r) > 0 }}
 	}
 	figures := []figure{
-		{"resync, the watch resumes", func(r liveRun) (time.Duration, bool) { return r.Resync.Took, r.Resync.Probes > 0 }},
-		{"resync, every Pod listed again", func(r liveRun) (time.Duration, bool) { return r.Relist.Took, r.Relist.Probes > 0 }},
-		{"of the list, until the first new connection", func(r liveRun) (time.Duration, bool) {
+		dur("resync, the watch resumes", func(r liveRun) (time.Duration, bool) { return r.Resync.Took, r.Resync.Probes > 0 }),
+		dur("resync, every Pod listed again", func(r liveRun) (time.Duration, bool) { return r.Relist.Took, r.Relist.Probes > 0 }),
+		dur("of the list, until the first new connection", func(r liveRun) (time.Duration, bool) {
 			return r.Relist.Reconnect, r.Relist.Probes > 0 && r.Relist.Reconnect >= 0
-		}},
-		{"CoreDNS CPU time through the list", func(r liveRun) (time.Duration, bool) { return r.Relist.CPUCoreDNS, r.Relist.Probes > 0 }},
+		}),
+		dur("CoreDNS CPU time through the list", func(r liveRun) (time.Duration, bool) { return r.Relist.CPUCoreDNS, r.Relist.Probes > 0 }),
+		bytes("CoreDNS peak RSS through the list", func(r liveRun) int64 { return r.Relist.RSSPeak }),
+		bytes("CoreDNS anonymous RSS after the list", func(r liveRun) int64 { return r.Relist.AnonAfter }),
 	}
 	for _, side := range []string{"local", "peer"} {
 		for _, q := range []float64{50, 99} {
-			figures = append(figures, figure{fmt.Sprintf("propagation p%.0f, %s", q, side), func(r liveRun) (time.Duration, bool) {
+			figures = append(figures, dur(fmt.Sprintf("propagation p%.0f, %s", q, side), func(r liveRun) (time.Duration, bool) {
 				for _, p := range r.Prop {
 					if p.Source == side && len(p.Lat) > 0 {
 						return pct(p.Lat, q), true
 					}
 				}
 				return 0, false
-			}})
+			}))
 		}
 	}
 	var rows []compareRow
 	for _, fg := range figures {
-		row := compareRow{Name: fg.name}
+		row := compareRow{Name: fg.name, Bytes: fg.bytes}
 		for _, r := range c.Runs {
-			if d, ok := fg.f(r); ok && r.Build == "new" {
-				row.New = append(row.New, d)
+			if x, ok := fg.f(r); ok && r.Build == "new" {
+				row.New = append(row.New, x)
 			} else if ok {
-				row.Old = append(row.Old, d)
+				row.Old = append(row.Old, x)
 			}
 		}
 		rows = append(rows, row)
