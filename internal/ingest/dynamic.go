@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
@@ -69,10 +71,15 @@ func (d *Dynamic) ListEach(ctx context.Context, gvr schema.GroupVersionResource,
 		return metav1.ListMeta{}, err
 	}
 	defer body.Close()
-	return eachJSONItem(body, MaxEvent, func(raw []byte) error {
+	var list metav1.TypeMeta
+	return eachJSONItem(body, MaxEvent, &list, func(raw []byte) error {
 		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(raw); err != nil {
-			return fmt.Errorf("%w: an item: %w", ErrStream, err)
+		if err := utiljson.Unmarshal(raw, &u.Object); err != nil || u.Object == nil {
+			return fmt.Errorf("%w: an item is no object: %v", ErrStream, err)
+		}
+		if u.GetKind() == "" { // the items of a built-in type's list (a PodList) have none
+			u.SetAPIVersion(list.APIVersion)
+			u.SetKind(strings.TrimSuffix(list.Kind, "List"))
 		}
 		return each(u)
 	})
@@ -109,16 +116,18 @@ func streamed(ctx context.Context) bool {
 
 // eachJSONItem reads a list as the API server sends it in JSON
 // ({"kind":…,"apiVersion":…,"metadata":{…},"items":[…]}) from r and calls
-// each with the bytes of every item in turn. Anything buffered beyond max
-// bytes at once (an item, or the list's metadata) is refused. A reply with
-// no "items" (a Status, say) is no list: an error, never an empty list.
-// each's error is returned as it is; every other wraps ErrStream.
-func eachJSONItem(r io.Reader, max int64, each func([]byte) error) (metav1.ListMeta, error) {
+// each with the bytes of every item in turn; the list's kind and
+// apiVersion are in tm as soon as they come (before the items, from an API
+// server). Anything buffered beyond max bytes at once (an item, or the
+// list's metadata) is refused. A reply with no "items" (a Status, say) is
+// no list: an error, never an empty list. each's error is returned as it
+// is; every other wraps ErrStream.
+func eachJSONItem(r io.Reader, max int64, tm *metav1.TypeMeta, each func([]byte) error) (metav1.ListMeta, error) {
 	br := &boundedDecoding{r: r, max: max}
 	dec := json.NewDecoder(br)
 	br.dec = dec
 	var eachErr error
-	meta, err := decodeList(dec, func(raw []byte) error {
+	meta, err := decodeList(dec, tm, func(raw []byte) error {
 		eachErr = each(raw)
 		return eachErr
 	})
@@ -133,7 +142,7 @@ func eachJSONItem(r io.Reader, max int64, each func([]byte) error) (metav1.ListM
 	return meta, nil
 }
 
-func decodeList(dec *json.Decoder, each func([]byte) error) (metav1.ListMeta, error) {
+func decodeList(dec *json.Decoder, tm *metav1.TypeMeta, each func([]byte) error) (metav1.ListMeta, error) {
 	var meta metav1.ListMeta
 	items := false
 	if err := delim(dec, '{'); err != nil {
@@ -147,6 +156,10 @@ func decodeList(dec *json.Decoder, each func([]byte) error) (metav1.ListMeta, er
 		switch tok {
 		case "metadata":
 			err = dec.Decode(&meta)
+		case "kind":
+			err = dec.Decode(&tm.Kind)
+		case "apiVersion":
+			err = dec.Decode(&tm.APIVersion)
 		case "items":
 			items = true
 			err = decodeItems(dec, each)

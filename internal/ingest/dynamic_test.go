@@ -50,7 +50,8 @@ func TestEachJSONItem(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
-			meta, err := eachJSONItem(strings.NewReader(tc.body), 1<<20, func(raw []byte) error {
+			var tm metav1.TypeMeta
+			meta, err := eachJSONItem(strings.NewReader(tc.body), 1<<20, &tm, func(raw []byte) error {
 				got = append(got, string(raw))
 				return nil
 			})
@@ -63,6 +64,9 @@ func TestEachJSONItem(t *testing.T) {
 			if !tc.broken && meta.ResourceVersion != tc.rv {
 				t.Errorf("resource version %q, want %q", meta.ResourceVersion, tc.rv)
 			}
+			if tc.name == "a list" && (tm.Kind != "XList" || tm.APIVersion != "x/v1") {
+				t.Errorf("the list's type %+v, want XList x/v1", tm)
+			}
 		})
 	}
 }
@@ -74,7 +78,7 @@ func TestEachJSONItemBound(t *testing.T) {
 	item := `{"pad":"` + strings.Repeat("x", 80) + `"}`
 	many := `{"items":[` + strings.Repeat(item+",", 999) + item + `]}`
 	n := 0
-	if _, err := eachJSONItem(strings.NewReader(many), 200, func([]byte) error { n++; return nil }); err != nil || n != 1000 {
+	if _, err := eachJSONItem(strings.NewReader(many), 200, &metav1.TypeMeta{}, func([]byte) error { n++; return nil }); err != nil || n != 1000 {
 		t.Fatalf("a list of 1,000 small items (%d bytes) under a bound of 200 per item: %d items, %v", len(many), n, err)
 	}
 	big := `{"pad":"` + strings.Repeat("x", 5000) + `"}`
@@ -84,7 +88,7 @@ func TestEachJSONItemBound(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var got int
-			_, err := eachJSONItem(strings.NewReader(body), 200, func([]byte) error { got++; return nil })
+			_, err := eachJSONItem(strings.NewReader(body), 200, &metav1.TypeMeta{}, func([]byte) error { got++; return nil })
 			if !errors.Is(err, ErrStream) || !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("an oversized %s: %v, want ErrStream and ErrTooLarge", name, err)
 			}
@@ -99,7 +103,7 @@ func TestEachJSONItemBound(t *testing.T) {
 // stream (the reflector reports only the latter as malformed).
 func TestEachJSONItemEachError(t *testing.T) {
 	mine := errors.New("mine")
-	_, err := eachJSONItem(strings.NewReader(`{"items":[{},{},{}]}`), 1<<20, func([]byte) error { return mine })
+	_, err := eachJSONItem(strings.NewReader(`{"items":[{},{},{}]}`), 1<<20, &metav1.TypeMeta{}, func([]byte) error { return mine })
 	if err != mine {
 		t.Fatalf("got %v, want each's own error", err)
 	}
@@ -168,6 +172,44 @@ func TestListEachStreams(t *testing.T) {
 	}
 	if time.Since(first) > 4*time.Second {
 		t.Errorf("the first item was handed over only once the list had ended")
+	}
+}
+
+// The items of a built-in type's list carry no kind: ListEach gives each
+// the list's, as the dynamic client does; an item that is no object breaks
+// the list.
+func TestListEachBuiltIn(t *testing.T) {
+	body := `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"3"},"items":[{"metadata":{"name":"p","namespace":"ns"},"spec":{"priority":7}}]}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/pods" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	d, err := NewDynamic(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	var got []*unstructured.Unstructured
+	if _, err := d.ListEach(context.Background(), pods, metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
+		got = append(got, u)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].GetKind() != "Pod" || got[0].GetAPIVersion() != "v1" || got[0].GetName() != "p" {
+		t.Fatalf("items %v, want the Pod p of kind Pod, v1", got)
+	}
+	if prio, ok, err := unstructured.NestedInt64(got[0].Object, "spec", "priority"); !ok || err != nil || prio != 7 {
+		t.Errorf("spec.priority %d (%v, %v), want 7 as an integer", prio, ok, err)
+	}
+	body = `{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"p"}},null]}`
+	if _, err := d.ListEach(context.Background(), pods, metav1.ListOptions{}, func(*unstructured.Unstructured) error { return nil }); !errors.Is(err, ErrStream) {
+		t.Errorf("a null item: %v, want ErrStream", err)
 	}
 }
 
