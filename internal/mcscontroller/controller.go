@@ -90,6 +90,12 @@ type Config struct {
 	// the writes of one service follow each other, those of different
 	// services do not wait for each other.
 	Workers int
+	// FirstLists bounds how long the first reconcile waits for every
+	// cluster's first complete list (default 5s): a service that several
+	// clusters export is then written once with all of them, not once more
+	// as each cluster's list comes in. A cluster that does not answer
+	// within it is written as it is held (stale), and again once it lists.
+	FirstLists time.Duration
 }
 
 // Controller keeps the MCS objects of the local cluster.
@@ -192,6 +198,9 @@ func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dyna
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
 	}
+	if cfg.FirstLists <= 0 {
+		cfg.FirstLists = 5 * time.Second
+	}
 	c := &Controller{cfg: cfg, table: t, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
 		kick: make(chan struct{}, 1), ready: make(chan struct{}), dirty: map[clusterset.Key]bool{}, dirtyNS: map[string]bool{}, all: true,
 		done: map[clusterset.Key]*outcome{}}
@@ -271,6 +280,21 @@ func (c *Controller) Run(ctx context.Context) {
 	}, c.cfg.CRDPoll)
 }
 
+// waitFirstLists waits until every cluster has listed once, at most
+// Config.FirstLists.
+func (c *Controller) waitFirstLists(ctx context.Context) {
+	cx, cancel := context.WithTimeout(ctx, c.cfg.FirstLists)
+	defer cancel()
+	_ = wait.PollUntilContextCancel(cx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		for _, s := range c.sources {
+			if !s.HasSynced() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
 // RunLoop reconciles on every kick (after Interval, so that a burst of
 // changes is written once) and every Resync, until ctx is done. Run must
 // have been started.
@@ -289,6 +313,7 @@ func (c *Controller) RunLoop(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
+	c.waitFirstLists(ctx)
 	c.Kick()
 	backoff := wait.Backoff{Duration: c.cfg.Interval, Factor: 2, Cap: 10 * time.Second, Steps: 1 << 30}
 	for {

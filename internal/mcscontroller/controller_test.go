@@ -157,7 +157,8 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: "web-z-0", Labels: clusterset.SliceLabels(clusterset.Key{Namespace: "ns", Name: "web"}, "z", "")},
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}
-	e := newEnv(t, Config{Expire: time.Minute}, []*fakeSource{a, b}, bSlice, gone)
+	// b never lists here: the loop's first reconcile does not wait for it.
+	e := newEnv(t, Config{Expire: time.Minute, FirstLists: time.Millisecond}, []*fakeSource{a, b}, bSlice, gone)
 	var down atomic.Bool
 	down.Store(true)
 	unreachable(&e.client.Fake, &down)
@@ -397,4 +398,50 @@ func TestReconcileWritesOnlyWhatChanged(t *testing.T) {
 
 	e.ctl.markDirty(clusterset.Key{}, true)
 	step("a full reconcile")
+}
+
+// The first reconcile waits for every cluster's first list (at most
+// FirstLists): a service two clusters export gets one ServiceImport apply
+// with both, not one with the cluster that listed first and another when
+// the second lists. A cluster that does not list within FirstLists is not
+// waited for.
+func TestFirstReconcileWaitsForFirstLists(t *testing.T) {
+	imports := func(writes []string) int {
+		n := 0
+		for _, w := range writes {
+			if w == "patch serviceimports " {
+				n++
+			}
+		}
+		return n
+	}
+	t.Run("both list", func(t *testing.T) {
+		a, b := newSource("a", true, time.Now()), newSource("b", false, time.Now())
+		e := newEnv(t, Config{FirstLists: 10 * time.Second}, []*fakeSource{a, b})
+		e.table.Upsert(exporter("a", "web", "10.0.0.1", annotation.TypeHeadless))
+		e.start(true)
+		e.waitSynced()
+		// b lists a while after the informers synced (long enough for a
+		// loop that does not wait to have written a's share alone).
+		time.Sleep(200 * time.Millisecond)
+		e.table.Upsert(exporter("b", "web", "10.0.1.1", annotation.TypeHeadless))
+		b.synced.Store(true)
+		e.poll("web's import of both clusters", func() bool {
+			im := e.serviceImport("web")
+			return im != nil && slices.Equal(importClusters(im), []string{"a", "b"})
+		})
+		if n := imports(e.writes()); n != 1 {
+			t.Errorf("%d applies of web's ServiceImport, want 1: %v", n, e.writes())
+		}
+	})
+	t.Run("one never lists", func(t *testing.T) {
+		a, b := newSource("a", true, time.Now()), newSource("b", false, time.Now())
+		e := newEnv(t, Config{FirstLists: 100 * time.Millisecond}, []*fakeSource{a, b})
+		e.table.Upsert(exporter("a", "web", "10.0.0.1", annotation.TypeHeadless))
+		e.start(true)
+		e.poll("web's import of a", func() bool {
+			im := e.serviceImport("web")
+			return im != nil && slices.Equal(importClusters(im), []string{"a"})
+		})
+	})
 }
