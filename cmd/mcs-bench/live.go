@@ -351,7 +351,7 @@ func resync(b *harness.Program, c *contender, w *world, proxy *harness.Proxy, cf
 
 // saveAllocs keeps the allocation profiles taken before and after a relist
 // as name-before.pprof and name-after.pprof, and what the relist allocated
-// (the difference, by allocated space) as name.top.txt.
+// (the difference, by allocated space) as name-after.top.txt.
 func saveAllocs(b *harness.Program, c *contender, raw, name string, before []byte) {
 	after, err := get("http://"+c.pprof+"/debug/pprof/allocs", 30*time.Second)
 	if err != nil {
