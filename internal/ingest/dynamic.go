@@ -54,8 +54,7 @@ func NewDynamic(rc *rest.Config) (*Dynamic, error) {
 
 // ListEach lists gvr in every namespace as the dynamic client does, but
 // hands each item to each as soon as its bytes are in: the reply is never
-// held whole, neither its bytes nor its decoded objects (a list of 10,000
-// ServiceImports is some 7 MB of JSON and several times that decoded).
+// held whole, neither its bytes nor its decoded objects.
 // Each item may be at most MaxEvent bytes. An error of each stops the list
 // and is returned as it is; every other error after the request was
 // answered wraps ErrStream.
