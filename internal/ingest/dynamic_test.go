@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -261,4 +262,55 @@ func TestResource(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A list ListEach cannot read whole (cut off) is reported as malformed,
+// wrapping ErrStream; the store keeps what it holds until a whole list
+// comes.
+func TestMalformedJSONList(t *testing.T) {
+	item := func(name, rv string) string {
+		return fmt.Sprintf(`{"metadata":{"namespace":"ns","name":%q,"resourceVersion":%q}}`, name, rv)
+	}
+	first := `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[` + item("a", "4") + `]}`
+	whole := `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[` + item("a", "4") + "," + item("b", "8") + `]}`
+	var mu sync.Mutex
+	broken := true
+	a := newAPIServer(t, func(n int, _ url.Values, w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case n == 1:
+			io.WriteString(w, first)
+		case broken:
+			io.WriteString(w, whole[:len(whole)-10])
+		default:
+			io.WriteString(w, whole)
+		}
+	}, func(n int, r *http.Request, w http.ResponseWriter) {
+		writeJSON(w, http.StatusGone, expiredStatus())
+	})
+	d, err := NewDynamic(&rest.Config{Host: a.srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	rec := &recorder{}
+	st := start(t, Resource(d, pods, func(u *unstructured.Unstructured) (runtime.Object, error) { return &slim{Meta: MetaOf(u)}, nil }), rec, nil)
+	eventually(t, "malformed lists", func() bool { return rec.read(func(r *recorder) bool { return len(r.malformed) >= 2 }) })
+	if got := keys(st); !slices.Equal(got, []string{"ns/a"}) {
+		t.Errorf("store holds %v after malformed lists, want what it held (ns/a)", got)
+	}
+	rec.read(func(r *recorder) bool {
+		for _, err := range r.malformed {
+			if !errors.Is(err, ErrStream) {
+				t.Errorf("malformed: %v, want ErrStream", err)
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	eventually(t, "whole list", func() bool { return slices.Equal(keys(st), []string{"ns/a", "ns/b"}) })
 }
