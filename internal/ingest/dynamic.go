@@ -29,27 +29,19 @@ type Dynamic struct {
 	rest rest.Interface
 }
 
-// NewDynamic returns the Dynamic client of rc.
+// NewDynamic returns the Dynamic client of rc: client-go's dynamic client
+// over one REST client, which ListEach also lists through. It asks for JSON
+// only (ListEach decodes JSON), even where client-go's CBOR feature gate
+// would let the dynamic client take CBOR.
 func NewDynamic(rc *rest.Config) (*Dynamic, error) {
 	cfg := dynamic.ConfigFor(rc)
-	hc, err := rest.HTTPClientFor(cfg)
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	cfg.GroupVersion = nil // every path is absolute, as the dynamic client's
+	c, err := rest.UnversionedRESTClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfigAndClient(cfg, hc)
-	if err != nil {
-		return nil, err
-	}
-	// ListEach decodes JSON: its lists are asked for in JSON only, even
-	// where client-go's CBOR feature gate lets the dynamic client take CBOR.
-	lc := rest.CopyConfig(cfg)
-	lc.AcceptContentTypes = "application/json"
-	lc.GroupVersion = nil // every path is absolute, as the dynamic client's
-	rc2, err := rest.UnversionedRESTClientForConfigAndClient(lc, hc)
-	if err != nil {
-		return nil, err
-	}
-	return &Dynamic{Interface: dyn, rest: rc2}, nil
+	return &Dynamic{Interface: dynamic.New(c), rest: c}, nil
 }
 
 // ListEach lists gvr in every namespace as the dynamic client does, but
