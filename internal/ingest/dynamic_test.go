@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -313,4 +314,44 @@ func TestMalformedJSONList(t *testing.T) {
 	broken = false
 	mu.Unlock()
 	eventually(t, "whole list", func() bool { return slices.Equal(keys(st), []string{"ns/a", "ns/b"}) })
+}
+
+// A list the API server refuses comes back as the API error it is, for the
+// reflector to tell apart (403 is logged, 410 relists from scratch), not
+// as a broken stream; so does a server that is gone.
+func TestListEachRefused(t *testing.T) {
+	cases := []struct {
+		code int
+		is   func(error) bool
+	}{
+		{http.StatusForbidden, apierrors.IsForbidden},
+		{http.StatusGone, isExpired},
+		{http.StatusInternalServerError, apierrors.IsInternalError},
+	}
+	for _, tc := range cases {
+		t.Run(http.StatusText(tc.code), func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				writeJSON(w, tc.code, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+					Status: metav1.StatusFailure, Code: int32(tc.code), Reason: metav1.StatusReason(http.StatusText(tc.code))})
+			}))
+			defer srv.Close()
+			d, err := NewDynamic(&rest.Config{Host: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = d.ListEach(context.Background(), gvrX, metav1.ListOptions{}, func(*unstructured.Unstructured) error { return nil })
+			if !tc.is(err) || errors.Is(err, ErrStream) {
+				t.Errorf("got %v, want the API's %d and no ErrStream", err, tc.code)
+			}
+		})
+	}
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	d, err := NewDynamic(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ListEach(context.Background(), gvrX, metav1.ListOptions{}, func(*unstructured.Unstructured) error { return nil }); err == nil || errors.Is(err, ErrStream) {
+		t.Errorf("a server that is gone: %v, want a connection error", err)
+	}
 }
