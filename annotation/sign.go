@@ -145,3 +145,14 @@ func ReadPublicKeys(dir string) (map[string]ed25519.PublicKey, error) {
 	}
 	return keys, nil
 }
+
+// RequireKey says whether keys, read from the verify folder dir, hold the
+// public key of cluster, which is what (the local cluster, a peer): a
+// watched cluster without a key would have all its exports refused.
+func RequireKey(keys map[string]ed25519.PublicKey, dir, cluster, what string) error {
+	if keys[cluster] != nil {
+		return nil
+	}
+	return fmt.Errorf("verify %s: no public key for %s %s: %s is missing", dir, what, cluster,
+		filepath.Join(dir, cluster+KeySuffix))
+}

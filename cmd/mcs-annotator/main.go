@@ -55,6 +55,8 @@ type options struct {
 	mcsController  bool
 	peers          peerFlags
 	peerExpire     time.Duration
+	verify         string
+	keys           map[string]ed25519.PublicKey // read from verify
 	peerReader     string
 	kubeAPIQPS     float64
 	kubeAPIBurst   int
@@ -79,6 +81,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.signKey, "sign-key", "", "ed25519 private key (PEM, PKCS #8) to sign each export annotation with (needs --cluster)")
 	fs.BoolVar(&o.mcsController, "mcs-controller", false, "also run the MCS controller: ServiceImports, derived Services and EndpointSlices from every cluster's export annotations (needs --cluster)")
 	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
+	fs.StringVar(&o.verify, "verify", "", "folder of the clusters' public keys (<cluster>.pub, as CoreDNS's verify word): the MCS controller then uses only export annotations signed with their cluster's key, as CoreDNS answers only those (give it wherever CoreDNS verifies)")
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "requests per second to the local API server (its priority and fairness protects it; the MCS controller's first sync makes about four requests per exported service, plus one per exporting cluster)")
@@ -99,7 +102,7 @@ func parseFlags(args []string) (options, error) {
 	if o.signKey != "" && o.cluster == "" {
 		return o, errors.New("--sign-key needs --cluster: the signature covers the cluster ID the plugin verifies against")
 	}
-	if err := checkMCS(o); err != nil {
+	if err := checkMCS(&o); err != nil {
 		return o, err
 	}
 	if o.peerReader != "" {
@@ -208,7 +211,7 @@ func run(ctx context.Context, o options) error {
 	}
 	mcsLoop := func(context.Context) {}
 	if o.mcsController {
-		if mcsLoop, err = startMCS(ctx, o, client, dyn, disco, reg); err != nil {
+		if mcsLoop, err = startMCS(ctx, o, cfg, client, dyn, disco, reg); err != nil {
 			return err
 		}
 	}

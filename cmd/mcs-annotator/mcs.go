@@ -10,10 +10,11 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/mcscontroller"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/table"
@@ -51,10 +52,13 @@ func (p *peerFlags) Set(v string) error {
 }
 
 // checkMCS checks the MCS controller's flags.
-func checkMCS(o options) error {
+func checkMCS(o *options) error {
 	if !o.mcsController {
 		if len(o.peers) > 0 {
 			return errors.New("-peer needs -mcs-controller")
+		}
+		if o.verify != "" {
+			return errors.New("-verify needs -mcs-controller: only the MCS controller reads export annotations")
 		}
 		return nil
 	}
@@ -64,6 +68,21 @@ func checkMCS(o options) error {
 	for _, p := range o.peers {
 		if p.name == o.cluster {
 			return fmt.Errorf("peer %q has the name of the local cluster", p.name)
+		}
+	}
+	if o.verify != "" {
+		keys, err := annotation.ReadPublicKeys(o.verify)
+		if err != nil {
+			return fmt.Errorf("-verify %s: cannot read the public keys: %w", o.verify, err)
+		}
+		o.keys = keys
+		if err := annotation.RequireKey(keys, o.verify, o.cluster, "the local cluster"); err != nil {
+			return err
+		}
+		for _, p := range o.peers {
+			if err := annotation.RequireKey(keys, o.verify, p.name, "peer"); err != nil {
+				return err
+			}
 		}
 	}
 	if o.peerExpire < 0 {
@@ -76,12 +95,25 @@ func checkMCS(o options) error {
 // peer, through the plugin's own label-filtered Pod watch into a table) and
 // its informers on every replica, so that a new leader writes at once. It
 // returns the write loop, for the leader to run.
-func startMCS(ctx context.Context, o options, client kubernetes.Interface, dyn dynamic.Interface,
+//
+// Every cluster is read as CoreDNS reads it (ingest.Reader: protobuf,
+// streamed lists, every reply bounded) and, with -verify, under the same
+// signature check: what CoreDNS would refuse never reaches an object.
+func startMCS(ctx context.Context, o options, local *rest.Config, client kubernetes.Interface, dyn dynamic.Interface,
 	disco discovery.DiscoveryInterface, reg prometheus.Registerer) (func(context.Context), error) {
+	sm := newSourceMetrics(reg)
+	reader := ingest.Reader{
+		UserAgent: "mcs-controller",
+		TooLarge: func(err error) {
+			sm.oversized.Inc()
+			klog.Warningf("mcs-controller: refused a reply over its size bound (a broken or hostile API server?), keeping what is held: %v", err)
+		},
+	}
 	t := table.New(table.Config{LocalCluster: o.cluster})
 	events := source.Events{
 		Rejected: func(cluster, ns, name string, rej []annotation.Rejection) {
 			for _, r := range rej {
+				sm.rejected.WithLabelValues(cluster, string(r.Reason)).Inc()
 				klog.Warningf("cluster %s: Pod %s/%s: export annotation: %s", cluster, ns, name, r)
 			}
 		},
@@ -96,22 +128,27 @@ func startMCS(ctx context.Context, o options, client kubernetes.Interface, dyn d
 			klog.Infof("mcs-controller: cluster %s: reading Pods of its %d exporting namespaces", cluster, len(sc.Namespaces))
 		},
 	}
+	if o.keys != nil {
+		klog.Infof("mcs-controller: -verify %s: export annotations count only when signed with their cluster's key (%d keys)", o.verify, len(o.keys))
+	} else if o.signKey != "" {
+		klog.Warningf("mcs-controller: this cluster signs its exports but -verify is not given: the controller uses unsigned export annotations that a verifying CoreDNS refuses")
+	}
+	pods, err := reader.Pods(local)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", o.cluster, err)
+	}
 	var srcs []*source.Source
-	srcs = append(srcs, source.New(o.cluster, client, t, events, source.Options{}))
+	srcs = append(srcs, source.New(o.cluster, pods, t, events, source.Options{Key: o.keys[o.cluster]}))
 	for _, p := range o.peers {
-		pc, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig)
+		rc, err := ingest.RESTConfig(p.kubeconfig, "")
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
-		pc.UserAgent = "mcs-controller"
-		// A list and a watch per exporting namespace of the peer (see the
-		// plugin's clientFor).
-		pc.QPS, pc.Burst = 50, 200
-		c, err := kubernetes.NewForConfig(pc)
+		c, err := reader.Pods(rc)
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
-		srcs = append(srcs, source.New(p.name, c, t, events, source.Options{Scoped: true}))
+		srcs = append(srcs, source.New(p.name, c, t, events, source.Options{Key: o.keys[p.name], Scoped: true}))
 	}
 	var feeds []mcscontroller.Source
 	for _, s := range srcs {
@@ -130,4 +167,23 @@ func startMCS(ctx context.Context, o options, client kubernetes.Interface, dyn d
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, expiry %v", o.cluster, len(o.peers), o.peerExpire)
 	return ctl.RunLoop, nil
+}
+
+// sourceMetrics count what the controller's sources refused.
+type sourceMetrics struct {
+	rejected  *prometheus.CounterVec
+	oversized prometheus.Counter
+}
+
+func newSourceMetrics(reg prometheus.Registerer) sourceMetrics {
+	m := sourceMetrics{
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_rejected_annotations_total",
+			Help: "Export annotation entries the MCS controller skipped (unsigned, bad signature, invalid, ...), by cluster and reason."}, []string{"cluster", "reason"}),
+		oversized: prometheus.NewCounter(prometheus.CounterOpts{Name: "mcs_controller_oversized_replies_total",
+			Help: "Replies of an API server the MCS controller refused for exceeding their size bound."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.rejected, m.oversized)
+	}
+	return m
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -20,13 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
-	"github.com/mcsannotations/mcsannotations/internal/podproto"
 	"github.com/mcsannotations/mcsannotations/internal/probe"
 	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
@@ -85,69 +81,35 @@ var stopWait = ingest.StopWait
 
 const protobuf = "application/vnd.kubernetes.protobuf"
 
-// restConfigFor is the REST config of a kubeconfig and context ("": in-cluster).
-func restConfigFor(kubeconfig, kubecontext string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		return rest.InClusterConfig()
-	}
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
-		&clientcmd.ConfigOverrides{CurrentContext: kubecontext}).ClientConfig()
+// reader is how the plugin reads every cluster (ingest.Reader, shared with
+// the MCS controller): a reply cut at its bound (a broken or hostile API
+// server; a peer's is anyone's) is logged and counted.
+var reader = ingest.Reader{
+	UserAgent: "coredns-" + pluginName,
+	TooLarge: func(err error) {
+		oversizedReplies.Inc()
+		log.Warningf("refused a reply over its size bound (a broken or hostile API server?), keeping what is held: %v", err)
+	},
 }
-
-// wrapTransport bounds every reply an API server sends (a peer's is
-// anyone's; see ingest.Transport); a reply cut at its bound is logged and
-// counted.
-func wrapTransport(rc *rest.Config) {
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return ingest.Transport(rt, func(err error) {
-			oversizedReplies.Inc()
-			log.Warningf("refused a reply over its size bound (a broken or hostile API server?), keeping what is held: %v", err)
-		})
-	})
-}
-
-// The client-side rate limit of the Pod clients (see clientFor).
-const (
-	peerQPS   = 50
-	peerBurst = 200
-)
 
 // clientFor builds the API client of a source; tests replace it.
 var clientFor = func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
-	rc, err := restConfigFor(kubeconfig, kubecontext)
+	rc, err := ingest.RESTConfig(kubeconfig, kubecontext)
 	if err != nil {
 		return nil, err
 	}
-	rc.UserAgent = "coredns-" + pluginName
-	// A peer is read one exporting namespace at a time: a list and a watch
-	// each at start and after an outage, which client-go's default rate
-	// limit (5 a second, bursts of 10) spreads over seconds. The API server
-	// protects itself (priority and fairness).
-	rc.QPS, rc.Burst = peerQPS, peerBurst
-	// Pods in protobuf: decoding is several times cheaper than JSON, which
-	// is most of a (re)list's cost. JSON stays acceptable for what has no
-	// protobuf form (custom resources).
-	rc.ContentType = protobuf
-	rc.AcceptContentTypes = protobuf + ",application/json"
-	wrapTransport(rc)
-	// Pods are decoded with only the fields the sources and the clients
-	// watcher read (see podproto): a relist builds no containers, managed
-	// fields or statuses only to drop them.
-	return podproto.NewClient(rc, podproto.Plugin)
+	return reader.Pods(rc)
 }
 
 // dynamicFor builds the local cluster's client for ServiceImports (a custom
 // resource, in JSON), whose lists are read one item at a time (see
 // ingest.Dynamic); tests replace it.
 var dynamicFor = func(kubeconfig, kubecontext string) (dynamic.Interface, error) {
-	rc, err := restConfigFor(kubeconfig, kubecontext)
+	rc, err := ingest.RESTConfig(kubeconfig, kubecontext)
 	if err != nil {
 		return nil, err
 	}
-	rc.UserAgent = "coredns-" + pluginName
-	wrapTransport(rc)
-	d, err := ingest.NewDynamic(rc)
+	d, err := reader.Dynamic(rc)
 	if err != nil {
 		return nil, err
 	}

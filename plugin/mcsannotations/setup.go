@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -299,11 +298,10 @@ func parse(c *caddy.Controller) (config, error) {
 // hasKey says whether verify has the public key of cluster, which is what
 // (the local cluster, a peer).
 func (cfg config) hasKey(cluster, what string) error {
-	if cfg.keys == nil || cfg.keys[cluster] != nil {
+	if cfg.keys == nil {
 		return nil
 	}
-	return fmt.Errorf("verify %s: no public key for %s %s: %s is missing", cfg.verify, what, cluster,
-		filepath.Join(cfg.verify, cluster+annotation.KeySuffix))
+	return annotation.RequireKey(cfg.keys, cfg.verify, cluster, what)
 }
 
 func oneArg(c *caddy.Controller) (string, error) {

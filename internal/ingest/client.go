@@ -1,0 +1,75 @@
+package ingest
+
+import (
+	"net/http"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
+)
+
+// The one way every reader of a cluster (CoreDNS's sources, the MCS
+// controller's sources) builds its clients: the same content types, the same
+// bounds on what an API server's replies may make it read, the same rate
+// limits. A peer's API server is anyone's.
+
+// Client-side rate limit of a cluster's readers. A scoped peer is read one
+// exporting namespace at a time: a list and a watch each at start and after
+// an outage, which client-go's default (5 a second, bursts of 10) would
+// spread over seconds. The API server protects itself (priority and
+// fairness).
+const (
+	ReaderQPS   = 50
+	ReaderBurst = 200
+)
+
+const protobuf = "application/vnd.kubernetes.protobuf"
+
+// RESTConfig is the REST config of a kubeconfig file and context; an empty
+// kubeconfig means the in-cluster config.
+func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+}
+
+// Reader is how a component reads clusters: its user agent, and what it does
+// with a reply cut at its bound (log and count it; nil: nothing).
+type Reader struct {
+	UserAgent string
+	TooLarge  func(error)
+}
+
+// bound makes rc's every reply bounded (see Transport) and sets the user
+// agent.
+func (r Reader) bound(rc *rest.Config) *rest.Config {
+	rc = rest.CopyConfig(rc)
+	rc.UserAgent = r.UserAgent
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return Transport(rt, r.TooLarge) })
+	return rc
+}
+
+// Pods returns the client a source reads a cluster's Pods with: Pods in
+// protobuf, decoded with only the fields the sources and the clients watcher
+// read (podproto.Plugin), lists streamed one Pod at a time, every reply
+// bounded, at the readers' rate limit.
+func (r Reader) Pods(rc *rest.Config) (kubernetes.Interface, error) {
+	rc = r.bound(rc)
+	rc.QPS, rc.Burst = ReaderQPS, ReaderBurst
+	// Decoding protobuf is several times cheaper than JSON, which is most of
+	// a (re)list's cost; JSON stays for what has no protobuf form.
+	rc.ContentType = protobuf
+	rc.AcceptContentTypes = protobuf + ",application/json"
+	return podproto.NewClient(rc, podproto.Plugin)
+}
+
+// Dynamic returns the client a component reads custom resources with (in
+// JSON, lists read one item at a time: see ListEach), every reply bounded.
+func (r Reader) Dynamic(rc *rest.Config) (*Dynamic, error) {
+	return NewDynamic(r.bound(rc))
+}
