@@ -14,11 +14,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// MaxField is the largest field a streamed list may buffer: one Pod, the
-// list's metadata or the envelope's type. The API server refuses objects
-// over a few megabytes (etcd's request limit is 1.5 MiB), so a longer length
-// is a broken stream, refused before anything is allocated for it.
+// MaxField is the largest Pod a streamed list may buffer. The API server
+// refuses objects over a few megabytes (etcd's request limit is 1.5 MiB),
+// so a longer length is a broken stream, refused before anything is
+// allocated for it.
 const MaxField = 16 << 20
+
+// MaxListMeta is the largest field of a streamed list but a Pod: the list's
+// metadata (resource version, continue token, remaining count), its type
+// or its encoding. An API server's are a few hundred bytes; a continue
+// token longer than this is a broken list, refused before anything is
+// allocated for it. ingest holds JSON lists to it too.
+const MaxListMeta = 64 << 10
 
 // streamBuffer is what List reads its stream through.
 const streamBuffer = 64 << 10
@@ -34,8 +41,10 @@ var ErrStream = errors.New("podproto: bad PodList stream")
 // metadata. Each Pod is new and each may keep it.
 //
 // A protobuf list is read field by field; anything else (JSON) is read whole
-// and decoded by d.Fallback. A stream that ends early, a field longer than
-// MaxField, a list of anything but v1 Pods or a Pod that does not decode is
+// and decoded by d.Fallback. A stream that ends early, a Pod longer than
+// MaxField, list metadata, type or encoding longer than MaxListMeta (other
+// fields are skipped unread), a list of anything but v1 Pods or a Pod that
+// does not decode is
 // an error wrapping ErrStream (after the Pods before it were handed to
 // each), and so is a stream that ends before the list's bytes start: a cut
 // stream is never an empty list. An error of each stops the list and is
@@ -68,7 +77,7 @@ func (d *Decoder) List(r io.Reader, each func(*v1.Pod) error) (metav1.ListMeta, 
 		}
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			b, err := s.field()
+			b, err := s.field(MaxListMeta)
 			if err != nil {
 				return meta, s.fail(err)
 			}
@@ -89,7 +98,7 @@ func (d *Decoder) List(r io.Reader, each func(*v1.Pod) error) (metav1.ListMeta, 
 				return meta, err
 			}
 		case num == 3 && typ == protowire.BytesType:
-			b, err := s.field()
+			b, err := s.field(MaxListMeta)
 			if err != nil {
 				return meta, s.fail(err)
 			}
@@ -136,15 +145,15 @@ func (d *Decoder) streamList(s *stream, meta *metav1.ListMeta, each func(*v1.Pod
 		}
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			b, err := s.fieldWithin(end)
+			b, err := s.fieldWithin(end, MaxListMeta)
 			if err != nil {
-				return s.fail(err)
+				return s.fail(fmt.Errorf("the list's metadata: %w", err))
 			}
 			if err := listMeta(b, meta); err != nil {
 				return s.fail(err)
 			}
 		case num == 2 && typ == protowire.BytesType:
-			b, err := s.fieldWithin(end)
+			b, err := s.fieldWithin(end, MaxField)
 			if err != nil {
 				return s.fail(err)
 			}
@@ -226,17 +235,17 @@ func (s *stream) tag() (protowire.Number, protowire.Type, error) {
 	return num, typ, nil
 }
 
-// field reads a length-delimited field's content into s.buf.
-func (s *stream) field() ([]byte, error) { return s.fieldWithin(-1) }
+// field reads a length-delimited field of at most max bytes into s.buf.
+func (s *stream) field(max uint64) ([]byte, error) { return s.fieldWithin(-1, max) }
 
 // fieldWithin is field for a field that must end by end (-1: anywhere).
-func (s *stream) fieldWithin(end int64) ([]byte, error) {
+func (s *stream) fieldWithin(end int64, max uint64) ([]byte, error) {
 	size, err := s.uvarint()
 	if err != nil {
 		return nil, err
 	}
-	if size > MaxField {
-		return nil, fmt.Errorf("a field of %d bytes (the limit is %d)", size, MaxField)
+	if size > max {
+		return nil, fmt.Errorf("a field of %d bytes (the limit is %d)", size, max)
 	}
 	if end >= 0 && s.n+int64(size) > end {
 		return nil, fmt.Errorf("a field of %d bytes overruns its message by %d", size, s.n+int64(size)-end)
