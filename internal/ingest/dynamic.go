@@ -15,11 +15,13 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 // ErrStream is wrapped by every error of a list read one item at a time
 // (ListEach) but those of its each: the reply broke off, is not a list, or
-// holds an item over MaxEvent bytes.
+// holds an item over MaxEvent bytes or metadata over podproto.MaxListMeta.
 var ErrStream = errors.New("bad list stream")
 
 // Dynamic is the client of custom resources (in JSON): client-go's dynamic
@@ -47,7 +49,8 @@ func NewDynamic(rc *rest.Config) (*Dynamic, error) {
 // ListEach lists gvr in every namespace as the dynamic client does, but
 // hands each item to each as soon as its bytes are in: the reply is never
 // held whole, neither its bytes nor its decoded objects.
-// Each item may be at most MaxEvent bytes. An error of each stops the list
+// Each item may be at most MaxEvent bytes, the list's metadata and any
+// other field at most podproto.MaxListMeta. An error of each stops the list
 // and is returned as it is; every other error after the request was
 // answered wraps ErrStream.
 func (d *Dynamic) ListEach(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions, each func(*unstructured.Unstructured) error) (metav1.ListMeta, error) {
@@ -109,16 +112,18 @@ func streamed(ctx context.Context) bool {
 // ({"kind":…,"apiVersion":…,"metadata":{…},"items":[…]}) from r and calls
 // each with the bytes of every item in turn; the list's kind and
 // apiVersion are in tm as soon as they come (before the items, from an API
-// server). Anything buffered beyond max bytes at once (an item, or the
-// list's metadata) is refused. A reply with no "items" (a Status, say) is
-// no list: an error, never an empty list. each's error is returned as it
-// is; every other wraps ErrStream.
+// server). An item over max bytes is refused, and so is anything else over
+// podproto.MaxListMeta bytes: the list's metadata (an over-long continue
+// token), its kind or apiVersion, or a field an API server never sends
+// (read to skip it, never held beyond the bound). A reply with no "items"
+// (a Status, say) is no list: an error, never an empty list. each's error
+// is returned as it is; every other wraps ErrStream.
 func eachJSONItem(r io.Reader, max int64, tm *metav1.TypeMeta, each func([]byte) error) (metav1.ListMeta, error) {
-	br := &boundedDecoding{r: r, max: max}
+	br := &boundedDecoding{r: r, item: max}
 	dec := json.NewDecoder(br)
 	br.dec = dec
 	var eachErr error
-	meta, err := decodeList(dec, tm, func(raw []byte) error {
+	meta, err := decodeList(dec, br, tm, func(raw []byte) error {
 		eachErr = each(raw)
 		return eachErr
 	})
@@ -133,7 +138,7 @@ func eachJSONItem(r io.Reader, max int64, tm *metav1.TypeMeta, each func([]byte)
 	return meta, nil
 }
 
-func decodeList(dec *json.Decoder, tm *metav1.TypeMeta, each func([]byte) error) (metav1.ListMeta, error) {
+func decodeList(dec *json.Decoder, br *boundedDecoding, tm *metav1.TypeMeta, each func([]byte) error) (metav1.ListMeta, error) {
 	var meta metav1.ListMeta
 	items := false
 	if err := delim(dec, '{'); err != nil {
@@ -153,7 +158,7 @@ func decodeList(dec *json.Decoder, tm *metav1.TypeMeta, each func([]byte) error)
 			err = dec.Decode(&tm.APIVersion)
 		case "items":
 			items = true
-			err = decodeItems(dec, each)
+			err = decodeItems(dec, br, each)
 		default:
 			var skip json.RawMessage
 			err = dec.Decode(&skip)
@@ -171,8 +176,9 @@ func decodeList(dec *json.Decoder, tm *metav1.TypeMeta, each func([]byte) error)
 	return meta, nil
 }
 
-// decodeItems reads the items array (or null) and calls each with every item.
-func decodeItems(dec *json.Decoder, each func([]byte) error) error {
+// decodeItems reads the items array (or null) and calls each with every
+// item, each read under br's item bound.
+func decodeItems(dec *json.Decoder, br *boundedDecoding, each func([]byte) error) error {
 	tok, err := dec.Token()
 	if err != nil || tok == nil { // "items": null is an empty list
 		return err
@@ -182,7 +188,10 @@ func decodeItems(dec *json.Decoder, each func([]byte) error) error {
 	}
 	for dec.More() {
 		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
+		br.inItem = true
+		err := dec.Decode(&raw)
+		br.inItem = false
+		if err != nil {
 			return err
 		}
 		if err := each(raw); err != nil {
@@ -206,22 +215,30 @@ func delim(dec *json.Decoder, want json.Delim) error {
 
 // boundedDecoding is what a JSON decoder reads a list through. The decoder
 // reads more only when the value it decodes is not complete in what it
-// holds: a read while it holds more than max bytes of one value fails with
-// ErrTooLarge (it holds at most max bytes and one read more).
+// holds: a read while it holds more than the bound of one value fails with
+// ErrTooLarge (it holds at most the bound and one read more). The bound is
+// item while an item is decoded (inItem), podproto.MaxListMeta otherwise.
 type boundedDecoding struct {
-	r    io.Reader
-	dec  *json.Decoder
-	max  int64
-	read int64
-	err  error
+	r      io.Reader
+	dec    *json.Decoder
+	item   int64
+	inItem bool
+	read   int64
+	err    error
 }
 
 func (b *boundedDecoding) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	if held := b.read - b.dec.InputOffset(); held > b.max {
-		b.err = fmt.Errorf("%w: a list item over %d bytes", ErrTooLarge, b.max)
+	held := b.read - b.dec.InputOffset()
+	switch {
+	case b.inItem && held > b.item:
+		b.err = fmt.Errorf("%w: a list item over %d bytes", ErrTooLarge, b.item)
+	case !b.inItem && held > podproto.MaxListMeta:
+		b.err = fmt.Errorf("%w: the list's metadata, kind, apiVersion or another field but its items over %d bytes", ErrTooLarge, podproto.MaxListMeta)
+	}
+	if b.err != nil {
 		return 0, b.err
 	}
 	n, err := b.r.Read(p)
