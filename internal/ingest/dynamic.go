@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -108,140 +107,20 @@ func streamed(ctx context.Context) bool {
 	return v
 }
 
-// eachJSONItem reads a list as the API server sends it in JSON
-// ({"kind":…,"apiVersion":…,"metadata":{…},"items":[…]}) from r and calls
-// each with the bytes of every item in turn; the list's kind and
-// apiVersion are in tm as soon as they come (before the items, from an API
-// server). An item over max bytes is refused, and so is anything else over
-// podproto.MaxListMeta bytes: the list's metadata (an over-long continue
-// token), its kind or apiVersion, or a field an API server never sends
-// (read to skip it, never held beyond the bound). A reply with no "items"
-// (a Status, say) is no list: an error, never an empty list. each's error
-// is returned as it is; every other wraps ErrStream.
+// eachJSONItem is podproto.EachJSONItem with this package's errors: each's
+// error is returned as it is; every other wraps ErrStream (and ErrTooLarge
+// for a part over its bound), a list cut off io.ErrUnexpectedEOF.
 func eachJSONItem(r io.Reader, max int64, tm *metav1.TypeMeta, each func([]byte) error) (metav1.ListMeta, error) {
-	br := &boundedDecoding{r: r, item: max}
-	dec := json.NewDecoder(br)
-	br.dec = dec
 	var eachErr error
-	meta, err := decodeList(dec, br, tm, func(raw []byte) error {
+	meta, err := podproto.EachJSONItem(r, max, ErrTooLarge, tm, func(raw []byte) error {
 		eachErr = each(raw)
 		return eachErr
 	})
 	switch {
 	case eachErr != nil:
 		return metav1.ListMeta{}, eachErr
-	case errors.Is(err, io.EOF):
-		return metav1.ListMeta{}, fmt.Errorf("%w: %w", ErrStream, io.ErrUnexpectedEOF) // a list cut off is never a complete one
 	case err != nil:
 		return metav1.ListMeta{}, fmt.Errorf("%w: %w", ErrStream, err)
 	}
 	return meta, nil
-}
-
-func decodeList(dec *json.Decoder, br *boundedDecoding, tm *metav1.TypeMeta, each func([]byte) error) (metav1.ListMeta, error) {
-	var meta metav1.ListMeta
-	items := false
-	if err := delim(dec, '{'); err != nil {
-		return meta, err
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return meta, err
-		}
-		switch tok {
-		case "metadata":
-			err = dec.Decode(&meta)
-		case "kind":
-			err = dec.Decode(&tm.Kind)
-		case "apiVersion":
-			err = dec.Decode(&tm.APIVersion)
-		case "items":
-			items = true
-			err = decodeItems(dec, br, each)
-		default:
-			var skip json.RawMessage
-			err = dec.Decode(&skip)
-		}
-		if err != nil {
-			return meta, err
-		}
-	}
-	if err := delim(dec, '}'); err != nil {
-		return meta, err
-	}
-	if !items {
-		return meta, errors.New("the reply has no items: not a list")
-	}
-	return meta, nil
-}
-
-// decodeItems reads the items array (or null) and calls each with every
-// item, each read under br's item bound.
-func decodeItems(dec *json.Decoder, br *boundedDecoding, each func([]byte) error) error {
-	tok, err := dec.Token()
-	if err != nil || tok == nil { // "items": null is an empty list
-		return err
-	}
-	if tok != json.Delim('[') {
-		return fmt.Errorf("items is %v, not a list", tok)
-	}
-	for dec.More() {
-		var raw json.RawMessage
-		br.inItem = true
-		err := dec.Decode(&raw)
-		br.inItem = false
-		if err != nil {
-			return err
-		}
-		if err := each(raw); err != nil {
-			return err
-		}
-	}
-	return delim(dec, ']')
-}
-
-// delim reads the next token, which must be want.
-func delim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != want {
-		return fmt.Errorf("%v where %v was expected", tok, want)
-	}
-	return nil
-}
-
-// boundedDecoding is what a JSON decoder reads a list through. The decoder
-// reads more only when the value it decodes is not complete in what it
-// holds: a read while it holds more than the bound of one value fails with
-// ErrTooLarge (it holds at most the bound and one read more). The bound is
-// item while an item is decoded (inItem), podproto.MaxListMeta otherwise.
-type boundedDecoding struct {
-	r      io.Reader
-	dec    *json.Decoder
-	item   int64
-	inItem bool
-	read   int64
-	err    error
-}
-
-func (b *boundedDecoding) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
-	held := b.read - b.dec.InputOffset()
-	switch {
-	case b.inItem && held > b.item:
-		b.err = fmt.Errorf("%w: a list item over %d bytes", ErrTooLarge, b.item)
-	case !b.inItem && held > podproto.MaxListMeta:
-		b.err = fmt.Errorf("%w: the list's metadata, kind, apiVersion or another field but its items over %d bytes", ErrTooLarge, podproto.MaxListMeta)
-	}
-	if b.err != nil {
-		return 0, b.err
-	}
-	n, err := b.r.Read(p)
-	b.read += int64(n)
-	return n, err
 }

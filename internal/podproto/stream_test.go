@@ -286,11 +286,13 @@ func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// TestListMetaBounded: a protobuf list of Pods whose metadata (a continue
-// token) or type is longer than MaxListMeta, though under MaxField, is
-// refused as a broken stream by its length, before its bytes are read: the
-// client reads a few times MaxListMeta of the reply. A field the list does
-// not know, however long, is skipped without being held.
+// TestListMetaBounded: a list of Pods whose metadata (a continue token) or
+// type is longer than MaxListMeta, though under MaxField, is refused as a
+// broken stream: in protobuf by its length, before its bytes are read, in
+// JSON once MaxListMeta of it is held (a field a JSON list does not know
+// too): the client reads a few times MaxListMeta of the reply, never all
+// of it. A protobuf field the list does not know, however long, is skipped
+// without being held.
 func TestListMetaBounded(t *testing.T) {
 	list := encode(t, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Pod{*realistic()}})
 	env, err := decodeEnvelope(list[len(prefix):])
@@ -320,6 +322,14 @@ func TestListMetaBounded(t *testing.T) {
 		head: header(strings.Repeat("x", 8<<20)),
 		want: "the limit is 65536",
 	}, {
+		name: "JSON list with a continue token of 8 MiB",
+		head: []byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":"` + strings.Repeat("x", 8<<20) + `"},"items":[]}`),
+		want: "the list's metadata",
+	}, {
+		name: "JSON list with an unknown field of 8 MiB",
+		head: []byte(`{"kind":"PodList","apiVersion":"v1","padding":"` + strings.Repeat("x", 8<<20) + `","items":[]}`),
+		want: "over its size bound",
+	}, {
 		name: "unknown field of 64 MiB in the list",
 		head: append(append(append(header("PodList"), protowire.AppendVarint([]byte{0x12}, uint64(len(env.raw)+len(unknownTag)+unknown))...), env.raw...), unknownTag...),
 		pad:  unknown,
@@ -340,7 +350,7 @@ func TestListMetaBounded(t *testing.T) {
 			}))
 			defer srv.Close()
 			var over atomic.Bool
-			limit := int64(4 * MaxListMeta)
+			limit := int64(streamBuffer + 4*MaxListMeta)
 			if tc.want == "" {
 				limit = int64(len(tc.head) + tc.pad)
 			}
