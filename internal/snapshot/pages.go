@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -32,27 +33,17 @@ import (
 // Key order and the freelist's contents are left to tx.Check, which runs
 // once this walk has passed.
 func checkPages(tx *bolt.Tx) error {
-	f, err := os.Open(tx.DB().Path())
-	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
-	}
-	defer f.Close()
-	ps := int64(tx.DB().Info().PageSize)
-	if ps < pageHeaderSize+metaSize {
-		return unusable("page size %d", ps)
-	}
-	w := &pageWalker{r: f, pageSize: ps, pages: uint64(tx.Size() / ps)}
-	w.seen = make([]uint64, (w.pages+63)/64)
-	root := uint64(tx.Cursor().Bucket().RootPage())
-	freelist, err := w.meta(uint64(tx.ID()), root)
+	w, freelist, err := newPageWalker(tx)
 	if err != nil {
 		return err
 	}
+	defer w.close()
 	if freelist != noFreelist {
 		if err := w.freelist(freelist); err != nil {
 			return err
 		}
 	}
+	root := uint64(tx.Cursor().Bucket().RootPage())
 	w.todo = append(w.todo, root)
 	for len(w.todo) > 0 {
 		id := w.todo[len(w.todo)-1]
@@ -61,6 +52,35 @@ func checkPages(tx *bolt.Tx) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// checkFreelistFirst checks the freelist page of the file at path, if it
+// holds anything, before a writable bolt.Open reads it: that Open copies
+// as many page ids as the page's count says (a damaged count: gigabytes, or
+// more than the machine has, a fatal error). The file is opened read-only
+// for it (a shared lock: no writer is committing meanwhile; bbolt reads
+// the meta pages only). A bad freelist is an error wrapping errUnusable; a
+// lock held elsewhere wraps ErrLocked.
+func checkFreelistFirst(path string, timeout time.Duration) error {
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return nil // the writable Open creates or initialises it, or fails
+	}
+	db, _, err := openReadOnlyWith(path, timeout, func(tx *bolt.Tx, size int64) error {
+		if hw := tx.Size(); hw > size {
+			return unusable("file is %d bytes but its pages extend to %d bytes (truncated)", size, hw)
+		}
+		w, freelist, err := newPageWalker(tx)
+		if err != nil || freelist == noFreelist {
+			return err
+		}
+		defer w.close()
+		return w.freelist(freelist)
+	})
+	if err != nil {
+		return err
+	}
+	closeQuietly(db)
 	return nil
 }
 
@@ -98,6 +118,30 @@ type pageWalker struct {
 	buf      []byte
 	elems    []byte // the element table of the page being read
 }
+
+// newPageWalker returns a walker of the file tx reads, its meta pages read
+// (the one tx read, and its freelist page id).
+func newPageWalker(tx *bolt.Tx) (*pageWalker, uint64, error) {
+	f, err := os.Open(tx.DB().Path())
+	if err != nil {
+		return nil, 0, fmt.Errorf("snapshot: %w", err)
+	}
+	ps := int64(tx.DB().Info().PageSize)
+	if ps < pageHeaderSize+metaSize {
+		f.Close()
+		return nil, 0, unusable("page size %d", ps)
+	}
+	w := &pageWalker{r: f, pageSize: ps, pages: uint64(tx.Size() / ps)}
+	w.seen = make([]uint64, (w.pages+63)/64)
+	freelist, err := w.meta(uint64(tx.ID()), uint64(tx.Cursor().Bucket().RootPage()))
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return w, freelist, nil
+}
+
+func (w *pageWalker) close() { _ = w.r.(*os.File).Close() }
 
 // read returns n bytes at off, in a buffer reused by the next read.
 func (w *pageWalker) read(off int64, n uint64) ([]byte, error) {
