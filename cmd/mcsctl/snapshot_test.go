@@ -3,14 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -185,5 +188,92 @@ func TestSnapshotSchema1(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(path); !bytes.Equal(after, b) {
 		t.Error("reading changed the file")
+	}
+}
+
+// TestSnapshotDamaged: a damaged file's lengths and page numbers cannot make
+// mcsctl allocate more than a few times the file's size (a bucket's value
+// length with bit 29 set once took 512 MiB; an inline bucket's page not a
+// leaf made bbolt descend without end): it says the file is unusable, which
+// page is damaged, and exits 1, leaving the file as it was.
+func TestSnapshotDamaged(t *testing.T) {
+	path, st := writeSnapshot(t)
+	st.Close()
+	img, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, ne := os.Getpagesize(), binary.NativeEndian
+	// bucketValue returns the offset of the first bucket element's header
+	// whose bucket is inline (or not), found in the live pages of img.
+	bucketValue := func(inline bool) int {
+		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		found := -1
+		_ = db.View(func(tx *bolt.Tx) error {
+			for id := 2; found < 0 && (id+1)*ps <= len(img); id++ {
+				info, _ := tx.Page(id)
+				if info == nil || info.Type != "leaf" {
+					continue
+				}
+				for i := range info.Count {
+					at := id*ps + 16 + i*16
+					v := at + int(ne.Uint32(img[at+4:])) + int(ne.Uint32(img[at+8:]))
+					if ne.Uint32(img[at:])&1 == 1 && (ne.Uint64(img[v:]) == 0) == inline {
+						found = at
+						break
+					}
+				}
+			}
+			return nil
+		})
+		if found < 0 {
+			t.Fatalf("no bucket element (inline %t)", inline)
+		}
+		return found
+	}
+	cases := []struct {
+		name   string
+		damage func(b []byte)
+		want   string
+	}{{
+		name:   "value length with bit 29 set",
+		damage: func(b []byte) { at := bucketValue(false); b[at+15] ^= 1 << 5 },
+		want:   "runs past the page",
+	}, {
+		name: "inline bucket's page not a leaf",
+		damage: func(b []byte) {
+			at := bucketValue(true)
+			v := at + int(ne.Uint32(b[at+4:])) + int(ne.Uint32(b[at+8:]))
+			ne.PutUint16(b[v+16+8:], 0)
+		},
+		want: "inline bucket: a page of type 0x0",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := append([]byte(nil), img...)
+			tc.damage(b)
+			damaged := filepath.Join(t.TempDir(), "damaged.db")
+			if err := os.WriteFile(damaged, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			rc := run([]string{"mcsctl", "snapshot", damaged}, nil, &out, &errb)
+			runtime.ReadMemStats(&after)
+			if limit := 4*uint64(len(b)) + 1<<20; after.TotalAlloc-before.TotalAlloc > limit {
+				t.Errorf("allocated %d bytes reading a %d-byte file, over %d", after.TotalAlloc-before.TotalAlloc, len(b), limit)
+			}
+			if rc != 1 || !strings.Contains(errb.String(), "mcsctl snapshot: unusable snapshot: ") || !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want 1 and unusable ... %s", rc, errb.String(), tc.want)
+			}
+			if after, _ := os.ReadFile(damaged); !bytes.Equal(after, b) {
+				t.Error("reading changed the file")
+			}
+		})
 	}
 }

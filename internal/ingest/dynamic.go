@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,11 +14,13 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 // ErrStream is wrapped by every error of a list read one item at a time
 // (ListEach) but those of its each: the reply broke off, is not a list, or
-// holds an item over MaxEvent bytes.
+// holds an item over MaxEvent bytes or metadata over podproto.MaxListMeta.
 var ErrStream = errors.New("bad list stream")
 
 // Dynamic is the client of custom resources (in JSON): client-go's dynamic
@@ -47,7 +48,8 @@ func NewDynamic(rc *rest.Config) (*Dynamic, error) {
 // ListEach lists gvr in every namespace as the dynamic client does, but
 // hands each item to each as soon as its bytes are in: the reply is never
 // held whole, neither its bytes nor its decoded objects.
-// Each item may be at most MaxEvent bytes. An error of each stops the list
+// Each item may be at most MaxEvent bytes, the list's metadata and any
+// other field at most podproto.MaxListMeta. An error of each stops the list
 // and is returned as it is; every other error after the request was
 // answered wraps ErrStream.
 func (d *Dynamic) ListEach(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions, each func(*unstructured.Unstructured) error) (metav1.ListMeta, error) {
@@ -105,126 +107,20 @@ func streamed(ctx context.Context) bool {
 	return v
 }
 
-// eachJSONItem reads a list as the API server sends it in JSON
-// ({"kind":…,"apiVersion":…,"metadata":{…},"items":[…]}) from r and calls
-// each with the bytes of every item in turn; the list's kind and
-// apiVersion are in tm as soon as they come (before the items, from an API
-// server). Anything buffered beyond max bytes at once (an item, or the
-// list's metadata) is refused. A reply with no "items" (a Status, say) is
-// no list: an error, never an empty list. each's error is returned as it
-// is; every other wraps ErrStream.
+// eachJSONItem is podproto.EachJSONItem with this package's errors: each's
+// error is returned as it is; every other wraps ErrStream (and ErrTooLarge
+// for a part over its bound), a list cut off io.ErrUnexpectedEOF.
 func eachJSONItem(r io.Reader, max int64, tm *metav1.TypeMeta, each func([]byte) error) (metav1.ListMeta, error) {
-	br := &boundedDecoding{r: r, max: max}
-	dec := json.NewDecoder(br)
-	br.dec = dec
 	var eachErr error
-	meta, err := decodeList(dec, tm, func(raw []byte) error {
+	meta, err := podproto.EachJSONItem(r, max, ErrTooLarge, tm, func(raw []byte) error {
 		eachErr = each(raw)
 		return eachErr
 	})
 	switch {
 	case eachErr != nil:
 		return metav1.ListMeta{}, eachErr
-	case errors.Is(err, io.EOF):
-		return metav1.ListMeta{}, fmt.Errorf("%w: %w", ErrStream, io.ErrUnexpectedEOF) // a list cut off is never a complete one
 	case err != nil:
 		return metav1.ListMeta{}, fmt.Errorf("%w: %w", ErrStream, err)
 	}
 	return meta, nil
-}
-
-func decodeList(dec *json.Decoder, tm *metav1.TypeMeta, each func([]byte) error) (metav1.ListMeta, error) {
-	var meta metav1.ListMeta
-	items := false
-	if err := delim(dec, '{'); err != nil {
-		return meta, err
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return meta, err
-		}
-		switch tok {
-		case "metadata":
-			err = dec.Decode(&meta)
-		case "kind":
-			err = dec.Decode(&tm.Kind)
-		case "apiVersion":
-			err = dec.Decode(&tm.APIVersion)
-		case "items":
-			items = true
-			err = decodeItems(dec, each)
-		default:
-			var skip json.RawMessage
-			err = dec.Decode(&skip)
-		}
-		if err != nil {
-			return meta, err
-		}
-	}
-	if err := delim(dec, '}'); err != nil {
-		return meta, err
-	}
-	if !items {
-		return meta, errors.New("the reply has no items: not a list")
-	}
-	return meta, nil
-}
-
-// decodeItems reads the items array (or null) and calls each with every item.
-func decodeItems(dec *json.Decoder, each func([]byte) error) error {
-	tok, err := dec.Token()
-	if err != nil || tok == nil { // "items": null is an empty list
-		return err
-	}
-	if tok != json.Delim('[') {
-		return fmt.Errorf("items is %v, not a list", tok)
-	}
-	for dec.More() {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return err
-		}
-		if err := each(raw); err != nil {
-			return err
-		}
-	}
-	return delim(dec, ']')
-}
-
-// delim reads the next token, which must be want.
-func delim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if tok != want {
-		return fmt.Errorf("%v where %v was expected", tok, want)
-	}
-	return nil
-}
-
-// boundedDecoding is what a JSON decoder reads a list through. The decoder
-// reads more only when the value it decodes is not complete in what it
-// holds: a read while it holds more than max bytes of one value fails with
-// ErrTooLarge (it holds at most max bytes and one read more).
-type boundedDecoding struct {
-	r    io.Reader
-	dec  *json.Decoder
-	max  int64
-	read int64
-	err  error
-}
-
-func (b *boundedDecoding) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
-	if held := b.read - b.dec.InputOffset(); held > b.max {
-		b.err = fmt.Errorf("%w: a list item over %d bytes", ErrTooLarge, b.max)
-		return 0, b.err
-	}
-	n, err := b.r.Read(p)
-	b.read += int64(n)
-	return n, err
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/rest"
+
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 // What eachJSONItem makes of each shape of reply: a list's items one by
@@ -75,7 +78,7 @@ func TestEachJSONItem(t *testing.T) {
 
 // Each item is bounded, the list is not: a list of many small items reads
 // whole, an item over the bound is refused with ErrTooLarge after the items
-// before it were handed over, and so is metadata over the bound.
+// before it were handed over, and so is metadata over MaxListMeta.
 func TestEachJSONItemBound(t *testing.T) {
 	item := `{"pad":"` + strings.Repeat("x", 80) + `"}`
 	many := `{"items":[` + strings.Repeat(item+",", 999) + item + `]}`
@@ -86,7 +89,7 @@ func TestEachJSONItemBound(t *testing.T) {
 	big := `{"pad":"` + strings.Repeat("x", 5000) + `"}`
 	for name, body := range map[string]string{
 		"item":     `{"items":[` + item + "," + big + `]}`,
-		"metadata": `{"metadata":{"continue":"` + strings.Repeat("x", 5000) + `"},"items":[]}`,
+		"metadata": `{"metadata":{"continue":"` + strings.Repeat("x", 2*podproto.MaxListMeta) + `"},"items":[]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			var got int
@@ -353,5 +356,94 @@ func TestListEachRefused(t *testing.T) {
 	}
 	if _, err := d.ListEach(context.Background(), gvrX, metav1.ListOptions{}, func(*unstructured.Unstructured) error { return nil }); err == nil || errors.Is(err, ErrStream) {
 		t.Errorf("a server that is gone: %v, want a connection error", err)
+	}
+}
+
+// countedBody fails a reply body's reads once more than limit bytes were
+// read from it, and says so in over.
+type countedBody struct {
+	io.ReadCloser
+	n, limit int64
+	over     *atomic.Bool
+}
+
+func (c *countedBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	if c.n += int64(n); c.n > c.limit {
+		c.over.Store(true)
+		return n, fmt.Errorf("read %d bytes of the reply, over %d", c.n, c.limit)
+	}
+	return n, err
+}
+
+type countingTransport struct {
+	rt    http.RoundTripper
+	limit int64
+	over  *atomic.Bool
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(r)
+	if err == nil {
+		resp.Body = &countedBody{ReadCloser: resp.Body, limit: c.limit, over: c.over}
+	}
+	return resp, err
+}
+
+// A list whose metadata (a continue token) or another field but its items
+// is 256 MB is refused as malformed (ErrStream, ErrTooLarge) once
+// MaxListMeta bytes of it are held: ListEach reads a few times MaxListMeta
+// of the reply, never the field whole (nor MaxEvent of it).
+func TestListEachMetadataBounded(t *testing.T) {
+	const huge = 256 << 20
+	head := `{"kind":"ThingList","apiVersion":"x.example/v1","metadata":{"resourceVersion":"5"`
+	cases := map[string]struct{ before, after string }{
+		"continue token":         {head + `,"continue":"`, `"},"items":[]}`},
+		"remaining count digits": {head + `,"remainingItemCount":1`, `},"items":[]}`},
+		"unknown string field":   {head + `},"padding":"`, `","items":[]}`},
+		"unknown object field":   {head + `},"padding":{"a":"`, `"},"items":[]}`},
+		"kind":                   {`{"kind":"`, `","items":[]}`},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			pad := strings.Repeat("1", 64<<10)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/apis/x.example/v1/things" || r.URL.Query().Get("watch") != "" {
+					http.NotFound(w, r)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				if _, err := io.WriteString(w, c.before); err != nil {
+					return
+				}
+				for n := 0; n < huge; n += len(pad) {
+					if _, err := io.WriteString(w, pad); err != nil {
+						return // the client gave up
+					}
+				}
+				io.WriteString(w, c.after)
+			}))
+			defer srv.Close()
+			var over atomic.Bool
+			limit := int64(4 * podproto.MaxListMeta)
+			d, err := NewDynamic(&rest.Config{Host: srv.URL, WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+				return countingTransport{rt: rt, limit: limit, over: &over}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &recorder{}
+			start(t, Resource(d, gvrX, func(u *unstructured.Unstructured) (runtime.Object, error) { return &slim{Meta: MetaOf(u)}, nil }), rec, nil)
+			eventually(t, "a malformed list", func() bool { return rec.read(func(r *recorder) bool { return len(r.malformed) >= 1 }) })
+			if over.Load() {
+				t.Errorf("a reply was read past %d bytes before it was refused", limit)
+			}
+			rec.read(func(r *recorder) bool {
+				if err := r.malformed[0]; !errors.Is(err, ErrStream) || !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "the list's metadata") {
+					t.Errorf("malformed: %v, want ErrStream and ErrTooLarge for the list's metadata", err)
+				}
+				return true
+			})
+		})
 	}
 }

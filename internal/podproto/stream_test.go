@@ -2,13 +2,22 @@ package podproto
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	goruntime "runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/apitesting/fuzzer"
@@ -16,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 )
 
 // collect lists data with d, returning the Pods handed over.
@@ -242,5 +252,138 @@ func BenchmarkList(b *testing.B) {
 		if _, err := d.List(bytes.NewReader(data), func(*v1.Pod) error { return nil }); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// countedBody fails a reply body's reads once more than limit bytes were
+// read from it, and says so in over.
+type countedBody struct {
+	io.ReadCloser
+	n, limit int64
+	over     *atomic.Bool
+}
+
+func (c *countedBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	if c.n += int64(n); c.n > c.limit {
+		c.over.Store(true)
+		return n, fmt.Errorf("read %d bytes of the reply, over %d", c.n, c.limit)
+	}
+	return n, err
+}
+
+type countingTransport struct {
+	rt    http.RoundTripper
+	limit int64
+	over  *atomic.Bool
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(r)
+	if err == nil {
+		resp.Body = &countedBody{ReadCloser: resp.Body, limit: c.limit, over: c.over}
+	}
+	return resp, err
+}
+
+// TestListMetaBounded: a list of Pods whose metadata (a continue token) or
+// type is longer than MaxListMeta, though under MaxField, is refused as a
+// broken stream: in protobuf by its length, before its bytes are read, in
+// JSON once MaxListMeta of it is held (a field a JSON list does not know
+// too): the client reads a few times MaxListMeta of the reply, never all
+// of it. A protobuf field the list does not know, however long, is skipped
+// without being held.
+func TestListMetaBounded(t *testing.T) {
+	list := encode(t, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}, Items: []v1.Pod{*realistic()}})
+	env, err := decodeEnvelope(list[len(prefix):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := func(kind string) []byte { // the envelope up to its raw field
+		b, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "v1", Kind: kind}}).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(append([]byte(nil), prefix...), b...)
+	}
+	const unknown = 64 << 20
+	unknownTag := protowire.AppendVarint(protowire.AppendTag(nil, 15, protowire.BytesType), unknown)
+	cases := []struct {
+		name string
+		head []byte // then pad bytes of 'x' up to the reply's end
+		pad  int
+		want string // in the error; "" for a list that reads
+	}{{
+		name: "continue token of 8 MiB",
+		head: encode(t, &v1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "7", Continue: strings.Repeat("x", 8<<20)}, Items: []v1.Pod{*realistic()}}),
+		want: "the list's metadata: a field of",
+	}, {
+		name: "type of 8 MiB",
+		head: header(strings.Repeat("x", 8<<20)),
+		want: "the limit is 65536",
+	}, {
+		name: "JSON list with a continue token of 8 MiB",
+		head: []byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":"` + strings.Repeat("x", 8<<20) + `"},"items":[]}`),
+		want: "the list's metadata",
+	}, {
+		name: "JSON list with an unknown field of 8 MiB",
+		head: []byte(`{"kind":"PodList","apiVersion":"v1","padding":"` + strings.Repeat("x", 8<<20) + `","items":[]}`),
+		want: "over its size bound",
+	}, {
+		name: "unknown field of 64 MiB in the list",
+		head: append(append(append(header("PodList"), protowire.AppendVarint([]byte{0x12}, uint64(len(env.raw)+len(unknownTag)+unknown))...), env.raw...), unknownTag...),
+		pad:  unknown,
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pad := bytes.Repeat([]byte{'x'}, 64<<10)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+				if _, err := w.Write(tc.head); err != nil {
+					return
+				}
+				for n := 0; n < tc.pad; n += len(pad) {
+					if _, err := w.Write(pad); err != nil {
+						return
+					}
+				}
+			}))
+			defer srv.Close()
+			var over atomic.Bool
+			limit := int64(streamBuffer + 4*MaxListMeta)
+			if tc.want == "" {
+				limit = int64(len(tc.head) + tc.pad)
+			}
+			rc := &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf, AcceptContentTypes: runtime.ContentTypeProtobuf},
+				WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+					return countingTransport{rt: rt, limit: limit, over: &over}
+				}}
+			cs, err := NewClient(rc, keep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var before, after goruntime.MemStats
+			goruntime.ReadMemStats(&before)
+			n := 0
+			meta, err := cs.(clientset).ListPodsIn(ctx, "shop", metav1.ListOptions{}, func(*v1.Pod) error { n++; return nil })
+			goruntime.ReadMemStats(&after)
+			if over.Load() {
+				t.Errorf("the reply was read past %d bytes", limit)
+			}
+			if tc.want == "" {
+				if err != nil || n != 1 || meta.ResourceVersion != "7" {
+					t.Errorf("listed %d Pods, %+v, %v; want the Pod at version 7", n, meta, err)
+				}
+				if a := after.TotalAlloc - before.TotalAlloc; a > 4<<20 {
+					t.Errorf("skipping a %d-byte field allocated %d bytes", unknown, a)
+				}
+				return
+			}
+			if !errors.Is(err, ErrStream) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v, want ErrStream with %q", err, tc.want)
+			}
+		})
 	}
 }

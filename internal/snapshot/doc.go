@@ -54,8 +54,11 @@
 // corruption or a file from an incompatible version can leave a file bbolt
 // rejects or, worse, one whose pages point past its end. Open therefore
 // checks the file before handing it out: bbolt's own validation, the file
-// size against the high-water mark, one read of every bucket, key and value
-// with page faults turned into recoverable panics
+// size against the high-water mark, a walk of the page tree from the
+// file's bytes before bbolt trusts any length, count or page number in it
+// (each page once, so a damaged file costs O(its size); the freelist page
+// is checked before a writable bolt.Open reads it: pages.go), one read of
+// every bucket, key and value with page faults turned into recoverable panics
 // (runtime/debug.SetPanicOnFault), the schema version, and bbolt's
 // consistency check (tx.Check). A file that fails any of these is renamed to
 // <path>.corrupt-<UTC time> (kept for inspection; this package never deletes

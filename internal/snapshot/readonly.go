@@ -73,6 +73,22 @@ var ErrUnusable = errUnusable
 // openReadOnly opens path read-only and checks it as Open does, under the
 // same fault protection.
 func openReadOnly(path string, timeout time.Duration) (db *bolt.DB, file *os.File, err error) {
+	return openReadOnlyWith(path, timeout, func(tx *bolt.Tx, size int64) error {
+		empty, _, err := inspect(tx, size)
+		if err == nil && empty {
+			err = unusable("the file holds nothing yet")
+		}
+		if err != nil {
+			return err
+		}
+		return checkConsistency(tx)
+	})
+}
+
+// openReadOnlyWith opens path read-only (bbolt reads its meta pages, not
+// its freelist) and runs check in a read transaction, with the file's size,
+// under the fault protection Open has.
+func openReadOnlyWith(path string, timeout time.Duration, check func(tx *bolt.Tx, size int64) error) (db *bolt.DB, file *os.File, err error) {
 	bo := &bolt.Options{
 		Timeout:  timeout,
 		ReadOnly: true,
@@ -96,7 +112,7 @@ func openReadOnly(path string, timeout time.Duration) (db *bolt.DB, file *os.Fil
 	switch {
 	case err == nil:
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		return nil, nil, fmt.Errorf("%w: %s (gave up after %s: %w)", ErrLocked, path, timeout, err)
 	case corruptOpenError(err):
 		return nil, nil, unusable("%v", err)
 	default:
@@ -107,16 +123,7 @@ func openReadOnly(path string, timeout time.Duration) (db *bolt.DB, file *os.Fil
 		closeQuietly(db)
 		return nil, nil, err
 	}
-	err = db.View(func(tx *bolt.Tx) error {
-		empty, _, err := inspect(tx, fi.Size())
-		if err == nil && empty {
-			err = unusable("the file holds nothing yet")
-		}
-		if err != nil {
-			return err
-		}
-		return checkConsistency(tx)
-	})
+	err = db.View(func(tx *bolt.Tx) error { return check(tx, fi.Size()) })
 	if err != nil {
 		closeQuietly(db)
 		return nil, nil, err

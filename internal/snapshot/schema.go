@@ -87,6 +87,9 @@ func inspect(tx *bolt.Tx, fileSize int64) (empty bool, version string, err error
 	if hw := tx.Size(); hw > fileSize {
 		return false, "", unusable("file is %d bytes but its pages extend to %d bytes (truncated)", fileSize, hw)
 	}
+	if err := checkPages(tx); err != nil {
+		return false, "", err
+	}
 	_ = tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
 		touchAll(b)
 		return nil

@@ -236,6 +236,9 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, file *os.File
 	// A page that points past the end of the file faults; make that a panic.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 
+	if err := checkFreelistFirst(path, timeout); err != nil {
+		return nil, nil, false, err
+	}
 	db, err = bolt.Open(path, fileMode, bo)
 	switch {
 	case err == nil:
