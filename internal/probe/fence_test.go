@@ -8,8 +8,9 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"slices"
-	"sync/atomic"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -130,9 +131,9 @@ func TestRefusedAnswersSameOpenOrClosed(t *testing.T) {
 		{"tcp", "", false}, {"http", "/healthz", false}, {"tcp loopback allowed", "", true}, {"http loopback allowed", "/healthz", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var hits atomic.Int64
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-			srv.Listener = countAccepts(srv.Listener, &hits)
+			acc := &accepts{Listener: srv.Listener}
+			srv.Listener = acc
 			srv.Start()
 			defer srv.Close()
 			open := netip.MustParseAddrPort(srv.Listener.Addr().String())
@@ -170,27 +171,53 @@ func TestRefusedAnswersSameOpenOrClosed(t *testing.T) {
 			if same == tc.allowed {
 				t.Errorf("open: %s; closed: %s; want them the same: %v", answer("open"), answer("closed"), !tc.allowed)
 			}
-			if n := hits.Load(); (n == 0) == tc.allowed {
+			if n := acc.before(t); (n == 0) == tc.allowed {
 				t.Errorf("%d connections accepted on the open port, want them only when loopback is allowed", n)
 			}
 		})
 	}
 }
 
-// countAccepts counts the connections l accepts.
-func countAccepts(l net.Listener, n *atomic.Int64) net.Listener { return &counted{l, n} }
-
-type counted struct {
+// accepts is a listener that remembers the peers of the connections it
+// accepts.
+type accepts struct {
 	net.Listener
-	n *atomic.Int64
+	mu    sync.Mutex
+	peers []string
 }
 
-func (c *counted) Accept() (net.Conn, error) {
-	conn, err := c.Listener.Accept()
+func (a *accepts) Accept() (net.Conn, error) {
+	c, err := a.Listener.Accept()
 	if err == nil {
-		c.n.Add(1)
+		a.mu.Lock()
+		a.peers = append(a.peers, c.RemoteAddr().String())
+		a.mu.Unlock()
 	}
-	return conn, err
+	return c, err
+}
+
+// before counts the connections made to a before this call: it connects
+// once more and waits until that connection is accepted (a listener accepts
+// in the order the connections completed), so that none made earlier is
+// still waiting to be accepted.
+func (a *accepts) before(t *testing.T) int {
+	t.Helper()
+	c, err := net.Dial("tcp", a.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	mark := c.LocalAddr().String()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		a.mu.Lock()
+		i := slices.Index(a.peers, mark)
+		a.mu.Unlock()
+		if i >= 0 {
+			return i
+		}
+	}
+	t.Fatalf("the marker connection %s was not accepted within 10 s", mark)
+	return 0
 }
 
 // Endpoints sharing an address and port cost one probe a round, whose
