@@ -8,6 +8,11 @@
 // by at most Options.Workers probes at a time, in rounds Config.Interval
 // apart with jitter. Nothing here runs on the query path: answers read the
 // table's precomputed index, which a health change re-renders.
+//
+// Pods name the addresses probed, so a tenant could aim probes at CoreDNS's
+// own host or link and read from the answers what listens there: such
+// addresses are never probed (fence.go), each address and port is probed
+// once a round, and at most Config.PortsPerAddress ports of one address.
 package probe
 
 import (
@@ -191,7 +196,7 @@ type target struct {
 	round         uint64 // the last round that listed it
 	refused       Reason // its address is never probed (fixed: a new address is a new target)
 	capped        bool   // over PortsPerAddress in the last round
-	probe         int    // its probe's index in this round's addresses; -1: none
+	probe         int    // its probe's index in the round's addresses (-1: none); in plan, the last round's
 }
 
 // New returns a prober of t's endpoints.
