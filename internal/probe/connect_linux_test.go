@@ -137,7 +137,7 @@ func TestRoundConnects(t *testing.T) {
 	ix := tbl.Rebuild()
 	ix.Service("default", "backend")
 	ix.Service("default", "other")
-	p := New(tbl, Defaults(All), Options{})
+	p := New(tbl, onLoopback(Defaults(All)), Options{})
 	if !p.connect {
 		t.Fatal("the default TCP probe does not use connectAll")
 	}
@@ -162,7 +162,7 @@ func TestRoundFailureBlamesNoEndpoint(t *testing.T) {
 	tbl.TrackDemand()
 	tbl.Rebuild().Service("default", "backend")
 	var failed []error
-	p := New(tbl, Defaults(All), Options{Events: Events{RoundFailed: func(err error) { failed = append(failed, err) }}})
+	p := New(tbl, onLoopback(Defaults(All)), Options{Events: Events{RoundFailed: func(err error) { failed = append(failed, err) }}})
 	if !p.connect {
 		t.Fatal("the default TCP probe does not use connectAll")
 	}

@@ -8,6 +8,11 @@
 // by at most Options.Workers probes at a time, in rounds Config.Interval
 // apart with jitter. Nothing here runs on the query path: answers read the
 // table's precomputed index, which a health change re-renders.
+//
+// Pods name the addresses probed, so a tenant could aim probes at CoreDNS's
+// own host or link and read from the answers what listens there: such
+// addresses are never probed (fence.go), each address and port is probed
+// once a round, and at most Config.PortsPerAddress ports of one address.
 package probe
 
 import (
@@ -18,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,19 +64,30 @@ type Config struct {
 	Timeout  time.Duration // of one probe
 	Fails    int           // failed probes in a row that take an endpoint out
 	Passes   int           // successful probes in a row that bring it back
+	// PortsPerAddress caps the distinct ports of one address probed in a
+	// round (0: DefaultPortsPerAddress); each address and port is probed
+	// once a round however many endpoints share it.
+	PortsPerAddress int
+	// Deny lists prefixes never probed; Allow lists prefixes probed even
+	// though their addresses are of a refused class (loopback, link-local,
+	// ...). Deny wins. Both as Prefix returns them.
+	Deny, Allow []netip.Prefix
 }
 
 // Defaults returns the defaults of the probe word.
 func Defaults(mode Mode) Config {
-	return Config{Mode: mode, Interval: 2 * time.Second, Timeout: time.Second, Fails: 2, Passes: 2}
+	return Config{Mode: mode, Interval: 2 * time.Second, Timeout: time.Second, Fails: 2, Passes: 2,
+		PortsPerAddress: DefaultPortsPerAddress}
 }
 
 // How long a service counts as asked after its last lookup, how many probes
-// run at once, and how much later than Interval a round may start.
+// run at once, how much later than Interval a round may start, and how many
+// ports of one address a round probes.
 const (
-	DefaultWindow  = 5 * time.Minute
-	DefaultWorkers = 128
-	jitter         = 0.1
+	DefaultWindow          = 5 * time.Minute
+	DefaultWorkers         = 128
+	jitter                 = 0.1
+	DefaultPortsPerAddress = 8
 )
 
 // Dialer opens connections; *net.Dialer is one. Tests use a fake.
@@ -122,6 +139,9 @@ type Events struct {
 	// instance: out of file descriptors, say). Its endpoints keep their
 	// state: a failure here is CoreDNS's, not theirs.
 	RoundFailed func(err error)
+	// Refused reports each target that is not probed (a refused address,
+	// or over PortsPerAddress), once when it becomes so, not each round.
+	Refused func(Refusal)
 }
 
 // Options tune a prober; zero values take the defaults.
@@ -148,12 +168,14 @@ type Prober struct {
 	http    *http.Client
 	connect bool // TCP probes by connectAll, not the dialer
 	logLim  flowcontrol.PassiveRateLimiter
+	refLim  flowcontrol.PassiveRateLimiter // of Refusal.Log: a tenant's refusals leave the changes' log alone
 
 	roundMu    sync.Mutex // one round at a time; guards what follows
 	asked      map[svc]time.Time
 	targets    map[targetID]*target
 	round      uint64
 	suppressed int
+	refSupp    int // refusals not logged since the last one logged
 
 	mu     sync.Mutex
 	down   map[string]int // endpoints down, by cluster
@@ -172,7 +194,9 @@ type target struct {
 	fails, passes int // in a row
 	down          bool
 	round         uint64 // the last round that listed it
-	err           error  // this round's result
+	refused       Reason // its address is never probed (fixed: a new address is a new target)
+	capped        bool   // over PortsPerAddress in the last round
+	probe         int    // its probe's index in the round's addresses (-1: none); in plan, the last round's
 }
 
 // New returns a prober of t's endpoints.
@@ -191,8 +215,12 @@ func New(t Table, cfg Config, opts Options) *Prober {
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
 	}
+	if cfg.PortsPerAddress <= 0 {
+		cfg.PortsPerAddress = DefaultPortsPerAddress
+	}
 	p := &Prober{tbl: t, cfg: cfg, opts: opts, connect: connect,
 		logLim:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(1, 10, opts.Clock),
+		refLim:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(1, 10, opts.Clock),
 		asked:   make(map[svc]time.Time),
 		targets: make(map[targetID]*target),
 		down:    make(map[string]int),
@@ -244,7 +272,9 @@ func (p *Prober) Down() (down map[string]int, probed int) {
 
 // Round takes the services asked since the last round, lists the endpoints
 // to probe, probes them all (Options.Workers at a time) and applies the
-// results.
+// results. A target whose address is refused, or over PortsPerAddress, is
+// not probed and not marked: it is answered as without probing, so its
+// answers are the same whether anything listens there or not.
 func (p *Prober) Round(ctx context.Context) {
 	p.roundMu.Lock()
 	defer p.roundMu.Unlock()
@@ -276,11 +306,16 @@ func (p *Prober) Round(ctx context.Context) {
 				tg = nil
 			}
 			if tg == nil {
-				tg = &target{ep: Endpoint{Namespace: s.namespace, Service: s.name, Pod: id.pod, Addr: addr}}
+				tg = &target{ep: Endpoint{Namespace: s.namespace, Service: s.name, Pod: id.pod, Addr: addr}, probe: -1}
 				p.targets[id] = tg
+				if tg.refused = p.cfg.refuse(addr.Addr()); tg.refused != "" {
+					p.refuse(tg, tg.refused)
+				}
 			}
 			tg.round = p.round
-			list = append(list, tg)
+			if tg.refused == "" {
+				list = append(list, tg)
+			}
 		}
 	}
 	for id, tg := range p.targets {
@@ -289,16 +324,17 @@ func (p *Prober) Round(ctx context.Context) {
 			delete(p.targets, id)
 		}
 	}
+	list, addrs := p.plan(list)
 	p.mu.Lock()
 	p.probed = len(list)
 	p.mu.Unlock()
 
+	errs := make([]error, len(addrs))
 	if p.connect {
-		addrs := make([]netip.AddrPort, len(list))
-		for i, tg := range list {
-			addrs[i], tg.err = tg.ep.Addr, errNotProbed
+		for i := range errs {
+			errs[i] = errNotProbed
 		}
-		err := connectRound(ctx, addrs, p.opts.Workers, p.cfg.Timeout, func(i int, err error) { list[i].err = err })
+		err := connectRound(ctx, addrs, p.opts.Workers, p.cfg.Timeout, func(i int, err error) { errs[i] = err })
 		if err != nil && ctx.Err() == nil {
 			if p.opts.Events.RoundFailed != nil {
 				p.opts.Events.RoundFailed(err)
@@ -306,16 +342,94 @@ func (p *Prober) Round(ctx context.Context) {
 			return // not the endpoints' failure: none is recorded
 		}
 	} else {
-		workqueue.ParallelizeUntil(ctx, p.opts.Workers, len(list), func(i int) {
-			list[i].err = p.probe(ctx, list[i].ep.Addr)
+		workqueue.ParallelizeUntil(ctx, p.opts.Workers, len(addrs), func(i int) {
+			errs[i] = p.probe(ctx, addrs[i])
 		})
 	}
 	if ctx.Err() != nil {
 		return // results cut short by the stop say nothing of the endpoints
 	}
-	for _, tg := range list {
-		p.record(tg)
+	if p.opts.Events.Probed != nil {
+		for _, err := range errs {
+			p.opts.Events.Probed(err == nil)
+		}
 	}
+	for _, tg := range list {
+		p.record(tg, errs[tg.probe])
+	}
+}
+
+// plan picks what a round connects to: each address and port once, and of
+// each address at most PortsPerAddress ports (those probed in the last
+// round first, then the lowest), so that endpoints sharing an address do
+// not multiply the connections to it. It returns the addresses to probe,
+// sets each target's index in them, and returns list without the targets
+// over the cap (which also leave the answers' marks).
+func (p *Prober) plan(list []*target) ([]*target, []netip.AddrPort) {
+	slices.SortFunc(list, func(a, b *target) int { return a.ep.Addr.Compare(b.ep.Addr) })
+	var addrs []netip.AddrPort
+	kept := list[:0]
+	for i := 0; i < len(list); {
+		j := i + 1
+		for j < len(list) && list[j].ep.Addr.Addr() == list[i].ep.Addr.Addr() {
+			j++
+		}
+		allowed := p.ports(list[i:j])
+		for _, tg := range list[i:j] {
+			if allowed != nil && !allowed[tg.ep.Addr.Port()] {
+				tg.probe = -1
+				if !tg.capped {
+					tg.capped, tg.fails, tg.passes = true, 0, 0
+					p.forget(tg, "other ports of its address are probed")
+					p.refuse(tg, PortCap)
+				}
+				continue
+			}
+			if len(addrs) == 0 || addrs[len(addrs)-1] != tg.ep.Addr {
+				addrs = append(addrs, tg.ep.Addr)
+			}
+			tg.probe, tg.capped = len(addrs)-1, false
+			kept = append(kept, tg)
+		}
+		i = j
+	}
+	clear(list[len(kept):])
+	return kept, addrs
+}
+
+// ports picks the ports probed of one address's targets (sorted by port):
+// nil when they are at most PortsPerAddress, else the ones picked: those
+// probed in the last round, then the lowest.
+func (p *Prober) ports(same []*target) map[uint16]bool {
+	n := 1
+	for i := 1; i < len(same); i++ {
+		if same[i].ep.Addr.Port() != same[i-1].ep.Addr.Port() {
+			n++
+		}
+	}
+	if n <= p.cfg.PortsPerAddress {
+		return nil // the usual case: nothing to pick, nothing allocated
+	}
+	distinct := make([]uint16, 0, n)
+	held := map[uint16]bool{}
+	for _, tg := range same {
+		pt := tg.ep.Addr.Port()
+		if len(distinct) == 0 || distinct[len(distinct)-1] != pt {
+			distinct = append(distinct, pt)
+		}
+		if tg.probe >= 0 {
+			held[pt] = true
+		}
+	}
+	allowed := make(map[uint16]bool, p.cfg.PortsPerAddress)
+	for _, first := range []bool{true, false} {
+		for _, pt := range distinct {
+			if len(allowed) < p.cfg.PortsPerAddress && held[pt] == first {
+				allowed[pt] = true
+			}
+		}
+	}
+	return allowed
 }
 
 // tcpPort is the first TCP target port of pod's export of s, or 0.
@@ -345,6 +459,21 @@ func (p *Prober) whyNot(tg *target) string {
 	return "its record changed or is gone"
 }
 
+// refuse reports that tg is not probed, at most about once a second in the
+// log (Refusal.Log).
+func (p *Prober) refuse(tg *target, r Reason) {
+	if p.opts.Events.Refused == nil {
+		return
+	}
+	ref := Refusal{Endpoint: tg.ep, Reason: r}
+	if ref.Log = p.refLim.TryAccept(); ref.Log {
+		ref.Suppressed, p.refSupp = p.refSupp, 0
+	} else {
+		p.refSupp++
+	}
+	p.opts.Events.Refused(ref)
+}
+
 // forget stops tracking tg: when it was down, it returns to the answers.
 func (p *Prober) forget(tg *target, reason string) {
 	if tg.down {
@@ -352,12 +481,9 @@ func (p *Prober) forget(tg *target, reason string) {
 	}
 }
 
-// record applies one probe's result.
-func (p *Prober) record(tg *target) {
-	if p.opts.Events.Probed != nil {
-		p.opts.Events.Probed(tg.err == nil)
-	}
-	if tg.err == nil {
+// record applies the result of tg's probe.
+func (p *Prober) record(tg *target, err error) {
+	if err == nil {
 		tg.fails = 0
 		tg.passes++
 		if tg.down && tg.passes >= p.cfg.Passes {
@@ -368,7 +494,7 @@ func (p *Prober) record(tg *target) {
 	tg.passes = 0
 	tg.fails++
 	if !tg.down && tg.fails >= p.cfg.Fails {
-		p.set(tg, true, fmt.Sprintf("%d probes in a row failed, the last: %v", tg.fails, tg.err))
+		p.set(tg, true, fmt.Sprintf("%d probes in a row failed, the last: %v", tg.fails, err))
 	}
 }
 

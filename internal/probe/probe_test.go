@@ -535,11 +535,17 @@ func readOnce(t *testing.T) (ln net.Listener, closedBy chan error) {
 	return ln, closedBy
 }
 
-// acceptClose is a listener that accepts connections and closes them at
-// once, until the test ends.
+// acceptClose is a listener on 127.0.0.1 that accepts connections and
+// closes them at once, until the test ends.
 func acceptClose(tb testing.TB) netip.AddrPort {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return acceptCloseOn(tb, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+}
+
+// acceptCloseOn is acceptClose on ip (of 127.0.0.0/8), at a free port.
+func acceptCloseOn(tb testing.TB, ip netip.Addr) netip.AddrPort {
+	tb.Helper()
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -554,6 +560,13 @@ func acceptClose(tb testing.TB) netip.AddrPort {
 		}
 	}()
 	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
+// onLoopback is cfg with 127.0.0.0/8 allowed: the tests' listeners are
+// there, and loopback is refused by default.
+func onLoopback(cfg Config) Config {
+	cfg.Allow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	return cfg
 }
 
 // refused is a port nothing listens on.

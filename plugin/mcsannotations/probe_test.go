@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/probe"
 )
 
@@ -29,9 +33,16 @@ func TestParseProbe(t *testing.T) {
 		{input: "mcsannotations {\n cluster a\n probe disconnected\n}", want: &def},
 		{input: "mcsannotations {\n cluster a\n probe all tcp\n}", want: &all},
 		{input: "mcsannotations {\n cluster a\n probe all http /healthz interval 5s timeout 500ms fails 3 passes 1\n}",
-			want: &probe.Config{Mode: probe.All, Path: "/healthz", Interval: 5 * time.Second, Timeout: 500 * time.Millisecond, Fails: 3, Passes: 1}},
+			want: &probe.Config{Mode: probe.All, Path: "/healthz", Interval: 5 * time.Second, Timeout: 500 * time.Millisecond, Fails: 3, Passes: 1, PortsPerAddress: 8}},
 		{input: "mcsannotations {\n cluster a\n probe disconnected passes 4 fails 1 interval 1s timeout 1s\n}",
-			want: &probe.Config{Mode: probe.Disconnected, Interval: time.Second, Timeout: time.Second, Fails: 1, Passes: 4}},
+			want: &probe.Config{Mode: probe.Disconnected, Interval: time.Second, Timeout: time.Second, Fails: 1, Passes: 4, PortsPerAddress: 8}},
+		{input: "mcsannotations {\n cluster a\n probe all deny 10.96.0.0/12 192.168.1.10/32 ::ffff:172.16.0.0/108 ports_per_address 2 allow 127.77.1.2/16 fails 3\n}",
+			want: &probe.Config{Mode: probe.All, Interval: 2 * time.Second, Timeout: time.Second, Fails: 3, Passes: 2, PortsPerAddress: 2,
+				Deny:  []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("192.168.1.10/32"), netip.MustParsePrefix("172.16.0.0/12")},
+				Allow: []netip.Prefix{netip.MustParsePrefix("127.77.0.0/16")}}},
+		{input: "mcsannotations {\n cluster a\n probe disconnected allow fd00::/8\n}",
+			want: &probe.Config{Mode: probe.Disconnected, Interval: 2 * time.Second, Timeout: time.Second, Fails: 2, Passes: 2, PortsPerAddress: 8,
+				Allow: []netip.Prefix{netip.MustParsePrefix("fd00::/8")}}},
 		// Errors.
 		{input: "mcsannotations {\n cluster a\n probe\n}", err: ":3 - Error during parsing: probe takes disconnected or all first, then [tcp|http PATH]"},
 		{input: "mcsannotations {\n cluster a\n probe tcp\n}", err: "probe takes disconnected or all first"},
@@ -48,7 +59,15 @@ func TestParseProbe(t *testing.T) {
 		{input: "mcsannotations {\n cluster a\n probe all fails 0\n}", err: `probe fails "0": must be a whole number from 1 to 100`},
 		{input: "mcsannotations {\n cluster a\n probe all passes x\n}", err: `probe passes "x": must be a whole number from 1 to 100`},
 		{input: "mcsannotations {\n cluster a\n probe all passes 101\n}", err: `probe passes "101": must be a whole number from 1 to 100`},
-		{input: "mcsannotations {\n cluster a\n probe all udp\n}", err: `probe: unknown option "udp": want tcp, http PATH, interval, timeout, fails or passes`},
+		{input: "mcsannotations {\n cluster a\n probe all udp\n}", err: `probe: unknown option "udp": want tcp, http PATH, interval, timeout, fails, passes, ports_per_address, deny CIDR... or allow CIDR...`},
+		{input: "mcsannotations {\n cluster a\n probe all ports_per_address 0\n}", err: `probe ports_per_address "0": must be a whole number from 1 to 1024`},
+		{input: "mcsannotations {\n cluster a\n probe all ports_per_address 1025\n}", err: `probe ports_per_address "1025": must be a whole number from 1 to 1024`},
+		{input: "mcsannotations {\n cluster a\n probe all ports_per_address\n}", err: "probe ports_per_address takes a value"},
+		{input: "mcsannotations {\n cluster a\n probe all deny\n}", err: ":3 - Error during parsing: probe deny takes one or more CIDRs such as 10.96.0.0/12"},
+		{input: "mcsannotations {\n cluster a\n probe all allow fails 2\n}", err: "probe allow takes one or more CIDRs such as 10.96.0.0/12"},
+		{input: "mcsannotations {\n cluster a\n probe all deny 10.96.0.1\n}", err: `probe deny "10.96.0.1": not a CIDR such as 10.96.0.0/12 or fd00::/8`},
+		{input: "mcsannotations {\n cluster a\n probe all allow 127.0.0.0/8 every\n}", err: `probe allow "every": not a CIDR`},
+		{input: "mcsannotations {\n cluster a\n probe all deny 10.0.0.0/8 deny 10.1.0.0/16\n}", err: "probe: deny is given twice"},
 		{input: "mcsannotations {\n cluster a\n probe all every 2s\n}", err: `probe: unknown option "every"`},
 		{input: "mcsannotations {\n cluster a\n probe all\n probe disconnected\n}", err: ":4 - Error during parsing: probe is given twice"},
 	}
@@ -58,7 +77,7 @@ func TestParseProbe(t *testing.T) {
 			if !ok {
 				return
 			}
-			if (cfg.probe == nil) != (tc.want == nil) || (cfg.probe != nil && *cfg.probe != *tc.want) {
+			if !reflect.DeepEqual(cfg.probe, tc.want) {
 				t.Errorf("probe %+v, want %+v", cfg.probe, tc.want)
 			}
 		})
@@ -66,15 +85,20 @@ func TestParseProbe(t *testing.T) {
 }
 
 // refuseDialer refuses connections to the addresses in down and accepts the
-// others.
+// others; it counts the dials of each address.
 type refuseDialer struct {
-	mu   sync.Mutex
-	down map[string]bool
+	mu     sync.Mutex
+	down   map[string]bool
+	dialed map[string]int
 }
 
 func (d *refuseDialer) DialContext(_ context.Context, _, addr string) (net.Conn, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.dialed == nil {
+		d.dialed = map[string]int{}
+	}
+	d.dialed[addr]++
 	if d.down[addr] {
 		return nil, errors.New("connection refused")
 	}
@@ -150,6 +174,75 @@ func TestServeDNSProbed(t *testing.T) {
 	down, probed := m.prober.Down()
 	if down["edge-b"] != 2 || probed != 4 {
 		t.Errorf("Down() = %v, %d; want edge-b 2 of 4 probed (b3 is not ready)", down, probed)
+	}
+}
+
+// A Pod whose address is loopback or link-local (a tenant can name any) is
+// never probed: it stays answered although a probe of it would fail, so
+// the answers say nothing of what listens there; each is logged once and
+// counted by reason.
+func TestServeDNSProbeRefused(t *testing.T) {
+	logs := captureLog(t)
+	m := probedMCS(t)
+	d := probeDialer.(*refuseDialer)
+	d.mu.Lock()
+	d.down["127.0.0.1:5432"], d.down["[::ffff:169.254.169.254]:5432"] = true, true // what a probe would find
+	d.mu.Unlock()
+	pg := annotation.Port{Name: "pg", Port: 5432, TargetPort: 5432, Protocol: "TCP"}
+	addPod(m.table, "edge-b", "lo", "", true, []string{"127.0.0.1"}, annotation.Export{Name: "db", Ports: []annotation.Port{pg}})
+	addPod(m.table, "edge-b", "meta", "", true, []string{"::ffff:169.254.169.254"}, annotation.Export{Name: "db", Ports: []annotation.Port{pg}})
+	m.table.Rebuild()
+	before := map[string]float64{}
+	for _, r := range []string{"loopback", "link_local"} {
+		before[r] = testutil.ToFloat64(probeRefused.WithLabelValues(r))
+	}
+	ctx := context.Background()
+	m.ServeDNS(ctx, dnstest.NewRecorder(&test.ResponseWriter{}), (&test.Case{Qname: "db.default.svc.clusterset.local.", Qtype: dns.TypeA}).Msg())
+	for range 3 {
+		m.prober.Round(ctx)
+	}
+	m.table.Rebuild()
+	// d1 (10.1.0.9) failed its probes; the two refused are answered as
+	// without probing: no fail open.
+	tc := test.Case{Qname: "db.default.svc.clusterset.local.", Qtype: dns.TypeA, Answer: []dns.RR{
+		test.A("db.default.svc.clusterset.local. 5 IN A 127.0.0.1"),
+		test.A("db.default.svc.clusterset.local. 5 IN A 169.254.169.254"),
+	}}
+	w := dnstest.NewRecorder(&test.ResponseWriter{})
+	if _, err := m.ServeDNS(ctx, w, tc.Msg()); err != nil {
+		t.Fatal(err)
+	}
+	if err := test.SortAndCheck(w.Msg, tc); err != nil {
+		t.Error(err)
+	}
+	d.mu.Lock()
+	if n := d.dialed["127.0.0.1:5432"] + d.dialed["[::ffff:169.254.169.254]:5432"] + d.dialed["169.254.169.254:5432"]; n != 0 {
+		t.Errorf("refused targets dialed %d times (%v)", n, d.dialed)
+	}
+	d.mu.Unlock()
+	for _, r := range []string{"loopback", "link_local"} {
+		if got := testutil.ToFloat64(probeRefused.WithLabelValues(r)) - before[r]; got != 1 {
+			t.Errorf("probe_targets_refused_total{reason=%q} grew by %v over three rounds, want 1", r, got)
+		}
+	}
+	for _, want := range []string{
+		"probe: service default/db: cluster edge-b Pod default/lo at 127.0.0.1:5432 is not probed: 127.0.0.1 is a loopback address; it stays in the answers as without probe",
+		"at [::ffff:169.254.169.254]:5432 is not probed: ::ffff:169.254.169.254 is a link-local address",
+	} {
+		if n := strings.Count(logs(), want); n != 1 {
+			t.Errorf("log has %d lines with %q, want 1:\n%s", n, want, logs())
+		}
+	}
+}
+
+// Each reason's series of probe_targets_refused_total exists from the start,
+// so that an alert sees the first refusal as an increase.
+func TestProbeRefusedSeries(t *testing.T) {
+	got := series(t, "coredns_mcsannotations_probe_targets_refused_total")
+	for _, r := range probe.Reasons {
+		if _, ok := got[string(r)]; !ok {
+			t.Errorf("probe_targets_refused_total{reason=%q}: no series", r)
+		}
 	}
 }
 

@@ -30,7 +30,7 @@ const probeCorefile = `clusterset.local:{PORT} {
         peer edge-b {PEERB}
         locality any
         snapshot {DIR}/table.db
-        probe disconnected
+        probe disconnected allow 127.77.0.0/16
     }
 }
 `

@@ -63,11 +63,12 @@ func MeasureProbeFailover(t T) (time.Duration, error) {
 
 // MeasureProbeFailovers starts clusters edge-a and edge-b (edge-b behind a
 // proxy), a CoreDNS with `probe disconnected` (defaults: tcp, interval 2s,
-// timeout 1s, fails 2, passes 2) and two edge-b endpoints of a service on
-// listeners at 127.77.0.1 and 127.77.0.2, cuts edge-b off, waits until both
-// are probed, and returns n of ProbeFailover's figures for the first (the
-// target is at most 5 s): between two, its listener starts again and the
-// next begins once it is back in the answers.
+// timeout 1s, fails 2, passes 2; `allow 127.77.0.0/16`, since loopback
+// endpoints are otherwise never probed) and two edge-b endpoints of a
+// service on listeners at 127.77.0.1 and 127.77.0.2, cuts edge-b off, waits
+// until both are probed, and returns n of ProbeFailover's figures for the
+// first (the target is at most 5 s): between two, its listener starts again
+// and the next begins once it is back in the answers.
 func MeasureProbeFailovers(t T, n int) ([]time.Duration, error) {
 	t.Helper()
 	cs := StartClusters(t, "edge-a", "edge-b")
@@ -81,7 +82,7 @@ func MeasureProbeFailovers(t T, n int) ([]time.Duration, error) {
 	b.CreateReadyPods(t, ns,
 		ReadyPod{Pod: ExporterPod("web-1", "", svc), IPs: []string{l1.IP()}},
 		ReadyPod{Pod: ExporterPod("web-2", "", svc), IPs: []string{l2.IP()}})
-	d := StartCoreDNS(t, probeCorefile, map[string]string{"KUBECONFIG": a.Kubeconfig, "PEERB": b.KubeconfigVia(t, pb), "PROBE": "disconnected"})
+	d := StartCoreDNS(t, probeCorefile, map[string]string{"KUBECONFIG": a.Kubeconfig, "PEERB": b.KubeconfigVia(t, pb), "PROBE": "disconnected allow 127.77.0.0/16"})
 	name := "backend." + ns + ".svc.clusterset.local."
 	want := []string{l1.IP(), l2.IP()}
 	ask := func() []string {

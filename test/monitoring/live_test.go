@@ -46,7 +46,7 @@ const liveCorefile = `clusterset.local:{PORT} {
         imports enforce allow 127.0.0.1/32
         ttl 5
         records_per_namespace 12
-        probe all interval 1s timeout 1s fails 1 passes 1
+        probe all interval 1s timeout 1s fails 1 passes 1 allow 127.88.0.0/16
     }
 }
 `
