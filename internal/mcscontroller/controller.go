@@ -713,7 +713,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	// What was left out is reported; each service's writes are paced, and
 	// a failed one is tried again after its own backoff.
 	for _, j := range jobs {
-		maps.Copy(said[j.k], j.out.notes)
+		said[j.k] = j.out.notes // the plan's and the sync's
 	}
 	for k, n := range said {
 		c.report(k, n)
