@@ -197,13 +197,17 @@ func derivedProblem(svc *corev1.Service) string {
 }
 
 // damping is how often one service is written: after a write, the next
-// waits interval; a service written again within twice its interval waits
-// twice as long next time (up to DampMax), one quiet for longer starts
-// again from Damp.
+// waits interval (Damp). A service written again within twice its interval
+// more than dampStrikes times in a row waits twice as long each time (up
+// to DampMax); one quiet for longer starts again from Damp. A few changes
+// in a row (an operator's edits one after the other) wait Damp at most.
 type damping struct {
 	last     time.Time
 	interval time.Duration
+	strikes  int
 }
+
+const dampStrikes = 3
 
 // wrote notes a write of k at now and returns when k may be written next.
 func (c *Controller) wrote(k clusterset.Key, now time.Time) time.Time {
@@ -216,9 +220,11 @@ func (c *Controller) wrote(k clusterset.Key, now time.Time) time.Time {
 		d = &damping{interval: c.cfg.Damp}
 		c.damp[k] = d
 	case now.Sub(d.last) > 2*d.interval:
-		d.interval = c.cfg.Damp
+		d.interval, d.strikes = c.cfg.Damp, 0
 	default:
-		d.interval = min(2*d.interval, c.cfg.DampMax)
+		if d.strikes++; d.strikes > dampStrikes {
+			d.interval = min(2*d.interval, c.cfg.DampMax)
+		}
 	}
 	d.last = now
 	return now.Add(d.interval)

@@ -447,3 +447,29 @@ func TestDampingAndClusterSetIPKept(t *testing.T) {
 		}
 	}
 }
+
+// The wait after a write: Damp for a few writes in a row, then twice as
+// long for each write within twice the wait, up to DampMax; Damp again
+// after a quiet time.
+func TestDampingInterval(t *testing.T) {
+	c := New(table.New(table.Config{LocalCluster: "a"}), nil, nil, nil, nil, Config{Damp: time.Second, DampMax: 10 * time.Second}, NewMetrics(nil))
+	defer c.later.ShutDown()
+	k := clusterset.Key{Namespace: "ns", Name: "web"}
+	now := time.Unix(1000, 0)
+	var waits []time.Duration
+	for range 8 {
+		next := c.wrote(k, now)
+		waits = append(waits, next.Sub(now))
+		now = next
+	}
+	want := []time.Duration{1, 1, 1, 1, 2, 4, 8, 10}
+	for i := range want {
+		want[i] *= time.Second
+	}
+	if !slices.Equal(waits, want) {
+		t.Errorf("waits %v, want %v", waits, want)
+	}
+	if next := c.wrote(k, now.Add(time.Minute)); next.Sub(now.Add(time.Minute)) != time.Second {
+		t.Errorf("after a quiet minute the wait is %v, want 1s", next.Sub(now.Add(time.Minute)))
+	}
+}
