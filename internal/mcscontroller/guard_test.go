@@ -285,7 +285,8 @@ func TestRefusedNamespaces(t *testing.T) {
 			e.table.Upsert(exporter("b", "web", "10.0.1.2", annotation.TypeClusterSetIP))
 			e.start(false)
 			e.waitSynced()
-			if err := e.reconcile(); err != nil {
+			// (Not e.reconcile: it waits for the slices of ns alone.)
+			if err := e.ctl.Reconcile(e.ctx); err != nil {
 				t.Fatal(err)
 			}
 			if got := len(e.importNames("kube-system")) == 1; got != c.want {
