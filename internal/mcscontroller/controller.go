@@ -865,7 +865,7 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 		}
 		if len(over) > 0 {
 			n.add("cap", ReasonClusterCap, "the share of %s not imported: each takes part in %d imports, its cap (the ones imported first are kept)",
-				clusterList(over), c.cfg.MaxImportsPerCluster)
+				clusterset.ClusterList(over), c.cfg.MaxImportsPerCluster)
 			c.refused[k] = true
 		}
 		for cl, kc := range keep[k] {
@@ -985,13 +985,6 @@ func statusClusters(u *unstructured.Unstructured) []string {
 		}
 	}
 	return out
-}
-
-func clusterList(cs []string) string {
-	if len(cs) == 1 {
-		return "cluster " + cs[0]
-	}
-	return "clusters " + strings.Join(cs, ", ")
 }
 
 // syncService writes one service's ServiceImport, derived Service (as mode

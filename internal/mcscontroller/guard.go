@@ -230,7 +230,8 @@ func (c *Controller) wrote(k clusterset.Key, now time.Time) time.Time {
 	return now.Add(d.interval)
 }
 
-// pruneDamping forgets the pacing of the services not written for long.
+// pruneDamping forgets the pacing of the services not written for long,
+// and when services gone long ago turned Headless.
 func (c *Controller) pruneDamping(now time.Time) {
 	for k, d := range c.damp {
 		if now.Sub(d.last) > 2*max(d.interval, c.cfg.DampMax) {
@@ -240,6 +241,11 @@ func (c *Controller) pruneDamping(now time.Time) {
 	for k, t := range c.notBefore {
 		if now.After(t) {
 			delete(c.notBefore, k)
+		}
+	}
+	for k, t := range c.headless {
+		if now.Sub(t) > 2*c.cfg.DampMax {
+			delete(c.headless, k)
 		}
 	}
 }
