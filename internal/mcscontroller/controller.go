@@ -101,8 +101,9 @@ type Config struct {
 	FirstLists time.Duration
 
 	// MaxImportsPerNamespace caps the services imported into one namespace
-	// (default 256), MaxImportsPerCluster the services one source cluster
-	// takes part in (default 2048); negative: no cap. Over a cap, a new
+	// (default 1000), MaxImportsPerCluster the services one source cluster
+	// takes part in (default 20000: the 10,000 services of the benchmark
+	// with room); negative: no cap. Over a cap, a new
 	// service (or a cluster's new share of one) is refused, never one
 	// already imported: what was imported first stays, and among new ones
 	// the oldest export (then the name) goes first.
@@ -255,10 +256,10 @@ func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dyna
 		cfg.FirstLists = 5 * time.Second
 	}
 	if cfg.MaxImportsPerNamespace == 0 {
-		cfg.MaxImportsPerNamespace = 256
+		cfg.MaxImportsPerNamespace = 1000
 	}
 	if cfg.MaxImportsPerCluster == 0 {
-		cfg.MaxImportsPerCluster = 2048
+		cfg.MaxImportsPerCluster = 20000
 	}
 	if cfg.RefusedNamespaces == nil {
 		cfg.RefusedNamespaces = DefaultRefusedNamespaces
@@ -966,6 +967,17 @@ func (c *Controller) count(k clusterset.Key, o *outcome, by int, before map[stri
 	}
 }
 
+// heldDerived is the derived Service of k the informer holds, when it has
+// ClusterIPs (nil: none).
+func (c *Controller) heldDerived(k clusterset.Key) *corev1.Service {
+	o, ok, _ := c.services.GetByKey(k.Namespace + "/" + clusterset.DerivedServiceName(k.Name))
+	svc, _ := o.(*corev1.Service)
+	if !ok || svc == nil || svc.Labels[mcsv1beta1.LabelServiceName] != k.Name || len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil
+	}
+	return svc
+}
+
 // derivedExists says whether a derived Service of k is held (made by this
 // controller, perhaps before a restart).
 func (c *Controller) derivedExists(k clusterset.Key) bool {
@@ -991,7 +1003,16 @@ func statusClusters(u *unstructured.Unstructured) []string {
 // says) and the slices of the clusters whose share is current. What it
 // leaves out goes to out.notes.
 func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clusterset.Import, cur map[string]*share, out *outcome, mode derivedMode) error {
-	si, err := c.applyImport(ctx, k, im, nil, nil, out)
+	// A derived Service held from before (a service turned back from
+	// Headless) gives the import its IPs at once, not after a write without.
+	var ips []string
+	var families []corev1.IPFamily
+	if mode == derivedApply {
+		if svc := c.heldDerived(k); svc != nil && derivedProblem(clusterset.DerivedService(k, im, metav1.OwnerReference{})) == "" {
+			ips, families = svc.Spec.ClusterIPs, svc.Spec.IPFamilies
+		}
+	}
+	si, err := c.applyImport(ctx, k, im, ips, families, out)
 	if err != nil {
 		return err
 	}

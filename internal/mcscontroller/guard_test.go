@@ -384,6 +384,17 @@ func TestOldNamesCleanedUp(t *testing.T) {
 func TestDampingAndClusterSetIPKept(t *testing.T) {
 	e := newEnv(t, Config{Damp: time.Hour, DampMax: time.Hour}, []*fakeSource{newSource("b", true, time.Now())})
 	k := clusterset.Key{Namespace: "ns", Name: "web"}
+	// Each step waits for the import informer to hold what was written:
+	// the applied hash is compared with what it holds.
+	reconcile := func() error {
+		err := e.reconcile()
+		e.poll("the import informer to see the writes", func() bool {
+			o, err := e.ctl.imports.ByNamespace("ns").Get("web")
+			want := e.serviceImport("web")
+			return err == nil && want != nil && equalObjects(o.(*unstructured.Unstructured), want)
+		})
+		return err
+	}
 	flip := func(typ string, port int32) {
 		p := exporter("b", "web", "10.0.1.1", typ)
 		p.Exports[0].Ports[0].Port = port
@@ -392,7 +403,7 @@ func TestDampingAndClusterSetIPKept(t *testing.T) {
 	flip(annotation.TypeClusterSetIP, 80)
 	e.start(false)
 	e.waitSynced()
-	if err := e.reconcile(); err != nil {
+	if err := reconcile(); err != nil {
 		t.Fatal(err)
 	}
 	ips := func() []string {
@@ -411,7 +422,7 @@ func TestDampingAndClusterSetIPKept(t *testing.T) {
 		} else {
 			flip(annotation.TypeClusterSetIP, 80)
 		}
-		if err := e.reconcile(); err != nil {
+		if err := reconcile(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -425,7 +436,7 @@ func TestDampingAndClusterSetIPKept(t *testing.T) {
 	// Due: it is written as it is now (Headless), its derived Service kept.
 	flip(annotation.TypeHeadless, 81)
 	e.ctl.notBefore[k] = time.Now().Add(-time.Second)
-	if err := e.reconcile(); err != nil {
+	if err := reconcile(); err != nil {
 		t.Fatal(err)
 	}
 	if typ, _, _ := unstructured.NestedString(e.serviceImport("web").Object, "spec", "type"); typ != "Headless" {
@@ -436,7 +447,7 @@ func TestDampingAndClusterSetIPKept(t *testing.T) {
 	}
 	flip(annotation.TypeClusterSetIP, 80)
 	e.ctl.notBefore[k] = time.Now().Add(-time.Second)
-	if err := e.reconcile(); err != nil {
+	if err := reconcile(); err != nil {
 		t.Fatal(err)
 	}
 	if got := ips(); !slices.Equal(got, first) {
