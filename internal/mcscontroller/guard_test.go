@@ -485,3 +485,35 @@ func TestDampingInterval(t *testing.T) {
 		t.Errorf("after a quiet minute the wait is %v, want 1s", next.Sub(now.Add(time.Minute)))
 	}
 }
+
+// With a recorder, a conflict between the clusters' exports is recorded as
+// a Warning Event on the local ServiceExport, once while it lasts.
+func TestConflictEvent(t *testing.T) {
+	se := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": exportsGVR.GroupVersion().String(), "kind": "ServiceExport",
+		"metadata": map[string]any{"namespace": "ns", "name": "web"},
+	}}
+	rec := record.NewFakeRecorder(10)
+	e := newEnv(t, Config{Recorder: rec}, []*fakeSource{newSource("a", true, time.Now()), newSource("b", true, time.Now())}, se)
+	e.table.Upsert(exporter("a", "web", "10.0.0.1", annotation.TypeHeadless))
+	e.table.Upsert(exporter("b", "web", "10.0.1.1", annotation.TypeClusterSetIP))
+	e.start(false)
+	e.waitSynced()
+	for range 2 {
+		if err := e.reconcile(); err != nil {
+			t.Fatal(err)
+		}
+		e.poll("the export informer to see the condition", func() bool {
+			o, err := e.ctl.exports.ByNamespace("ns").Get("web")
+			return err == nil && condition(o.(*unstructured.Unstructured), "Conflict") != nil
+		})
+	}
+	close(rec.Events)
+	var got []string
+	for ev := range rec.Events {
+		got = append(got, ev)
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+ReasonConflict+" TypeConflict") {
+		t.Errorf("events %q, want one TypeConflict warning", got)
+	}
+}
