@@ -103,16 +103,17 @@ type Config struct {
 	// MaxImportsPerNamespace caps the services imported into one namespace
 	// (default 1000), MaxImportsPerCluster the services one source cluster
 	// takes part in (default 20000: the 10,000 services of the benchmark
-	// with room); negative: no cap. Over a cap, a new
-	// service (or a cluster's new share of one) is refused, never one
-	// already imported: what was imported first stays, and among new ones
-	// the oldest export (then the name) goes first.
+	// with room); negative: no cap. Over a cap, a new service (or a
+	// cluster's new share of one) is refused, never one already imported:
+	// what was imported first stays, and among new ones the oldest export
+	// (then the name) goes first.
 	MaxImportsPerNamespace, MaxImportsPerCluster int
 	// RefusedNamespaces are the namespaces no import is written to (nil:
 	// DefaultRefusedNamespaces; empty: none).
 	RefusedNamespaces []string
 	// Damp is the least time between two writes of one service (default 1s;
-	// negative: none). A service that keeps changing waits twice as long
+	// negative: none). A service that keeps changing (more than three writes
+	// in a row, each within twice its wait of the last) waits twice as long
 	// each time, up to DampMax (default 30s). A ClusterSetIP service that
 	// turns Headless keeps its derived Service, and so its ClusterSetIPs,
 	// for DampMax: turned back within it, it has the same ones.

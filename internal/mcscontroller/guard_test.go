@@ -311,7 +311,6 @@ func TestRefusedNamespaces(t *testing.T) {
 // or one of its own for another service or cluster), is left alone: no
 // write over it, the import written without IPs, counted.
 func TestNameTakenLeftAlone(t *testing.T) {
-	k := clusterset.Key{Namespace: "ns", Name: "web"}
 	theirs := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: clusterset.DerivedServiceName("web"),
 		Labels: map[string]string{clusterset.LabelManagedBy: clusterset.ManagedBy, mcsv1beta1.LabelServiceName: "other"}},
 		Spec: corev1.ServiceSpec{ClusterIP: "10.96.7.7", ClusterIPs: []string{"10.96.7.7"}}}
@@ -342,7 +341,6 @@ func TestNameTakenLeftAlone(t *testing.T) {
 	if v := testutil.ToFloat64(e.metrics.Refused.WithLabelValues(ReasonNameTaken)); v != 2 {
 		t.Errorf("names taken counted %v, want 2", v)
 	}
-	_ = k
 }
 
 // Objects written under the names of an earlier version (a shorter hash)
