@@ -184,6 +184,8 @@ type Controller struct {
 	// refused are the services left out for a cap: looked at again when a
 	// service goes and makes room.
 	refused map[clusterset.Key]bool
+	// loggedRefused is how many were refused when logCaps last logged.
+	loggedRefused int
 	// said are the notes last reported per service (report).
 	said map[clusterset.Key]notes
 	// damp and notBefore pace each service's writes: a service marked
@@ -749,6 +751,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	for k, g := range groups {
 		c.lastCount[k] = len(g)
 	}
+	c.logCaps()
 	c.metrics.observe(len(c.done), c.nslices, c.nconflicts, len(c.refused), time.Since(start))
 	return errors.Join(errs...)
 }

@@ -64,17 +64,23 @@ func (c *Controller) report(k clusterset.Key, now notes) {
 		if old, ok := before[topic]; ok && old == n {
 			continue
 		}
-		if n.reason == reasonNoAddress {
+		switch n.reason {
+		case reasonNoAddress:
 			klog.V(2).Infof("mcs-controller: service %s: %s", k, n.msg)
 			continue
+		case ReasonNamespaceCap, ReasonClusterCap:
+			// One tenant can have thousands refused: each at -v=2, and a
+			// summary (logCaps) when their number changes.
+			klog.V(2).Infof("mcs-controller: service %s: %s", k, n.msg)
+		default:
+			klog.Warningf("mcs-controller: service %s: %s", k, n.msg)
 		}
-		klog.Warningf("mcs-controller: service %s: %s", k, n.msg)
 		c.metrics.Refused.WithLabelValues(n.reason).Inc()
 		c.event(k, corev1.EventTypeWarning, n.reason, n.msg)
 	}
 	for topic, n := range before {
 		if _, ok := now[topic]; !ok && n.reason != reasonNoAddress {
-			klog.Infof("mcs-controller: service %s: no longer: %s", k, n.msg)
+			klog.V(2).Infof("mcs-controller: service %s: no longer: %s", k, n.msg)
 		}
 	}
 	if len(now) == 0 {
@@ -82,6 +88,29 @@ func (c *Controller) report(k clusterset.Key, now notes) {
 		return
 	}
 	c.said[k] = maps.Clone(now)
+}
+
+// logCaps logs how many services the caps refuse, with a few of them,
+// when that number changes.
+func (c *Controller) logCaps() {
+	if len(c.refused) == c.loggedRefused {
+		return
+	}
+	c.loggedRefused = len(c.refused)
+	if len(c.refused) == 0 {
+		klog.Infof("mcs-controller: no service refused for a cap any more")
+		return
+	}
+	keys := make([]string, 0, len(c.refused))
+	for k := range c.refused {
+		keys = append(keys, k.String())
+	}
+	slices.Sort(keys)
+	if len(keys) > 5 {
+		keys = append(keys[:5], fmt.Sprintf("and %d more", len(keys)-5))
+	}
+	klog.Warningf("mcs-controller: %d services (or clusters' shares of them) not imported: a namespace or a source cluster reached its cap (%d per namespace, %d per cluster): %s",
+		len(c.refused), c.cfg.MaxImportsPerNamespace, c.cfg.MaxImportsPerCluster, strings.Join(keys, ", "))
 }
 
 // event records an Event on the local ServiceExport of k, else on its
