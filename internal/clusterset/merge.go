@@ -193,17 +193,18 @@ func Merge(exports []Export) Import {
 		}
 		im.Conflicts = append(im.Conflicts, r)
 		msg = append(msg, fmt.Sprintf("%s: %s differ from the oldest export (cluster %s), whose value is used",
-			r, clusterList(cs), im.Oldest))
+			r, ClusterList(cs), im.Oldest))
 	}
 	if len(msg) == 0 {
-		im.Message = fmt.Sprintf("exported by %s without conflicts", clusterList(im.Clusters))
+		im.Message = fmt.Sprintf("exported by %s without conflicts", ClusterList(im.Clusters))
 	} else {
 		im.Message = strings.Join(msg, "; ")
 	}
 	return im
 }
 
-func clusterList(cs []string) string {
+// ClusterList names clusters for a message: "cluster a" or "clusters a, b" (sorted).
+func ClusterList(cs []string) string {
 	s := slices.Clone(cs)
 	slices.Sort(s)
 	if len(s) == 1 {

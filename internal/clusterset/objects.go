@@ -2,15 +2,18 @@ package clusterset
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/base32"
 	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
@@ -50,9 +53,17 @@ type Endpoint struct {
 
 // DerivedServiceName is the name of the Service whose ClusterIPs are a
 // ClusterSetIP service's ClusterSetIPs: distinct from the exported service's
-// own name, which the exporting cluster uses for its local Service.
+// own name, which the exporting cluster uses for its local Service. It ends
+// in 65 bits of the SHA-256 of the whole service name, so two services of a
+// namespace do not get one derived name however alike their names are, and
+// starts with a letter as a Service name must (a service name may start with
+// a digit: "1web" gives "s1web-mcs-...").
 func DerivedServiceName(service string) string {
-	return fmt.Sprintf("%s-mcs-%06x", trunc(service, 52), hash(service)&0xffffff)
+	head := trunc(service, 45)
+	if head == "" || head[0] < 'a' || head[0] > 'z' {
+		head = "s" + trunc(service, 44)
+	}
+	return head + "-mcs-" + hash(service)
 }
 
 // DerivedService is the Service the controller creates for a ClusterSetIP
@@ -107,7 +118,7 @@ func Slices(key Key, cluster, derived string, im *Import, eps []Endpoint, owner 
 			if a.Is6() && !a.Is4In6() {
 				family = discoveryv1.AddressTypeIPv6
 			}
-			if seen[family] || !a.IsValid() {
+			if seen[family] || AddressProblem(a) != "" {
 				continue
 			}
 			seen[family] = true
@@ -123,7 +134,7 @@ func Slices(key Key, cluster, derived string, im *Import, eps []Endpoint, owner 
 					Ready: ptr.To(ep.Ready), Serving: ptr.To(ep.Serving), Terminating: ptr.To(ep.Terminating),
 				},
 			}
-			if ep.Hostname != "" {
+			if ep.Hostname != "" && hostnameOK(ep.Hostname) {
 				e.Hostname = ptr.To(ep.Hostname)
 			}
 			g.eps = append(g.eps, e)
@@ -138,13 +149,12 @@ func Slices(key Key, cluster, derived string, im *Import, eps []Endpoint, owner 
 	for _, gk := range keys {
 		g := groups[gk]
 		slices.SortFunc(g.eps, func(a, b discoveryv1.Endpoint) int { return cmp.Compare(a.Addresses[0], b.Addresses[0]) })
-		h := hash(key.Namespace + "/" + key.Name + "/" + cluster + "/" + gk)
 		for i := 0; i < len(g.eps); i += MaxEndpointsPerSlice {
 			s := &discoveryv1.EndpointSlice{
 				TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
 				ObjectMeta: metav1.ObjectMeta{
 					Namespace:       key.Namespace,
-					Name:            fmt.Sprintf("%s-%08x-%d", trunc(key.Name, 40), h, i/MaxEndpointsPerSlice),
+					Name:            sliceName(key, cluster, gk, i/MaxEndpointsPerSlice),
 					Labels:          SliceLabels(key, cluster, derived),
 					OwnerReferences: []metav1.OwnerReference{owner},
 				},
@@ -156,6 +166,14 @@ func Slices(key Key, cluster, derived string, im *Import, eps []Endpoint, owner 
 		}
 	}
 	return out
+}
+
+// sliceName is the name of the n-th slice of a service's endpoints from one
+// cluster with one address family and set of ports (group): the whole
+// service name (an EndpointSlice's name may have 253 characters) and 65 bits
+// of the hash of the service, cluster and group.
+func sliceName(key Key, cluster, group string, n int) string {
+	return fmt.Sprintf("%s-%s-%d", key.Name, hash(key.Namespace+"/"+key.Name+"/"+cluster+"/"+group), n)
 }
 
 // SliceLabels are the labels of the EndpointSlices of a service from one
@@ -205,10 +223,43 @@ func portsKey(ps []discoveryv1.EndpointPort) string {
 	return string(b)
 }
 
-func hash(s string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(s))
-	return h.Sum32()
+// hashEncoding is base32 in lower case, without padding: a DNS label's letters and digits.
+var hashEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// hash is the first 65 bits of the SHA-256 of s, in 13 base32 characters:
+// two of the names built from it do not collide in practice (a birthday
+// collision needs about 2^32 names).
+func hash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hashEncoding.EncodeToString(sum[:])[:13]
+}
+
+// AddressProblem says why an endpoint address is one the API server refuses
+// in an EndpointSlice (unspecified, loopback, link-local; the same rules as
+// its ValidateEndpointIP) or that no service has any business sending
+// traffic to (any multicast); "" for a good one.
+func AddressProblem(a netip.Addr) string {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid():
+		return "invalid"
+	case a.Zone() != "":
+		return "zoned"
+	case a.IsUnspecified():
+		return "unspecified"
+	case a.IsLoopback():
+		return "loopback"
+	case a.IsLinkLocalUnicast():
+		return "link-local"
+	case a.IsMulticast():
+		return "multicast"
+	}
+	return ""
+}
+
+// hostnameOK says whether an endpoint's hostname is one an EndpointSlice may carry.
+func hostnameOK(h string) bool {
+	return len(validation.IsDNS1123Label(h)) == 0 && !strings.Contains(h, ".")
 }
 
 func trunc(s string, n int) string {

@@ -2,7 +2,9 @@ package clusterset
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,7 +22,9 @@ func endpoint(ip string, ready bool, ports ...EndpointPort) Endpoint {
 	for _, s := range strings.Split(ip, ",") {
 		addrs = append(addrs, netip.MustParseAddr(s))
 	}
-	return Endpoint{Addresses: addrs, Hostname: strings.NewReplacer(".", "-", ":", "-").Replace(ip), Ready: ready, Serving: ready, Ports: ports}
+	// The hostname is the first address dashed, as the table gives it.
+	host := strings.NewReplacer(".", "-", ":", "-").Replace(strings.Split(ip, ",")[0])
+	return Endpoint{Addresses: addrs, Hostname: host, Ready: ready, Serving: ready, Ports: ports}
 }
 
 func TestDerivedServiceName(t *testing.T) {
@@ -150,5 +154,113 @@ func TestSlicesSplitAndStable(t *testing.T) {
 				t.Errorf("clusters c and d share slice name %s", s.Name)
 			}
 		}
+	}
+}
+
+// Derived Service and EndpointSlice names do not collide for names that
+// share everything but their tails: many more of them than a 24- or 32-bit
+// hash of a cut name would give without a collision.
+func TestNamesDoNotCollide(t *testing.T) {
+	const n = 200000
+	derived := make(map[string]string, n)
+	sliceNames := make(map[string]string, n)
+	prefix := strings.Repeat("a", 52)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	tail := make([]byte, 10)
+	for i := range n {
+		for j := range tail {
+			tail[j] = 'a' + byte(rnd.IntN(26))
+		}
+		svc := prefix + "-" + string(tail) // 63 characters
+		if d := DerivedServiceName(svc); derived[d] != "" {
+			t.Fatalf("services %s and %s both derive %s", derived[d], svc, d)
+		} else {
+			derived[d] = svc
+		}
+		s := sliceName(Key{"ns", svc}, "edge-b", "IPv4/http:TCP:8080,", 0)
+		if sliceNames[s] != "" {
+			t.Fatalf("services %s and %s both have the slice %s", sliceNames[s], svc, s)
+		}
+		sliceNames[s] = svc
+		if i%50000 == 0 {
+			if errs := validation.IsDNS1123Subdomain(s); len(errs) > 0 {
+				t.Errorf("slice name %q: %v", s, errs)
+			}
+		}
+	}
+}
+
+// A service name the API server would refuse as a Service name (a leading
+// digit) still gives a valid derived name, distinct from its neighbours'.
+func TestDerivedServiceNameOfDigitName(t *testing.T) {
+	for _, svc := range []string{"1web", "0", strings.Repeat("9", 63)} {
+		name := DerivedServiceName(svc)
+		if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
+			t.Errorf("DerivedServiceName(%q) = %q: %v", svc, name, errs)
+		}
+	}
+	if DerivedServiceName("1web") == DerivedServiceName("s1web") {
+		t.Errorf("1web and s1web derive one name")
+	}
+}
+
+func TestAddressProblem(t *testing.T) {
+	for _, c := range []struct{ addr, want string }{
+		{"10.0.0.1", ""},
+		{"fd00::1", ""},
+		{"192.0.2.7", ""},
+		{"127.0.0.1", "loopback"},
+		{"127.3.4.5", "loopback"},
+		{"::1", "loopback"},
+		{"::ffff:127.0.0.1", "loopback"},
+		{"0.0.0.0", "unspecified"},
+		{"::", "unspecified"},
+		{"169.254.169.254", "link-local"},
+		{"fe80::1", "link-local"},
+		{"224.0.0.1", "multicast"},
+		{"239.1.2.3", "multicast"},
+		{"ff05::2", "multicast"},
+		{"fe80::1%eth0", "zoned"},
+	} {
+		if got := AddressProblem(netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("AddressProblem(%s) = %q, want %q", c.addr, got, c.want)
+		}
+	}
+	if got := AddressProblem(netip.Addr{}); got != "invalid" {
+		t.Errorf("AddressProblem of the zero Addr = %q", got)
+	}
+}
+
+// The addresses the API server would refuse are left out of the slices, the
+// good ones of the same Pods kept; a hostname that is not a DNS label is
+// left out, its endpoint kept.
+func TestSlicesLeaveOutRefusedAddresses(t *testing.T) {
+	im := Merge([]Export{{Cluster: "a", Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{{Name: "http", Port: 80}}}})
+	http := EndpointPort{Name: "http", Port: 8080}
+	bad := endpoint("10.0.0.9", true, http)
+	bad.Hostname = "Not_A.Label"
+	eps := []Endpoint{
+		endpoint("10.0.0.1", true, http),
+		endpoint("127.0.0.1", true, http),
+		endpoint("169.254.169.254", true, http),
+		endpoint("0.0.0.0,fd00::2", true, http), // the IPv6 address is kept
+		endpoint("224.0.0.5", true, http),
+		endpoint("::1", true, http),
+		bad,
+	}
+	var got []string
+	for _, s := range Slices(Key{"ns", "web"}, "b", "web-mcs-x", &im, eps, owner) {
+		for _, e := range s.Endpoints {
+			h := "-"
+			if e.Hostname != nil {
+				h = *e.Hostname
+			}
+			got = append(got, e.Addresses[0]+" "+h)
+		}
+	}
+	slices.Sort(got)
+	want := []string{"10.0.0.1 10-0-0-1", "10.0.0.9 -", "fd00::2 0-0-0-0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("endpoints %v, want %v", got, want)
 	}
 }

@@ -69,7 +69,7 @@ func BenchmarkControllerMemory(b *testing.B) {
 		return []*fakeSource{newSource("a", true, now), newSource("b", true, now), newSource("c", true, now)}
 	}
 	// The objects, as a controller writes them.
-	first := newEnv(b, Config{}, srcs())
+	first := newEnv(b, Config{MaxImportsPerNamespace: -1, MaxImportsPerCluster: -1}, srcs())
 	// Its informers list, but watch nothing: the fakes' watchers hold 100
 	// events and panic beyond, which tens of thousands of writes in one
 	// reconcile overrun. It writes without looking at what it wrote.
@@ -102,7 +102,7 @@ func BenchmarkControllerMemory(b *testing.B) {
 	first.cancel()
 	first, pods = nil, nil
 
-	e := newEnv(b, Config{}, srcs(), objs...)
+	e := newEnv(b, Config{MaxImportsPerNamespace: -1, MaxImportsPerCluster: -1}, srcs(), objs...)
 	objs = nil
 	before := heapInUse()
 	pods = benchPods(services, endpoints)

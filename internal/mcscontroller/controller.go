@@ -13,12 +13,14 @@
 package mcscontroller
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -42,6 +44,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -96,6 +99,31 @@ type Config struct {
 	// as each cluster's list comes in. A cluster that does not answer
 	// within it is written as it is held (stale), and again once it lists.
 	FirstLists time.Duration
+
+	// MaxImportsPerNamespace caps the services imported into one namespace
+	// (default 1000), MaxImportsPerCluster the services one source cluster
+	// takes part in (default 20000: the 10,000 services of the benchmark
+	// with room); negative: no cap. Over a cap, a new service (or a
+	// cluster's new share of one) is refused, never one already imported:
+	// what was imported first stays, and among new ones the oldest export
+	// (then the name) goes first.
+	MaxImportsPerNamespace, MaxImportsPerCluster int
+	// RefusedNamespaces are the namespaces no import is written to (nil:
+	// DefaultRefusedNamespaces; empty: none).
+	RefusedNamespaces []string
+	// Damp is the least time between two writes of one service (default 1s;
+	// negative: none). A service that keeps changing (more than three writes
+	// in a row, each within twice its wait of the last) waits twice as long
+	// each time, up to DampMax (default 30s). A ClusterSetIP service that
+	// turns Headless keeps its derived Service, and so its ClusterSetIPs,
+	// for DampMax: turned back within it, it has the same ones.
+	Damp, DampMax time.Duration
+	// RetryMax caps the backoff of a service whose writes failed (its own:
+	// from Interval, doubling; default 1m). The other services do not wait.
+	RetryMax time.Duration
+	// Recorder, when set, records Events on the ServiceExport (else the
+	// ServiceImport) of a service for what is refused or conflicts.
+	Recorder record.EventRecorder
 }
 
 // Controller keeps the MCS objects of the local cluster.
@@ -148,8 +176,31 @@ type Controller struct {
 	lastCount map[clusterset.Key]int
 	done      map[clusterset.Key]*outcome
 	// nslices and nconflicts total the slices and the conflicts of done,
-	// kept as done changes so that the metrics need no walk over it.
+	// kept as done changes so that the metrics need no walk over it;
+	// perNS and perCluster count the services of done by namespace and by
+	// source cluster (the caps).
 	nslices, nconflicts int
+	perNS, perCluster   map[string]int
+	// refused are the services left out for a cap: looked at again when a
+	// service goes and makes room.
+	refused map[clusterset.Key]bool
+	// loggedRefused is how many were refused when logCaps last logged.
+	loggedRefused int
+	// said are the notes last reported per service (report).
+	said map[clusterset.Key]notes
+	// damp and notBefore pace each service's writes: a service marked
+	// before its time waits in later. headless is when a ClusterSetIP
+	// service whose derived Service is kept turned Headless.
+	damp      map[clusterset.Key]*damping
+	notBefore map[clusterset.Key]time.Time
+	headless  map[clusterset.Key]time.Time
+
+	// retry is each service's backoff after a failed write; later holds
+	// the services that wait (backoff or damping) until they are due.
+	retry workqueue.TypedRateLimiter[clusterset.Key]
+	later workqueue.TypedDelayingInterface[clusterset.Key]
+	// refusedNS are the namespaces no import is written to.
+	refusedNS map[string]bool
 }
 
 // outcome is what the controller keeps for one service.
@@ -160,6 +211,12 @@ type outcome struct {
 	// failed: a write failed, so what it holds is not known to be all it
 	// wants; nothing of it is deleted until a reconcile succeeds.
 	failed bool
+	// clusters are the source clusters whose shares it holds (the caps).
+	clusters []string
+	// wrote: the sync wrote something (the damping counts it).
+	wrote bool
+	// notes are what the sync left out, reported after it.
+	notes notes
 }
 
 func (o *outcome) addSlice(s *discoveryv1.EndpointSlice) {
@@ -201,9 +258,35 @@ func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dyna
 	if cfg.FirstLists <= 0 {
 		cfg.FirstLists = 5 * time.Second
 	}
+	if cfg.MaxImportsPerNamespace == 0 {
+		cfg.MaxImportsPerNamespace = 1000
+	}
+	if cfg.MaxImportsPerCluster == 0 {
+		cfg.MaxImportsPerCluster = 20000
+	}
+	if cfg.RefusedNamespaces == nil {
+		cfg.RefusedNamespaces = DefaultRefusedNamespaces
+	}
+	if cfg.Damp == 0 {
+		cfg.Damp = time.Second
+	}
+	if cfg.DampMax <= 0 {
+		cfg.DampMax = 30 * time.Second
+	}
+	cfg.DampMax = max(cfg.DampMax, cfg.Damp)
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = time.Minute
+	}
 	c := &Controller{cfg: cfg, table: t, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
 		kick: make(chan struct{}, 1), ready: make(chan struct{}), dirty: map[clusterset.Key]bool{}, dirtyNS: map[string]bool{}, all: true,
-		done: map[clusterset.Key]*outcome{}}
+		done: map[clusterset.Key]*outcome{}, perNS: map[string]int{}, perCluster: map[string]int{}, refused: map[clusterset.Key]bool{},
+		said: map[clusterset.Key]notes{}, damp: map[clusterset.Key]*damping{}, notBefore: map[clusterset.Key]time.Time{},
+		headless: map[clusterset.Key]time.Time{}, refusedNS: map[string]bool{},
+		retry: workqueue.NewTypedItemExponentialFailureRateLimiter[clusterset.Key](cfg.Interval, cfg.RetryMax),
+		later: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[clusterset.Key]{Name: "mcs-controller"})}
+	for _, ns := range cfg.RefusedNamespaces {
+		c.refusedNS[ns] = true
+	}
 	t.OnPodChange(func(table.Key, *table.Pod) { c.Kick() })
 	m.sources.Store(&sources)
 	return c
@@ -221,6 +304,22 @@ func (c *Controller) Kick() {
 // done. The ServiceImport CRD is looked for until it is served.
 func (c *Controller) Run(ctx context.Context) {
 	c.started = time.Now()
+	// The services that waited (backoff, damping) are marked when due.
+	go func() {
+		<-ctx.Done()
+		c.later.ShutDown()
+	}()
+	go func() {
+		for {
+			k, shutdown := c.later.Get()
+			if shutdown {
+				return
+			}
+			c.markDirty(k, false)
+			c.later.Done(k)
+			c.Kick()
+		}
+	}()
 	managed := labels.Set{discoveryv1.LabelManagedBy: clusterset.ManagedBy}.String()
 	derived := labels.Set{clusterset.LabelManagedBy: clusterset.ManagedBy}.String()
 	nsf := informers.NewSharedInformerFactory(c.client, 0)
@@ -237,13 +336,15 @@ func (c *Controller) Run(ctx context.Context) {
 	nsReg, _ := nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: c.namespaceChanged, DeleteFunc: c.namespaceChanged})
 	svReg, _ := svInf.AddEventHandler(c.handler(byServiceLabel))
 	slReg, _ := slInf.AddEventHandler(c.handler(byServiceLabel))
-	_ = slInf.AddIndexers(cache.Indexers{indexService: func(o any) ([]string, error) {
+	byService := cache.Indexers{indexService: func(o any) ([]string, error) {
 		k, ok := byServiceLabel(o)
 		if !ok {
 			return nil, nil
 		}
 		return []string{k.String()}, nil
-	}})
+	}}
+	_ = slInf.AddIndexers(byService)
+	_ = svInf.AddIndexers(byService)
 	c.namespaces, c.services, c.slices = nsInf.GetIndexer(), svInf.GetIndexer(), slInf.GetIndexer()
 	c.synced = []cache.InformerSynced{nsReg.HasSynced, svReg.HasSynced, slReg.HasSynced}
 	nsf.Start(ctx.Done())
@@ -297,7 +398,8 @@ func (c *Controller) waitFirstLists(ctx context.Context) {
 
 // RunLoop reconciles on every kick (after Interval, so that a burst of
 // changes is written once) and every Resync, until ctx is done. Run must
-// have been started.
+// have been started. A failed write never holds the loop back: only its
+// service waits (Config.RetryMax).
 func (c *Controller) RunLoop(ctx context.Context) {
 	resync := time.NewTicker(c.cfg.Resync)
 	defer resync.Stop()
@@ -315,7 +417,6 @@ func (c *Controller) RunLoop(ctx context.Context) {
 	}
 	c.waitFirstLists(ctx)
 	c.Kick()
-	backoff := wait.Backoff{Duration: c.cfg.Interval, Factor: 2, Cap: 10 * time.Second, Steps: 1 << 30}
 	for {
 		select {
 		case <-ctx.Done():
@@ -333,19 +434,9 @@ func (c *Controller) RunLoop(ctx context.Context) {
 			return
 		case <-time.After(c.cfg.Interval):
 		}
-		if err := c.Reconcile(ctx); err != nil {
-			c.logOnce(err)
-			d := backoff.Step()
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(d):
-			}
-			c.Kick()
-			continue
-		}
-		backoff = wait.Backoff{Duration: c.cfg.Interval, Factor: 2, Cap: 10 * time.Second, Steps: 1 << 30}
-		c.logOnce(nil)
+		// A service whose writes failed is retried after its own backoff
+		// (Reconcile schedules it): the others do not wait for it.
+		c.logOnce(c.Reconcile(ctx))
 	}
 }
 
@@ -574,60 +665,34 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 			dirty[k] = true
 		}
 	}
-	// What each dirty service should be; the writes follow, Workers
-	// services at a time.
-	type job struct {
-		k   clusterset.Key
-		im  *clusterset.Import
-		cur map[string]*share
-		out *outcome
+	now := time.Now()
+	if all {
+		c.pruneDamping(now)
 	}
-	var jobs []job
+	// A service that waits (damping, the backoff of a failed write) is
+	// left as it is until due: later marks it then.
 	for k := range dirty {
-		if old := c.done[k]; old != nil {
-			s, cf := old.counts()
-			c.nslices, c.nconflicts = c.nslices-s, c.nconflicts-cf
-			delete(c.done, k)
+		if t, ok := c.notBefore[k]; ok && now.Before(t) {
+			delete(dirty, k)
+			c.later.AddAfter(k, t.Sub(now))
+			c.metrics.Deferred.Inc()
 		}
-		if _, ok, _ := c.namespaces.GetByKey(k.Namespace); !ok {
-			continue // never create a namespace: no import where it does not exist
-		}
-		out := &outcome{}
-		var exports []clusterset.Export
-		cur := shares(groups[k])[k]
-		for cl, s := range cur {
-			exports = append(exports, toExport(cl, &s.entry))
-		}
-		for cl, kc := range keep[k] {
-			for _, s := range kc.slices {
-				out.addSlice(s)
-			}
-			if kc.entry.Name != "" {
-				exports = append(exports, toExport(cl, &kc.entry))
-			}
-		}
-		if len(exports) == 0 {
-			if len(out.slices) > 0 {
-				// Only slices without a readable entry: keep them and the import as they are.
-				out.service = k.Namespace + "/" + clusterset.DerivedServiceName(k.Name)
-				c.done[k] = out
-			}
-			continue
-		}
-		im := clusterset.Merge(exports)
-		out.merged = &im
-		c.done[k] = out
-		jobs = append(jobs, job{k, &im, cur, out})
 	}
+	jobs, said := c.plan(dirty, groups, keep, now)
 	errs := make([]error, len(jobs))
 	workqueue.ParallelizeUntil(ctx, c.cfg.Workers, len(jobs), func(i int) {
 		j := jobs[i]
-		if err := c.syncService(ctx, j.k, j.im, j.cur, j.out); err != nil {
+		if err := c.syncService(ctx, j.k, j.im, j.cur, j.out, j.derived); err != nil {
 			errs[i] = fmt.Errorf("service %s: %w", j.k, err)
 			j.out.failed = true
-			c.markDirty(j.k, false) // again next time
 		}
 	})
+	failed := map[clusterset.Key]error{}
+	for i, j := range jobs {
+		if errs[i] != nil {
+			failed[j.k] = errs[i]
+		}
+	}
 	if ctx.Err() != nil {
 		// Stopped before every job ran: what did not run is not known to be written.
 		for _, j := range jobs {
@@ -642,12 +707,43 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 			c.nslices, c.nconflicts = c.nslices+s, c.nconflicts+cf
 		}
 	}
-	later := c.deleteUnwanted(ctx, dirty, all)
-	later = append(later, c.syncConflicts(ctx, dirty, all)...)
-	if len(later) > 0 {
-		c.markDirty(clusterset.Key{}, true)
+	fail := func(k clusterset.Key, err error) {
+		failed[k] = errors.Join(failed[k], err)
+		errs = append(errs, fmt.Errorf("service %s: %w", k, err))
 	}
-	errs = append(errs, later...)
+	deleted := c.deleteUnwanted(ctx, dirty, all, fail)
+	c.syncConflicts(ctx, dirty, all, fail)
+
+	// What was left out is reported; each service's writes are paced, and
+	// a failed one is tried again after its own backoff.
+	for _, j := range jobs {
+		said[j.k] = j.out.notes // the plan's and the sync's
+	}
+	for k, n := range said {
+		c.report(k, n)
+	}
+	for _, j := range jobs {
+		if j.out.wrote {
+			deleted[j.k] = true
+		}
+	}
+	for k := range deleted {
+		if t := c.wrote(k, now); t.After(c.notBefore[k]) {
+			c.notBefore[k] = t
+		}
+	}
+	for k := range dirty {
+		if failed[k] == nil {
+			c.retry.Forget(k)
+		}
+	}
+	for k := range failed {
+		d := c.retry.When(k)
+		if t := now.Add(d); t.After(c.notBefore[k]) {
+			c.notBefore[k] = t
+		}
+		c.later.AddAfter(k, d)
+	}
 
 	c.lastPods = seen
 	c.seenState.Store(&state)
@@ -655,29 +751,294 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	for k, g := range groups {
 		c.lastCount[k] = len(g)
 	}
-	c.metrics.observe(len(c.done), c.nslices, c.nconflicts, time.Since(start))
+	c.logCaps()
+	c.metrics.observe(len(c.done), c.nslices, c.nconflicts, len(c.refused), time.Since(start))
 	return errors.Join(errs...)
 }
 
-// syncService writes one service's ServiceImport, derived Service (for a
-// ClusterSetIP import) and the slices of the clusters whose share is current.
-func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clusterset.Import, cur map[string]*share, out *outcome) error {
-	si, err := c.applyImport(ctx, k, im, nil, nil)
+// derivedMode is what a sync does with a service's derived Service.
+type derivedMode int
+
+const (
+	derivedNone  derivedMode = iota // none (deleted if there is one)
+	derivedApply                    // applied, its ClusterIPs the import's
+	derivedKeep                     // kept as it is: a ClusterSetIP service turned Headless, for DampMax
+)
+
+// job is the sync of one service: what it should be.
+type job struct {
+	k       clusterset.Key
+	im      *clusterset.Import
+	cur     map[string]*share
+	out     *outcome
+	derived derivedMode
+}
+
+// plan decides what each dirty service should be, and returns the syncs to
+// run and the notes of every dirty service (those of the syncs are added
+// by them). The services imported before go first, then the new ones by
+// the age of their oldest export and by name: the caps never refuse a
+// service already imported, and admit the oldest new ones.
+func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.Key][]*table.Pod,
+	keep map[clusterset.Key]map[string]*kept, now time.Time) ([]job, map[clusterset.Key]notes) {
+	type cand struct {
+		k      clusterset.Key
+		old    *outcome
+		stored *unstructured.Unstructured
+		cur    map[string]*share
+		oldest time.Time
+	}
+	said := map[clusterset.Key]notes{}
+	before := map[string]int{}
+	var cands []cand
+	for k := range dirty {
+		said[k] = nil
+		old := c.done[k]
+		if old != nil {
+			s, cf := old.counts()
+			c.nslices, c.nconflicts = c.nslices-s, c.nconflicts-cf
+			c.count(k, old, -1, before)
+			delete(c.done, k)
+		}
+		delete(c.refused, k)
+		cur := shares(groups[k])[k]
+		if c.refusedNS[k.Namespace] {
+			if len(cur) > 0 {
+				n := notes{}
+				n.add("namespace", ReasonNamespace, "namespace %s is one no import is written to", k.Namespace)
+				said[k] = n
+			}
+			continue
+		}
+		if _, ok, _ := c.namespaces.GetByKey(k.Namespace); !ok {
+			continue // never create a namespace: no import where it does not exist
+		}
+		cd := cand{k: k, old: old, cur: cur, stored: c.storedImport(k)}
+		for _, s := range cur {
+			if t := s.entry.Exported(); cd.oldest.IsZero() || t.Before(cd.oldest) {
+				cd.oldest = t
+			}
+		}
+		cands = append(cands, cd)
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		ea, eb := a.old != nil || a.stored != nil, b.old != nil || b.stored != nil
+		if ea != eb {
+			if ea {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(a.oldest.Compare(b.oldest), cmp.Compare(a.k.String(), b.k.String()))
+	})
+
+	var jobs []job
+	for _, cd := range cands {
+		k := cd.k
+		var n notes
+		out := &outcome{}
+		existing := cd.old != nil || cd.stored != nil
+		hadShare := func(cl string) bool {
+			if cd.old != nil {
+				return slices.Contains(cd.old.clusters, cl)
+			}
+			return cd.stored != nil && slices.Contains(statusClusters(cd.stored), cl)
+		}
+		if !existing && len(cd.cur) > 0 && capped(c.cfg.MaxImportsPerNamespace, c.perNS[k.Namespace]) {
+			n.add("cap", ReasonNamespaceCap, "not imported: namespace %s has %d imports, its cap (the ones imported first are kept)",
+				k.Namespace, c.perNS[k.Namespace])
+			said[k] = n
+			c.refused[k] = true
+			continue
+		}
+		var exports []clusterset.Export
+		cur := map[string]*share{}
+		var over []string
+		usable := false
+		for _, cl := range slices.Sorted(maps.Keys(cd.cur)) {
+			if !hadShare(cl) && capped(c.cfg.MaxImportsPerCluster, c.perCluster[cl]) {
+				over = append(over, cl)
+				continue
+			}
+			s := cd.cur[cl]
+			cur[cl] = s
+			exports = append(exports, toExport(cl, &s.entry))
+			out.clusters = append(out.clusters, cl)
+			if addressNotes(&n, cl, s.endpoints) {
+				usable = true
+			}
+		}
+		if len(over) > 0 {
+			n.add("cap", ReasonClusterCap, "the share of %s not imported: each takes part in %d imports, its cap (the ones imported first are kept)",
+				clusterset.ClusterList(over), c.cfg.MaxImportsPerCluster)
+			c.refused[k] = true
+		}
+		for cl, kc := range keep[k] {
+			for _, s := range kc.slices {
+				out.addSlice(s)
+				if len(s.Endpoints) > 0 {
+					usable = true
+				}
+			}
+			out.clusters = append(out.clusters, cl)
+			if kc.entry.Name != "" {
+				exports = append(exports, toExport(cl, &kc.entry))
+			}
+		}
+		said[k] = n
+		if len(exports) == 0 {
+			if len(out.slices) > 0 {
+				// Only slices without a readable entry: keep them and the import as they are.
+				out.service = k.Namespace + "/" + clusterset.DerivedServiceName(k.Name)
+				c.count(k, out, 1, before)
+				c.done[k] = out
+			}
+			continue
+		}
+		im := clusterset.Merge(exports)
+		out.merged = &im
+		out.notes = n
+		c.count(k, out, 1, before)
+		c.done[k] = out
+
+		// A derived Service (a ClusterSetIP) once some cluster has an
+		// endpoint address: a service of Pods that never got one makes
+		// none. Once made, it stays while the service is a ClusterSetIP
+		// one, and for DampMax after it turns Headless.
+		had := cd.old != nil && cd.old.service != "" || c.derivedExists(k)
+		mode := derivedNone
+		switch {
+		case im.Spec.Type == mcsv1beta1.ClusterSetIP:
+			delete(c.headless, k)
+			if usable || had {
+				mode = derivedApply
+			} else {
+				out.notes.add("address", reasonNoAddress, "no endpoint address in any cluster yet: no derived Service, no ClusterSetIP")
+			}
+		case had && c.cfg.Damp > 0:
+			since, ok := c.headless[k]
+			if !ok {
+				since = now
+				c.headless[k] = now
+			}
+			if until := since.Add(c.cfg.DampMax); now.Before(until) {
+				mode = derivedKeep
+				out.service = k.Namespace + "/" + clusterset.DerivedServiceName(k.Name)
+				if cd.old != nil && cd.old.service != "" {
+					out.service = cd.old.service
+				}
+				c.later.AddAfter(k, until.Sub(now)) // deleted then if still Headless
+			} else {
+				delete(c.headless, k)
+			}
+		default:
+			delete(c.headless, k)
+		}
+		jobs = append(jobs, job{k, &im, cur, out, mode})
+	}
+	// A namespace or cluster with fewer services than before has room: the
+	// services refused for a cap are looked at again.
+	for key, n := range before {
+		ns, isNS := strings.CutPrefix(key, "ns/")
+		if isNS && c.perNS[ns] < n || !isNS && c.perCluster[strings.TrimPrefix(key, "cluster/")] < n {
+			for k := range c.refused {
+				c.markDirty(k, false)
+			}
+			c.Kick()
+			break
+		}
+	}
+	return jobs, said
+}
+
+// capped says whether a count has reached its cap (negative: no cap).
+func capped(limit, n int) bool { return limit >= 0 && n >= limit }
+
+// count adds (by 1) or takes away (by -1) o's service from the counts the
+// caps read, noting in before each count as it was before the plan.
+func (c *Controller) count(k clusterset.Key, o *outcome, by int, before map[string]int) {
+	add := func(m map[string]int, key, name string) {
+		if _, ok := before[key]; !ok {
+			before[key] = m[name]
+		}
+		if m[name] += by; m[name] <= 0 {
+			delete(m, name)
+		}
+	}
+	add(c.perNS, "ns/"+k.Namespace, k.Namespace)
+	for _, cl := range o.clusters {
+		add(c.perCluster, "cluster/"+cl, cl)
+	}
+}
+
+// heldDerived is the derived Service of k the informer holds, when it has
+// ClusterIPs (nil: none).
+func (c *Controller) heldDerived(k clusterset.Key) *corev1.Service {
+	o, ok, _ := c.services.GetByKey(k.Namespace + "/" + clusterset.DerivedServiceName(k.Name))
+	svc, _ := o.(*corev1.Service)
+	if !ok || svc == nil || svc.Labels[mcsv1beta1.LabelServiceName] != k.Name || len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil
+	}
+	return svc
+}
+
+// derivedExists says whether a derived Service of k is held (made by this
+// controller, perhaps before a restart).
+func (c *Controller) derivedExists(k clusterset.Key) bool {
+	objs, _ := c.services.ByIndex(indexService, k.String())
+	return len(objs) > 0
+}
+
+// statusClusters are the clusters a stored ServiceImport names.
+func statusClusters(u *unstructured.Unstructured) []string {
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "clusters")
+	var out []string
+	for _, c := range list {
+		if m, ok := c.(map[string]any); ok {
+			if s, ok := m["cluster"].(string); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// syncService writes one service's ServiceImport, derived Service (as mode
+// says) and the slices of the clusters whose share is current. What it
+// leaves out goes to out.notes.
+func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clusterset.Import, cur map[string]*share, out *outcome, mode derivedMode) error {
+	// A derived Service held from before (a service turned back from
+	// Headless) gives the import its IPs at once, not after a write without.
+	var ips []string
+	var families []corev1.IPFamily
+	if mode == derivedApply {
+		if svc := c.heldDerived(k); svc != nil && derivedProblem(clusterset.DerivedService(k, im, metav1.OwnerReference{})) == "" {
+			ips, families = svc.Spec.ClusterIPs, svc.Spec.IPFamilies
+		}
+	}
+	si, err := c.applyImport(ctx, k, im, ips, families, out)
 	if err != nil {
 		return err
 	}
 	owner := metav1.OwnerReference{APIVersion: c.importsGVR.GroupVersion().String(), Kind: "ServiceImport", Name: k.Name, UID: si.GetUID()}
 	derived := ""
-	if im.Spec.Type == mcsv1beta1.ClusterSetIP {
-		derived = clusterset.DerivedServiceName(k.Name)
-		out.service = k.Namespace + "/" + derived
-		svc, err := c.applyDerived(ctx, k, im, owner)
-		if err != nil {
-			return err
-		}
-		if svc != nil && len(svc.Spec.ClusterIPs) > 0 && svc.Spec.ClusterIP != corev1.ClusterIPNone {
-			if _, err := c.applyImport(ctx, k, im, svc.Spec.ClusterIPs, svc.Spec.IPFamilies); err != nil {
+	if mode == derivedApply {
+		want := clusterset.DerivedService(k, im, owner)
+		if p := derivedProblem(want); p != "" {
+			out.notes.add("service", ReasonInvalidService, "no derived Service, so no ClusterSetIP (the API server would refuse it): %s", p)
+		} else {
+			svc, err := c.applyDerived(ctx, k, want, out)
+			if err != nil {
 				return err
+			}
+			if svc != nil {
+				derived = svc.Name
+				out.service = k.Namespace + "/" + derived
+				if len(svc.Spec.ClusterIPs) > 0 && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+					if _, err := c.applyImport(ctx, k, im, svc.Spec.ClusterIPs, svc.Spec.IPFamilies, out); err != nil {
+						return err
+					}
+				}
 			}
 		}
 	}
@@ -685,9 +1046,15 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	for cl, s := range cur {
 		entry, _ := json.Marshal(s.entry)
 		for _, sl := range clusterset.Slices(k, cl, derived, im, s.endpoints, owner) {
-			out.addSlice(sl)
 			sl.Annotations = map[string]string{AnnotationExport: string(entry)}
-			if err := c.applySlice(ctx, sl); err != nil {
+			taken, err := c.applySlice(ctx, sl, out)
+			if taken != "" {
+				out.notes.add("slice/"+sl.Name, ReasonNameTaken, "cluster %s: EndpointSlice %s not written: %s", cl, sl.Name, taken)
+				c.metrics.Foreign.Inc()
+				continue
+			}
+			out.addSlice(sl)
+			if err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -708,7 +1075,7 @@ func applied(stored map[string]string, obj any) (string, bool) {
 // applyImport applies the ServiceImport of k (with ips, when known) and its
 // status, unless the stored one already says the same. It returns the
 // ServiceImport as stored.
-func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clusterset.Import, ips []string, families []corev1.IPFamily) (*unstructured.Unstructured, error) {
+func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clusterset.Import, ips []string, families []corev1.IPFamily, o *outcome) (*unstructured.Unstructured, error) {
 	spec := im.Spec
 	spec.IPs = ips
 	spec.IPFamilies = families
@@ -758,6 +1125,7 @@ func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clus
 	status := u.Object["status"]
 	delete(u.Object, "status")
 	ri := c.dyn.Resource(c.importsGVR).Namespace(k.Namespace)
+	o.wrote = true
 	out, err := ri.Apply(ctx, k.Name, u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	c.metrics.write("serviceimport", err)
 	if err != nil || first {
@@ -773,19 +1141,25 @@ func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clus
 	return out, err
 }
 
-// applyDerived applies the derived Service of a ClusterSetIP import and
-// returns it as stored (with the ClusterIPs the API server allocated).
-func (c *Controller) applyDerived(ctx context.Context, k clusterset.Key, im *clusterset.Import, owner metav1.OwnerReference) (*corev1.Service, error) {
-	want := clusterset.DerivedService(k, im, owner)
+// applyDerived applies want, the derived Service of a ClusterSetIP import,
+// and returns it as stored (with the ClusterIPs the API server allocated).
+// A Service of its name that is not this service's derived Service (not
+// made by this controller, or for another service) is left alone: nil,
+// noted.
+func (c *Controller) applyDerived(ctx context.Context, k clusterset.Key, want *corev1.Service, o *outcome) (*corev1.Service, error) {
 	var cur *corev1.Service
-	if o, ok, _ := c.services.GetByKey(k.Namespace + "/" + want.Name); ok {
-		cur, _ = o.(*corev1.Service)
+	if obj, ok, _ := c.services.GetByKey(k.Namespace + "/" + want.Name); ok {
+		cur, _ = obj.(*corev1.Service)
 	} else if s, err := c.client.CoreV1().Services(k.Namespace).Get(ctx, want.Name, metav1.GetOptions{}); err == nil {
-		if s.Labels[clusterset.LabelManagedBy] != clusterset.ManagedBy {
-			c.metrics.Foreign.Inc()
-			return nil, fmt.Errorf("a Service %s/%s exists that this controller did not create: left alone", k.Namespace, want.Name)
-		}
 		cur = s
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if cur != nil && (cur.Labels[clusterset.LabelManagedBy] != clusterset.ManagedBy || cur.Labels[mcsv1beta1.LabelServiceName] != k.Name) {
+		c.metrics.Foreign.Inc()
+		o.notes.add("service", ReasonNameTaken, "no derived Service, so no ClusterSetIP: a Service %s exists that this controller did not make for this service (labels %v): left alone",
+			want.Name, cur.Labels)
+		return nil, nil
 	}
 	var stored map[string]string
 	if cur != nil {
@@ -800,45 +1174,64 @@ func (c *Controller) applyDerived(ctx context.Context, k clusterset.Key, im *clu
 	if err != nil {
 		return nil, err
 	}
+	o.wrote = true
 	out, err := c.client.CoreV1().Services(k.Namespace).Patch(ctx, want.Name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
 	c.metrics.write("service", err)
 	return out, err
 }
 
-func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointSlice) error {
+// applySlice applies want unless the stored slice already says the same.
+// A slice of its name that is not this service's and cluster's (not made
+// by this controller, or for another service or cluster) is left alone:
+// taken says why.
+func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointSlice, o *outcome) (taken string, err error) {
+	var cur *discoveryv1.EndpointSlice
+	if obj, ok, _ := c.slices.GetByKey(want.Namespace + "/" + want.Name); ok {
+		cur, _ = obj.(*discoveryv1.EndpointSlice)
+	} else if s, err := c.client.DiscoveryV1().EndpointSlices(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{}); err == nil {
+		cur = s
+	} else if !apierrors.IsNotFound(err) {
+		return "", err
+	}
 	var stored map[string]string
-	if o, ok, _ := c.slices.GetByKey(want.Namespace + "/" + want.Name); ok {
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
-			stored = s.Annotations
+	if cur != nil {
+		for _, l := range []string{discoveryv1.LabelManagedBy, mcsv1beta1.LabelServiceName, mcsv1beta1.LabelSourceCluster} {
+			if cur.Labels[l] != want.Labels[l] {
+				return fmt.Sprintf("a slice of that name exists that this controller did not make for this service and cluster (%s=%q)", l, cur.Labels[l]), nil
+			}
 		}
+		stored = cur.Annotations
 	}
 	sum, same := applied(stored, want)
 	if same {
-		return nil
+		return "", nil
 	}
 	want.Annotations[AnnotationApplied] = sum
 	body, err := json.Marshal(want)
 	if err != nil {
-		return err
+		return "", err
 	}
+	o.wrote = true
 	_, err = c.client.DiscoveryV1().EndpointSlices(want.Namespace).Patch(ctx, want.Name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
 	c.metrics.write("endpointslice", err)
-	return err
+	return "", err
 }
 
 // deleteUnwanted deletes the objects this controller made for the services
-// in keys (every service when all is set) that nothing wants any more.
-func (c *Controller) deleteUnwanted(ctx context.Context, keys map[clusterset.Key]bool, all bool) []error {
-	var errs []error
-	del := func(kind string, err error) {
+// in keys (every service when all is set) that nothing wants any more, and
+// returns the services it deleted something of. A failed delete goes to fail.
+func (c *Controller) deleteUnwanted(ctx context.Context, keys map[clusterset.Key]bool, all bool, fail func(clusterset.Key, error)) map[clusterset.Key]bool {
+	deleted := map[clusterset.Key]bool{}
+	del := func(k clusterset.Key, kind string, err error) {
 		if apierrors.IsNotFound(err) {
 			err = nil
 		}
 		c.metrics.write(kind+"_delete", err)
+		deleted[k] = true
 		if err != nil {
-			errs = append(errs, err)
+			fail(k, err)
 		}
 	}
 	var sls, svcs []any
@@ -848,9 +1241,8 @@ func (c *Controller) deleteUnwanted(ctx context.Context, keys map[clusterset.Key
 		for k := range keys {
 			objs, _ := c.slices.ByIndex(indexService, k.String())
 			sls = append(sls, objs...)
-			if o, ok, _ := c.services.GetByKey(k.Namespace + "/" + clusterset.DerivedServiceName(k.Name)); ok {
-				svcs = append(svcs, o)
-			}
+			objs, _ = c.services.ByIndex(indexService, k.String())
+			svcs = append(svcs, objs...)
 		}
 	}
 	for _, o := range sls {
@@ -860,7 +1252,7 @@ func (c *Controller) deleteUnwanted(ctx context.Context, keys map[clusterset.Key
 		}
 		k, _ := byServiceLabel(s)
 		if d := c.done[k]; d == nil || !d.failed && !d.hasSlice(s.Namespace, s.Name) {
-			del("endpointslice", c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
+			del(k, "endpointslice", c.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
 		}
 	}
 	for _, o := range svcs {
@@ -870,14 +1262,15 @@ func (c *Controller) deleteUnwanted(ctx context.Context, keys map[clusterset.Key
 		}
 		k, _ := byServiceLabel(s)
 		if d := c.done[k]; d == nil || !d.failed && d.service != s.Namespace+"/"+s.Name {
-			del("service", c.client.CoreV1().Services(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
+			del(k, "service", c.client.CoreV1().Services(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}))
 		}
 	}
 	var objs []runtime.Object
 	if all {
 		var err error
 		if objs, err = c.imports.List(labels.Everything()); err != nil {
-			return append(errs, err)
+			fail(clusterset.Key{}, err)
+			return deleted
 		}
 	} else {
 		for k := range keys {
@@ -891,24 +1284,25 @@ func (c *Controller) deleteUnwanted(ctx context.Context, keys map[clusterset.Key
 		if !ok || u.GetLabels()[clusterset.LabelManagedBy] != clusterset.ManagedBy {
 			continue // not ours
 		}
-		if c.done[clusterset.Key{Namespace: u.GetNamespace(), Name: u.GetName()}] == nil {
-			del("serviceimport", c.dyn.Resource(c.importsGVR).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}))
+		if k := (clusterset.Key{Namespace: u.GetNamespace(), Name: u.GetName()}); c.done[k] == nil {
+			del(k, "serviceimport", c.dyn.Resource(c.importsGVR).Namespace(u.GetNamespace()).Delete(ctx, u.GetName(), metav1.DeleteOptions{}))
 		}
 	}
-	return errs
+	return deleted
 }
 
 // syncConflicts sets the Conflict condition of the local ServiceExports of
 // the services in keys (every one when all is set), as the whole clusterset
-// shows it. The annotator sets Valid and Ready; each condition has one
-// writer.
-func (c *Controller) syncConflicts(ctx context.Context, keys map[clusterset.Key]bool, all bool) []error {
-	var errs []error
+// shows it, and records an Event when the exports come to conflict. The
+// annotator sets Valid and Ready; each condition has one writer. A failed
+// write goes to fail.
+func (c *Controller) syncConflicts(ctx context.Context, keys map[clusterset.Key]bool, all bool, fail func(clusterset.Key, error)) {
 	var objs []runtime.Object
 	if all {
 		var err error
 		if objs, err = c.exports.List(labels.Everything()); err != nil {
-			return []error{err}
+			fail(clusterset.Key{}, err)
+			return
 		}
 	} else {
 		for k := range keys {
@@ -923,7 +1317,8 @@ func (c *Controller) syncConflicts(ctx context.Context, keys map[clusterset.Key]
 			continue
 		}
 		var im *clusterset.Import
-		if d := c.done[clusterset.Key{Namespace: u.GetNamespace(), Name: u.GetName()}]; d != nil {
+		k := clusterset.Key{Namespace: u.GetNamespace(), Name: u.GetName()}
+		if d := c.done[k]; d != nil {
 			im = d.merged
 		}
 		if im == nil {
@@ -933,9 +1328,12 @@ func (c *Controller) syncConflicts(ctx context.Context, keys map[clusterset.Key]
 		if im.Conflict() {
 			status = metav1.ConditionTrue
 		}
-		if have := condition(u, string(mcsv1beta1.ServiceExportConditionConflict)); have != nil &&
-			have.Status == status && have.Reason == reason && have.Message == im.Message && have.ObservedGeneration == u.GetGeneration() {
+		have := condition(u, string(mcsv1beta1.ServiceExportConditionConflict))
+		if have != nil && have.Status == status && have.Reason == reason && have.Message == im.Message && have.ObservedGeneration == u.GetGeneration() {
 			continue
+		}
+		if status == metav1.ConditionTrue && (have == nil || have.Status != status || have.Reason != reason || have.Message != im.Message) && c.cfg.Recorder != nil {
+			c.cfg.Recorder.Event(u, corev1.EventTypeWarning, ReasonConflict, reason+": "+im.Message)
 		}
 		cond := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: status, Reason: reason,
 			Message: im.Message, ObservedGeneration: u.GetGeneration(), LastTransitionTime: metav1.Now()}
@@ -949,10 +1347,9 @@ func (c *Controller) syncConflicts(ctx context.Context, keys map[clusterset.Key]
 			metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 		c.metrics.write("serviceexport_status", err)
 		if err != nil {
-			errs = append(errs, err)
+			fail(k, err)
 		}
 	}
-	return errs
 }
 
 func condition(u *unstructured.Unstructured, typ string) *metav1.Condition {

@@ -133,6 +133,9 @@ func newEnv(t testing.TB, cfg Config, sources []*fakeSource, objs ...runtime.Obj
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Millisecond
 	}
+	if cfg.Damp == 0 {
+		cfg.Damp = -1 // the tests of damping ask for it
+	}
 	e.ctl = New(e.table, srcs, e.client, e.dyn, e.disco, cfg, e.metrics)
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	t.Cleanup(e.cancel)

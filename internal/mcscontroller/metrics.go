@@ -15,6 +15,13 @@ type Metrics struct {
 	Writes    *prometheus.CounterVec // by kind and result
 	Foreign   prometheus.Counter
 	Reconcile prometheus.Histogram
+	// Refused counts what was refused or left out, by reason, once per
+	// change (a service still refused is not counted again); RefusedNow
+	// are the services refused for a cap now; Deferred counts the times a
+	// changed service waited (damping, or the backoff of a failed write).
+	Refused    *prometheus.CounterVec
+	RefusedNow prometheus.Gauge
+	Deferred   prometheus.Counter
 
 	// sources are read at scrape time for the clusters' last contact (set
 	// by New; none before).
@@ -62,13 +69,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "ServiceImports or derived Services that exist but were not made by this controller, left alone."}),
 		Reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mcs_controller_reconcile_seconds",
 			Help: "Time of one reconcile: of the services that changed, or of every exported service (at the start, on the resync, when a cluster's state changes).", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_refused_total",
+			Help: "What the controller refused to write or left out, by reason, counted when it starts or changes."}, []string{"reason"}),
+		RefusedNow: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mcs_controller_refused_services",
+			Help: "Exported services (or clusters' shares of them) not imported now because a namespace or a source cluster reached its cap."}),
+		Deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "mcs_controller_deferred_total",
+			Help: "Changed services that waited before being written: damping of a service that keeps changing, or the backoff of its failed writes."}),
+	}
+	for _, r := range refusalReasons {
+		m.Refused.WithLabelValues(r)
 	}
 	for _, k := range writeKinds {
 		m.Writes.WithLabelValues(k, "ok")
 		m.Writes.WithLabelValues(k, "error")
 	}
 	if reg != nil {
-		reg.MustRegister(m.Imports, m.Slices, m.Conflicts, m.Writes, m.Foreign, m.Reconcile, contact{m})
+		reg.MustRegister(m.Imports, m.Slices, m.Conflicts, m.Writes, m.Foreign, m.Reconcile, m.Refused, m.RefusedNow, m.Deferred, contact{m})
 	}
 	return m
 }
@@ -81,8 +97,9 @@ func (m *Metrics) write(kind string, err error) {
 	m.Writes.WithLabelValues(kind, result).Inc()
 }
 
-func (m *Metrics) observe(imports, slices, conflicts int, took time.Duration) {
+func (m *Metrics) observe(imports, slices, conflicts, refused int, took time.Duration) {
 	m.Imports.Set(float64(imports))
+	m.RefusedNow.Set(float64(refused))
 	m.Slices.Set(float64(slices))
 	m.Conflicts.Set(float64(conflicts))
 	m.Reconcile.Observe(took.Seconds())
