@@ -44,6 +44,7 @@ type MCS struct {
 	sources []*source.Source
 
 	expire time.Duration // 0: a source's records are kept however long it is gone
+	stale  staleness     // which sources' records answers mark as stale
 	prober *probe.Prober // nil: no probe word
 
 	// Who is asking: local Pods by IP, for alias names and imports enforce.
