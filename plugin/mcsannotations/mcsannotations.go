@@ -379,6 +379,7 @@ func (m *MCS) start() error {
 	m.registerSeries()
 	m.openSnapshot(true)
 	go m.table.Run(ctx)
+	go m.staleLoop(ctx)
 	if m.prober != nil {
 		probers.add(m.prober)
 		go m.prober.Run(ctx)

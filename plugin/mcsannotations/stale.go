@@ -1,12 +1,14 @@
 package mcsannotations
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/table"
@@ -97,6 +99,46 @@ func (c *clusterContact) age(now time.Time) (time.Duration, bool) {
 		return 0, true
 	}
 	return now.Sub(last), true
+}
+
+// outOfContact is how long c has been out of contact for the services'
+// stale policies: 0 while its records are not stale, else the time since
+// its last contact (since its start when it never had one).
+func (c *clusterContact) outOfContact(now time.Time) time.Duration {
+	age, stale := c.age(now)
+	switch {
+	case !stale:
+		return 0
+	case age == 0:
+		return now.Sub(c.Started())
+	}
+	return age
+}
+
+// staleEvery is how often staleLoop hands the table each cluster's time out
+// of contact.
+const staleEvery = time.Second
+
+// staleLoop hands the table, every staleEvery, how long each cluster has
+// been out of contact, for the services whose export entries drop a stale
+// cluster's endpoints (table.SetStaleFor), and logs each change it makes
+// to the answers.
+func (m *MCS) staleLoop(ctx context.Context) {
+	st := m.staleState()
+	wait.UntilWithContext(ctx, func(context.Context) { m.applyStalePolicies(st.now()) }, staleEvery)
+}
+
+func (m *MCS) applyStalePolicies(now time.Time) {
+	for _, c := range m.staleState().all {
+		d := c.outOfContact(now)
+		if n := m.table.SetStaleFor(c.Cluster(), d); n > 0 {
+			if d == 0 {
+				log.Infof("cluster %s: in contact again: %d services whose exporters drop stale endpoints answer with its endpoints again", c.Cluster(), n)
+			} else {
+				log.Infof("cluster %s: out of contact for %s: %d services answer with or without its endpoints as their exporters' stale policy says", c.Cluster(), d.Round(time.Second), n)
+			}
+		}
+	}
 }
 
 // markStale counts the stale clusters of an answer holding the records of

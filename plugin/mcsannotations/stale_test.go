@@ -283,3 +283,59 @@ func TestStaleMarkDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// The exporter's stale policy in the answers: edge-b exports drop30 (drop
+// after 30 s) and keep (the default). Cut for 20 s, both answer, marked
+// stale; cut for 2 minutes, drop30 no longer has edge-b's endpoint (no
+// endpoint left: NXDOMAIN) while keep still answers, marked; in contact
+// again, both answer unmarked.
+func TestStalePolicyAnswers(t *testing.T) {
+	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
+	drop := annotation.Export{Name: "drop30"}
+	drop.StaleEndpoints, drop.StaleGraceSeconds = annotation.StaleDrop, 30
+	addPod(tb, "edge-b", "d1", "", true, []string{"10.1.0.1"}, drop)
+	addPod(tb, "edge-b", "k1", "", true, []string{"10.1.0.2"}, annotation.Export{Name: "keep"})
+	tb.Rebuild()
+	b := &fakeContact{cluster: "edge-b", state: source.Connected, last: staleNow, started: staleNow.Add(-time.Hour)}
+	m := withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}, b)
+
+	dropA := []dns.RR{test.A("drop30.default.svc.clusterset.local. 5 IN A 10.1.0.1")}
+	keepA := []dns.RR{test.A("keep.default.svc.clusterset.local. 5 IN A 10.1.0.2")}
+	for _, step := range []struct {
+		name  string
+		state source.State
+		cut   time.Duration // before staleNow
+		drop  test.Case
+		ede   string
+	}{
+		{"cut for 20s", source.Disconnected, 20 * time.Second,
+			test.Case{Qname: "drop30.default.svc.clusterset.local.", Qtype: dns.TypeA, Answer: dropA}, "stale: edge-b 20s"},
+		{"cut for 2m", source.Disconnected, 2 * time.Minute,
+			test.Case{Qname: "drop30.default.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(soa)}}, "stale: edge-b 2m0s"},
+		{"in contact again", source.Connected, 0,
+			test.Case{Qname: "drop30.default.svc.clusterset.local.", Qtype: dns.TypeA, Answer: dropA}, ""},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			b.state, b.last = step.state, staleNow.Add(-step.cut)
+			m.applyStalePolicies(staleNow)
+			tb.Rebuild()
+			keep := test.Case{Qname: "keep.default.svc.clusterset.local.", Qtype: dns.TypeA, Answer: keepA}
+			for _, tc := range []test.Case{step.drop, keep} {
+				got := serve(t, m, tc.Msg(), false)
+				if err := test.SortAndCheck(got, tc); err != nil {
+					t.Errorf("%s: %v", tc.Qname, err)
+				}
+				req := tc.Msg()
+				req.SetEdns0(4096, false)
+				text, _ := ede(t, serve(t, m, req, false))
+				want := step.ede
+				if len(tc.Answer) == 0 {
+					want = "" // no record, nothing stale
+				}
+				if text != want {
+					t.Errorf("%s: EDE %q, want %q", tc.Qname, text, want)
+				}
+			}
+		})
+	}
+}
