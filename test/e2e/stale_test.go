@@ -4,8 +4,9 @@ package e2e
 // through a harness proxy whose link is cut. While it is cut, answers holding
 // edge-b's records carry Extended DNS Error 3 (Stale Answer) naming edge-b,
 // for queries with EDNS0 only, also after CoreDNS restarts while cut (the
-// records and the last contact come from the snapshot); once the link is
-// back, the mark goes.
+// records and the last contact come from the snapshot); a service whose
+// edge-b entries say "drop after 10 s" loses edge-b's endpoint; once the
+// link is back, the mark goes and the endpoint is back.
 
 import (
 	"fmt"
@@ -101,7 +102,11 @@ func TestStaleAnswer(t *testing.T) {
 	b.CreateNamespace(t, ns)
 	backend := harness.ExportService{Name: "backend", Ports: []harness.ExportPort{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}
 	a.CreateReadyPods(t, ns, exporter("web-a", "", ips("10.1.40.1"), backend))
-	b.CreateReadyPods(t, ns, exporter("web-b", "", ips("10.2.40.1"), backend))
+	// dropped: edge-b's exporter asks consumers to drop its endpoints 10 s
+	// after they lose contact (written as the annotator writes the policy).
+	drop := exporter("web-drop", "", ips("10.2.40.2"), harness.ExportService{Name: "dropped"})
+	drop.Annotations[harness.ExportAnnotation] = `{"services":[{"name":"dropped","staleEndpoints":"Drop","staleGraceSeconds":10}]}`
+	b.CreateReadyPods(t, ns, exporter("web-b", "", ips("10.2.40.1"), backend), drop)
 
 	name := svc("backend", ns)
 	withEDNS := harness.Query{Name: name, Type: dns.TypeA, UDPSize: 1232, Timeout: peerQueryTimeout}
@@ -110,8 +115,11 @@ func TestStaleAnswer(t *testing.T) {
 	localName := harness.Query{Name: dashed("10.1.40.1") + "." + clusterID + "." + name, Type: dns.TypeA, UDPSize: 1232, Timeout: peerQueryTimeout}
 	both := []string{"10.1.40.1", "10.2.40.1"}
 
+	dropped := harness.Query{Name: svc("dropped", ns), Type: dns.TypeA, UDPSize: 1232, Timeout: peerQueryTimeout}
+
 	// Both clusters connected: both endpoints, no mark.
 	waitPeers(t, d, initialSync, withEDNS, marked(false, "", both...))
+	waitPeers(t, d, initialSync, dropped, marked(false, "", "10.2.40.2"))
 	staleBefore := metricSum(t, metrics, "coredns_mcsannotations_stale_answers_total", `cluster="`+peerID+`"`)
 
 	p.Cut(t)
@@ -121,6 +129,15 @@ func TestStaleAnswer(t *testing.T) {
 	checkStale(t, d, plain, peerName, localName, withEDNS, both)
 	if n := metricSum(t, metrics, "coredns_mcsannotations_stale_answers_total", `cluster="`+peerID+`"`) - staleBefore; n < 1 {
 		t.Errorf("stale_answers_total{cluster=%q} rose by %v, want at least 1", peerID, n)
+	}
+	// The policy: dropped loses edge-b's endpoint (its only one) once the
+	// grace has passed; backend keeps both, marked.
+	waitPeers(t, d, staleMark, dropped, isNXDOMAIN)
+	t.Logf("dropped answers NXDOMAIN %s after the cut", time.Since(cut).Round(time.Millisecond))
+	if m, err := d.Exchange(withEDNS); err != nil {
+		t.Fatal(err)
+	} else if err := marked(true, peerID, both...)(m); err != nil {
+		t.Errorf("backend (serve, the default) once dropped is dropped: %v", err)
 	}
 
 	// CoreDNS restarts while the link is cut: the snapshot's records are
@@ -139,11 +156,19 @@ func TestStaleAnswer(t *testing.T) {
 		t.Errorf("EDE %q after the restart: want the age since the last contact before the cut (over %s)", text, sinceCut.Round(time.Second))
 	}
 	checkStale(t, d, plain, peerName, localName, withEDNS, both)
+	// Not asserted: the snapshot does not keep the stale policy yet (README,
+	// Bugs), so dropped answers again from the snapshot's records.
+	if m, err := d.Exchange(dropped); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("dropped after the restart while cut: %s %v", harness.Rcode(m), harness.Addrs(m))
+	}
 
 	p.Restore(t)
 	took = waitPeers(t, d, resync, withEDNS, marked(false, "", both...))
 	t.Logf("mark gone %s after the link is back", took.Round(time.Millisecond))
 	waitPeers(t, d, propagation, peerName, marked(false, "", "10.2.40.1"))
+	waitPeers(t, d, propagation, dropped, marked(false, "", "10.2.40.2"))
 	logPluginLines(t, d, "->", "snapshot")
 }
 
