@@ -1,6 +1,7 @@
 package table
 
 import (
+	"slices"
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -18,8 +19,9 @@ import (
 // SetStaleFor records that cluster has been out of contact for d (0: it is
 // in contact, or within the grace a consumer gives every cluster), and
 // returns how many services this renders again: those with an entry of that
-// cluster whose grace d crosses. A call that crosses none costs a pass over
-// the services' records.
+// cluster whose grace d crosses. A call that crosses no grace of any entry
+// costs a look at the sorted graces (gathered again, in a pass over the
+// records, only after records changed).
 func (t *Table) SetStaleFor(cluster string, d time.Duration) int {
 	d = max(d, 0)
 	t.mu.Lock()
@@ -37,6 +39,10 @@ func (t *Table) SetStaleFor(cluster string, d time.Duration) int {
 		t.staleFor[cluster] = d
 	}
 	lo, hi := min(old, d), max(old, d)
+	if !t.gracesLocked().crossed(lo, hi) {
+		t.mu.Unlock()
+		return 0
+	}
 	changed := 0
 	for sk, l := range t.bySvc {
 		for _, p := range l.pods {
@@ -58,6 +64,40 @@ func (t *Table) SetStaleFor(cluster string, d time.Duration) int {
 		t.signal()
 	}
 	return changed
+}
+
+// graces are the distinct graces of the entries that drop stale endpoints,
+// sorted, as of the table's write generation gen.
+type graces struct {
+	gen   uint64
+	valid bool
+	all   []time.Duration
+}
+
+// crossed reports whether a grace g lies in [lo, hi): a time out of contact
+// going from lo to hi, or back, changes whether g has passed.
+func (g *graces) crossed(lo, hi time.Duration) bool {
+	i, _ := slices.BinarySearch(g.all, lo)
+	return i < len(g.all) && g.all[i] < hi
+}
+
+// gracesLocked returns the graces of the current records, gathering them
+// again when a write came since they were last gathered.
+func (t *Table) gracesLocked() *graces {
+	if t.graces.valid && t.graces.gen == t.gen {
+		return &t.graces
+	}
+	t.graces = graces{gen: t.gen, valid: true, all: t.graces.all[:0]}
+	for sk, l := range t.bySvc {
+		for _, p := range l.pods {
+			if g, _, ok := dropGrace(p, sk); ok {
+				t.graces.all = append(t.graces.all, g)
+			}
+		}
+	}
+	slices.Sort(t.graces.all)
+	t.graces.all = slices.Compact(t.graces.all)
+	return &t.graces
 }
 
 // dropGrace is the grace of p's export entry of sk when its policy drops

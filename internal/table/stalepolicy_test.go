@@ -102,4 +102,21 @@ func TestStalePolicyRendersOnlyAtTheGrace(t *testing.T) {
 		}
 		ix = next
 	}
+	// A record written while the cluster is out of contact brings its grace:
+	// the next change that crosses it renders its service.
+	late := export("late", httpPort)
+	late.StaleEndpoints, late.StaleGraceSeconds = annotation.StaleDrop, 90
+	tb.Upsert(pod("edge-b", "default", "l1", "", true, []string{"10.1.0.9"}, late))
+	tb.Rebuild()
+	for _, step := range []struct {
+		d    time.Duration
+		want int
+	}{{60 * time.Second, 1}, {80 * time.Second, 0}, {100 * time.Second, 1}} {
+		if n := tb.SetStaleFor("edge-b", step.d); n != step.want {
+			t.Errorf("edge-b out of contact for %s: %d services to render, want %d", step.d, n, step.want)
+		}
+	}
+	if k := tb.Rebuild().Lookup("late.default.svc."+zone, dns.TypeA).Kind; k != KindNXDomain {
+		t.Errorf("late after its grace: %s, want nxdomain", k)
+	}
 }

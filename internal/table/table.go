@@ -89,6 +89,7 @@ type Table struct {
 	// staleFor: how long each cluster out of contact has been
 	// (stalepolicy.go); clusters in contact are absent.
 	staleFor map[string]time.Duration
+	graces   graces // of the entries that drop stale endpoints
 
 	// The ClusterSetIP services (SetClusterSetIPs): as set, and rendered,
 	// keyed as the index's services are. Replaced whole, never changed.
