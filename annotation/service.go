@@ -36,6 +36,12 @@ type Service struct {
 	// exportedAnnotations, for the ServiceImport.
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// StaleEndpoints is what consumers do with the service's endpoints in a
+	// cluster they cannot reach (StaleEndpointsAnnotation): StaleServe
+	// (absent), StaleDrop or StaleDropIfLocal, after StaleGraceSeconds out
+	// of contact (0-MaxStaleGrace; only with a drop policy).
+	StaleEndpoints    string `json:"staleEndpoints,omitempty"`
+	StaleGraceSeconds int32  `json:"staleGraceSeconds,omitempty"`
 }
 
 // The values of Service.Type.
@@ -106,6 +112,9 @@ func checkServiceFields(s *Service) (Rejection, bool) {
 			return bad("trafficDistribution %q: %s", Clip(d), strings.Join(errs, "; "))
 		}
 	}
+	if detail, bad := checkStale(s); bad {
+		return Rejection{Reason: ReasonService, Detail: detail}, true
+	}
 	for k, v := range s.Labels {
 		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
 			return bad("label %q: %s", Clip(k), strings.Join(errs, "; "))
@@ -124,5 +133,6 @@ func (s *Service) Equal(o *Service) bool {
 	return s.Type == o.Type && s.ExportedAt == o.ExportedAt && s.SessionAffinity == o.SessionAffinity &&
 		s.SessionAffinityTimeoutSeconds == o.SessionAffinityTimeoutSeconds &&
 		s.InternalTrafficPolicy == o.InternalTrafficPolicy && s.TrafficDistribution == o.TrafficDistribution &&
-		maps.Equal(s.Labels, o.Labels) && maps.Equal(s.Annotations, o.Annotations)
+		maps.Equal(s.Labels, o.Labels) && maps.Equal(s.Annotations, o.Annotations) &&
+		s.StaleEndpoints == o.StaleEndpoints && s.StaleGraceSeconds == o.StaleGraceSeconds
 }

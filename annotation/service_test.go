@@ -37,6 +37,13 @@ func TestParseServiceFields(t *testing.T) {
 		{name: "bad label value", entry: `,"labels":{"x":"` + strings.Repeat("v", 64) + `"}`, reason: ReasonService},
 		{name: "bad annotation key", entry: `,"annotations":{"a b":"c"}`, reason: ReasonService},
 		{name: "wrong shape", entry: `,"labels":["a"]`, reason: ReasonJSON},
+		{name: "stale: drop", entry: `,"staleEndpoints":"Drop","staleGraceSeconds":30`, want: Service{StaleEndpoints: StaleDrop, StaleGraceSeconds: 30}},
+		{name: "stale: drop if local", entry: `,"staleEndpoints":"DropIfLocal"`, want: Service{StaleEndpoints: StaleDropIfLocal}},
+		{name: "stale: serve", entry: `,"staleEndpoints":"Serve"`, want: Service{StaleEndpoints: StaleServe}},
+		{name: "stale: unknown policy", entry: `,"staleEndpoints":"Expire"`, reason: ReasonService},
+		{name: "stale: grace without a drop", entry: `,"staleGraceSeconds":30`, reason: ReasonService},
+		{name: "stale: negative grace", entry: `,"staleEndpoints":"Drop","staleGraceSeconds":-1`, reason: ReasonService},
+		{name: "stale: grace over a week", entry: `,"staleEndpoints":"Drop","staleGraceSeconds":604801`, reason: ReasonService},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,8 +70,9 @@ func TestParseServiceFields(t *testing.T) {
 
 func TestServiceFieldsRoundTrip(t *testing.T) {
 	e := Export{Name: "backend", Namespace: "default",
-		Ports:   []Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: TCP, AppProtocol: "kubernetes.io/h2c"}},
-		Service: Service{Type: TypeClusterSetIP, ExportedAt: "2026-11-25T12:00:00Z", Labels: map[string]string{"a": "b"}}}
+		Ports: []Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: TCP, AppProtocol: "kubernetes.io/h2c"}},
+		Service: Service{Type: TypeClusterSetIP, ExportedAt: "2026-11-25T12:00:00Z", Labels: map[string]string{"a": "b"},
+			StaleEndpoints: StaleDropIfLocal, StaleGraceSeconds: 30}}
 	raw, err := FormatExports([]Export{e}, "default", "cluster-a")
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +118,8 @@ func TestServiceEqual(t *testing.T) {
 		func(s *Service) { s.TrafficDistribution = "PreferClose" },
 		func(s *Service) { s.Labels = map[string]string{"a": "2"} },
 		func(s *Service) { s.Annotations = map[string]string{"a": "1"} },
+		func(s *Service) { s.StaleEndpoints = StaleDrop },
+		func(s *Service) { s.StaleGraceSeconds = 30 },
 	} {
 		b := a
 		b.Labels = map[string]string{"a": "1"}

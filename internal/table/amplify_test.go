@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -66,6 +67,11 @@ func askAll(t testing.TB, ix *Index, ns string, services, ports int) (records, l
 						records += len(a.SRV.SRV)
 					}
 				}
+				// A stale answer to a query with EDNS0 carries an OPT record
+				// with an Extended DNS Error of the longest text.
+				m.SetEdns0(dns.MaxMsgSize, false)
+				opt := m.IsEdns0()
+				opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeStaleAnswer, ExtraText: strings.Repeat("x", MaxEDEText)})
 				// Over TCP the server truncates to the largest message,
 				// additional records first: every answer must stay.
 				answers := len(m.Answer)

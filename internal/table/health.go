@@ -109,10 +109,12 @@ func (t *Table) SetDown(namespace, name string, pod Key, down bool) {
 	t.signal()
 }
 
-// healthyLocked returns the Pods of sk to render: pods without the down ones,
+// healthyLocked returns the Pods of sk to render: pods without those the
+// stale policy drops (stalepolicy.go) and without the down ones,
 // or pods itself with failOpen set when every ready endpoint is down (or
 // with nothing down).
 func (t *Table) healthyLocked(sk svcKey, pods []*Pod) (out []*Pod, failOpen bool) {
+	pods = t.freshLocked(sk, pods) // a dropped endpoint is no endpoint, up or down
 	down := t.down[sk]
 	if len(down) == 0 {
 		return pods, false

@@ -55,6 +55,9 @@ type Service struct {
 	// A and AAAA cover the endpoints the locality policy selects.
 	A    []dns.A
 	AAAA []dns.AAAA
+	// clustersA and clustersAAAA are the clusters of the records of A and
+	// AAAA (Answer.Clusters).
+	clustersA, clustersAAAA []string
 	// SRV maps a name prefix to its records: "" for the bare service name,
 	// "_http._tcp" for a named port, "_tcp" for the empty non-terminal.
 	// Prefixes whose records are the same (a service with one named port)
@@ -125,12 +128,16 @@ type SRVSet struct {
 	SRV       []dns.SRV
 	ExtraA    []dns.A
 	ExtraAAAA []dns.AAAA
+	// Clusters are the clusters of the SRV records' targets (Answer.Clusters).
+	Clusters []string
 }
 
 // Host is one endpoint's addresses.
 type Host struct {
 	A    []dns.A
 	AAAA []dns.AAAA
+	// Clusters is the endpoint's cluster, alone (Answer.Clusters).
+	Clusters []string
 }
 
 // entry is one service of an index: the Pods that export it, rendered into
@@ -185,20 +192,29 @@ func (e *entry) get() *Service {
 // RFC 2782 asks). The additional addresses of SRV answers are counted with
 // their owner name in full (a name past the first 16 KB of a message cannot
 // be pointed to), in the room the SRV records leave: a server drops them
-// first when a reply is too large.
+// first when a reply is too large. A reply to a query with EDNS0 also carries
+// an OPT record, with an Extended DNS Error option when the answer is stale:
+// the records leave room for both (roomEDNS).
 const (
 	maxMsg   = 65535
 	sizeA    = 2 + 10 + 4
 	sizeAAAA = 2 + 10 + 16
 	sizeSRV  = 2 + 10 + 6 // and the target
+	// roomEDNS: the OPT record (root owner, type, class, TTL, length) and an
+	// EDE option (code, length, INFO-CODE, EXTRA-TEXT).
+	roomEDNS = 1 + 10 + 4 + 2 + MaxEDEText
 )
+
+// MaxEDEText bounds the EXTRA-TEXT of the Extended DNS Error of a stale answer
+// (octets): what the records of the largest answer leave room for.
+const MaxEDEText = 100
 
 // roomFor is the room for records in the largest reply to a question for
 // qname (fully qualified).
 func roomFor(qname string) int { return roomForLen(wireLen(qname)) }
 
 // roomForLen is roomFor of a name n octets long on the wire.
-func roomForLen(n int) int { return maxMsg - 12 - 4 - n }
+func roomForLen(n int) int { return maxMsg - 12 - 4 - n - roomEDNS }
 
 // wireLen is the length on the wire of a fully qualified name without escapes.
 func wireLen(name string) int {
@@ -503,6 +519,7 @@ func renderService(cfg Config, sk svcKey, eps []endpoint, budget int) *Service {
 		return s
 	}
 	shareData(eps, fqdn)
+	names := clusterNames(eps)
 
 	// Every endpoint's own records, in eps order, in one array per family,
 	// sized first so that the hosts' slices into them stay put. The service's
@@ -511,7 +528,11 @@ func renderService(cfg Config, sk svcKey, eps []endpoint, budget int) *Service {
 	all4, all6 := countAddrs(eps)
 	hostA, hostAAAA := make([]dns.A, 0, all4), make([]dns.AAAA, 0, all6)
 	slab := make([]Host, 0, len(eps))
+	ci := 0 // the index in names of ep's cluster (eps are sorted by cluster)
 	for _, ep := range eps {
+		for names[ci] != ep.cluster {
+			ci++
+		}
 		if !ep.named {
 			continue // its addresses answer the service name only
 		}
@@ -527,7 +548,7 @@ func renderService(cfg Config, sk svcKey, eps []endpoint, budget int) *Service {
 			}
 			continue
 		}
-		slab = append(slab, Host{})
+		slab = append(slab, Host{Clusters: names[ci : ci+1 : ci+1]})
 		h = &slab[len(slab)-1]
 		s.Hosts[key] = h
 		start4, start6 := len(hostA), len(hostAAAA)
@@ -568,8 +589,14 @@ func renderService(cfg Config, sk svcKey, eps []endpoint, budget int) *Service {
 			}
 			seen[ip] = struct{}{}
 			s.A, s.AAAA = appendAddr(s.A, s.AAAA, fqdn, cfg.TTL, ep.raw[i])
+			if len(ep.raw[i]) == net.IPv4len {
+				s.clustersA = appendCluster(s.clustersA, ep.cluster)
+			} else {
+				s.clustersAAAA = appendCluster(s.clustersAAAA, ep.cluster)
+			}
 		}
 	}
+	s.clustersA, s.clustersAAAA = cut(names, s.clustersA, sameString), cut(names, s.clustersAAAA, sameString)
 	// The handler names the owner of these: only the addresses must match.
 	s.A = cut(hostA, s.A, func(a, b *dns.A) bool { return bytes.Equal(a.A, b.A) })
 	s.AAAA = cut(hostAAAA, s.AAAA, func(a, b *dns.AAAA) bool { return bytes.Equal(a.AAAA, b.AAAA) })
@@ -612,7 +639,9 @@ func renderService(cfg Config, sk svcKey, eps []endpoint, budget int) *Service {
 				if perSet >= 0 && len(set.SRV) >= perSet {
 					continue
 				}
-				addSRV(set, target, pr.target, cfg.TTL, s.Hosts[hostKey(ep)], room[set])
+				if addSRV(set, target, pr.target, cfg.TTL, s.Hosts[hostKey(ep)], room[set]) {
+					set.Clusters = appendCluster(set.Clusters, ep.cluster)
+				}
 			}
 			// The protocol label alone ("_tcp") is an empty non-terminal.
 			if ent := pr.prefix[strings.IndexByte(pr.prefix, '.')+1:]; s.SRV[ent] == nil {
@@ -630,6 +659,7 @@ func renderService(cfg Config, sk svcKey, eps []endpoint, budget int) *Service {
 		}
 		set.ExtraA = cut(hostA, set.ExtraA, func(a, b *dns.A) bool { return a.Hdr.Name == b.Hdr.Name && bytes.Equal(a.A, b.A) })
 		set.ExtraAAAA = cut(hostAAAA, set.ExtraAAAA, func(a, b *dns.AAAA) bool { return a.Hdr.Name == b.Hdr.Name && bytes.Equal(a.AAAA, b.AAAA) })
+		set.Clusters = cut(names, set.Clusters, sameString)
 		if prefix != "" && sameSRV(set, all) {
 			s.SRV[prefix] = all
 		}
@@ -707,19 +737,20 @@ type srvRoom struct {
 
 // addSRV adds the record (target, port) to set unless it is there already or
 // does not fit the room left, and the target's addresses to the additional
-// section while they fit. Endpoints come sorted, so a target's records are the
-// last ones added: the check for a duplicate looks at those only.
-func addSRV(set *SRVSet, target string, port uint16, ttl uint32, h *Host, room *srvRoom) {
+// section while they fit; it reports whether it added the record. Endpoints
+// come sorted, so a target's records are the last ones added: the check for a
+// duplicate looks at those only.
+func addSRV(set *SRVSet, target string, port uint16, ttl uint32, h *Host, room *srvRoom) bool {
 	newTarget := true
 	for i := len(set.SRV) - 1; i >= 0 && set.SRV[i].Target == target; i-- {
 		if set.SRV[i].Port == port {
-			return // identical (target, port) pairs collapse
+			return false // identical (target, port) pairs collapse
 		}
 		newTarget = false
 	}
 	size := sizeSRV + wireLen(target)
 	if size > room.srv {
-		return
+		return false
 	}
 	room.srv -= size
 	room.all -= size
@@ -734,7 +765,28 @@ func addSRV(set *SRVSet, target string, port uint16, ttl uint32, h *Host, room *
 			set.ExtraAAAA = append(set.ExtraAAAA, h.AAAA...)
 		}
 	}
+	return true
 }
+
+// clusterNames lists the clusters of eps (sorted by cluster), each once.
+func clusterNames(eps []endpoint) []string {
+	var names []string
+	for _, ep := range eps {
+		names = appendCluster(names, ep.cluster)
+	}
+	return names
+}
+
+// appendCluster appends cluster to a list built in cluster order unless it
+// is its last one already.
+func appendCluster(clusters []string, cluster string) []string {
+	if len(clusters) > 0 && clusters[len(clusters)-1] == cluster {
+		return clusters
+	}
+	return append(clusters, cluster)
+}
+
+func sameString(a, b *string) bool { return *a == *b }
 
 func hasAddr(h *Host, ip netip.Addr) bool {
 	for _, r := range h.A {

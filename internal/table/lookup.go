@@ -55,6 +55,11 @@ type Answer struct {
 	// FailOpen: the answer's service has every endpoint down by its probes
 	// and answers with all of them.
 	FailOpen bool
+	// Clusters are the clusters whose endpoints' records the answer holds
+	// (answer section and additional addresses), sorted, each once: what a
+	// stale answer names. Nil for answers that hold no cluster's records
+	// (a ClusterSetIP, the apex, NXDOMAIN, NODATA). Shared: read only.
+	Clusters []string
 }
 
 // Lookup answers qname (lower case, fully qualified, inside the index's zone)
@@ -216,12 +221,14 @@ func (svc *Service) answer(prefix string, qtype uint16) Answer {
 	if prefix == "" {
 		switch qtype {
 		case dns.TypeA:
-			return exists(len(svc.A) > 0, Answer{Kind: KindService, A: svc.A})
+			return exists(len(svc.A) > 0, Answer{Kind: KindService, A: svc.A, Clusters: svc.clustersA})
 		case dns.TypeAAAA:
-			return exists(len(svc.AAAA) > 0, Answer{Kind: KindService, AAAA: svc.AAAA})
+			return exists(len(svc.AAAA) > 0, Answer{Kind: KindService, AAAA: svc.AAAA, Clusters: svc.clustersAAAA})
 		case dns.TypeSRV:
-			set := svc.SRV[""]
-			return exists(set != nil && len(set.SRV) > 0, Answer{Kind: KindSRV, SRV: set})
+			if set := svc.SRV[""]; set != nil && len(set.SRV) > 0 {
+				return Answer{Kind: KindSRV, SRV: set, Clusters: set.Clusters}
+			}
+			return Answer{Kind: KindNoData}
 		}
 		return Answer{Kind: KindNoData}
 	}
@@ -230,7 +237,7 @@ func (svc *Service) answer(prefix string, qtype uint16) Answer {
 		if set == nil {
 			return Answer{Kind: KindNXDomain}
 		}
-		return exists(qtype == dns.TypeSRV && len(set.SRV) > 0, Answer{Kind: KindSRV, SRV: set})
+		return exists(qtype == dns.TypeSRV && len(set.SRV) > 0, Answer{Kind: KindSRV, SRV: set, Clusters: set.Clusters})
 	}
 	if strings.IndexByte(prefix, '.') < 0 {
 		// <clusterid>.<svc>.<ns>.svc is reserved by the MCS DNS specification.
@@ -242,9 +249,9 @@ func (svc *Service) answer(prefix string, qtype uint16) Answer {
 	}
 	switch qtype {
 	case dns.TypeA:
-		return exists(len(h.A) > 0, Answer{Kind: KindEndpoint, A: h.A})
+		return exists(len(h.A) > 0, Answer{Kind: KindEndpoint, A: h.A, Clusters: h.Clusters})
 	case dns.TypeAAAA:
-		return exists(len(h.AAAA) > 0, Answer{Kind: KindEndpoint, AAAA: h.AAAA})
+		return exists(len(h.AAAA) > 0, Answer{Kind: KindEndpoint, AAAA: h.AAAA, Clusters: h.Clusters})
 	}
 	return Answer{Kind: KindNoData}
 }

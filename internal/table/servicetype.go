@@ -133,6 +133,7 @@ func exportTypes(sk svcKey, pods []*Pod) int {
 // ClusterSetIP. Endpoint names keep their answers.
 func withServiceForm(s *Service, fqdn string, ttl uint32) *Service {
 	form := &Service{Namespace: s.Namespace, Name: s.Name, A: s.A, AAAA: s.AAAA, Hosts: s.Hosts,
+		clustersA: s.clustersA, clustersAAAA: s.clustersAAAA,
 		Endpoints: s.Endpoints, FailOpen: s.FailOpen, SRV: make(map[string]*SRVSet, len(s.SRV))}
 	sets := map[*SRVSet]*SRVSet{} // endpoint-form sets shared by several prefixes stay shared
 	for prefix, set := range s.SRV {
@@ -140,7 +141,7 @@ func withServiceForm(s *Service, fqdn string, ttl uint32) *Service {
 			form.SRV[prefix] = f
 			continue
 		}
-		f := &SRVSet{}
+		f := &SRVSet{Clusters: set.Clusters}
 		for _, r := range set.SRV {
 			dup := false
 			for _, have := range f.SRV {

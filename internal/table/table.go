@@ -86,6 +86,10 @@ type Table struct {
 	// and the list of asked services indexes record (nil: not tracked).
 	down   map[svcKey]map[Key]struct{}
 	demand *demand
+	// staleFor: how long each cluster out of contact has been
+	// (stalepolicy.go); clusters in contact are absent.
+	staleFor map[string]time.Duration
+	graces   graces // of the entries that drop stale endpoints
 
 	// The ClusterSetIP services (SetClusterSetIPs): as set, and rendered,
 	// keyed as the index's services are. Replaced whole, never changed.

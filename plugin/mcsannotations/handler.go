@@ -208,6 +208,9 @@ func (m *MCS) respond(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, sta
 		}
 		msg.Ns = []dns.RR{&soa}
 	}
+	if len(ans.Clusters) > 0 {
+		m.markStale(msg, r, ans.Clusters)
+	}
 	answers.WithLabelValues(metrics.WithServer(ctx), ans.Kind.String()).Inc()
 	if ans.FailOpen {
 		failOpenAnswers.Inc()

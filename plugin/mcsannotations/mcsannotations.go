@@ -40,6 +40,7 @@ type MCS struct {
 	sources []*source.Source
 
 	expire time.Duration // 0: a source's records are kept however long it is gone
+	stale  staleness     // which sources' records answers mark as stale
 	prober *probe.Prober // nil: no probe word
 
 	// Who is asking: local Pods by IP, for alias names and imports enforce.
@@ -340,6 +341,7 @@ func (m *MCS) start() error {
 	m.registerSeries()
 	m.openSnapshot(true)
 	go m.table.Run(ctx)
+	go m.staleLoop(ctx)
 	if m.prober != nil {
 		probers.add(m.prober)
 		go m.prober.Run(ctx)

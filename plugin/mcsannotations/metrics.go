@@ -52,6 +52,13 @@ var (
 		Help:      "Answers given, by server and kind (service, endpoint, srv, nxdomain, nodata, version, apex, nameserver, clustersetip).",
 	}, []string{"server", "kind"})
 
+	staleAnswers = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "stale_answers_total",
+		Help:      "Answers holding records of a cluster whose source has been out of contact for longer than a short grace, by that cluster (an answer with two such clusters counts once for each), whether or not the query carried EDNS0 (only then does the reply carry Extended DNS Error 3, Stale Answer).",
+	}, []string{"cluster"})
+
 	refused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
@@ -264,6 +271,7 @@ func (m *MCS) registerSeries() {
 		cl := s.Cluster()
 		informers = append(informers, clusterInformer(cl))
 		sourceExpirations.WithLabelValues(cl)
+		staleAnswers.WithLabelValues(cl)
 		unencodableNames.WithLabelValues(cl)
 		for _, r := range annotation.Reasons {
 			rejectedAnnotations.WithLabelValues(cl, string(r))

@@ -80,6 +80,7 @@ func TestSeriesRegisteredAtStart(t *testing.T) {
 		}
 		want[prefix+"source_expirations_total"] = append(want[prefix+"source_expirations_total"], cl)
 		want[prefix+"unencodable_names_total"] = append(want[prefix+"unencodable_names_total"], cl)
+		want[prefix+"stale_answers_total"] = append(want[prefix+"stale_answers_total"], cl)
 	}
 	informers := []string{"clients", "cluster/prereg-a", "cluster/prereg-b"}
 	for _, name := range []string{"watch_expirations_total", "malformed_lists_total", "relist_seconds"} {

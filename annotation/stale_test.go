@@ -1,0 +1,68 @@
+package annotation
+
+import (
+	"strings"
+	"testing"
+)
+
+// The annotation's value reads into the entry's fields and writes back the
+// same; an unknown value is refused with what is expected, never guessed.
+func TestParseStaleEndpoints(t *testing.T) {
+	for _, c := range []struct {
+		value  string
+		policy string
+		grace  int32
+		err    string // a part of the error; "": none
+		back   string // FormatStaleEndpoints of the result; "": value
+	}{
+		{value: "serve"},
+		{value: " serve ", back: "serve"},
+		{value: "drop-after=30s", policy: StaleDrop, grace: 30},
+		{value: "drop-after=5m", policy: StaleDrop, grace: 300, back: "drop-after=5m0s"},
+		{value: "drop-after=0s", policy: StaleDrop},
+		{value: "drop-if-local-after=30s", policy: StaleDropIfLocal, grace: 30},
+		{value: "drop-after=168h", policy: StaleDrop, grace: MaxStaleGrace, back: "drop-after=168h0m0s"},
+		{value: "", err: "want serve, drop-after=DURATION or drop-if-local-after=DURATION"},
+		{value: "Serve", err: "want serve"},
+		{value: "drop", err: "want serve"},
+		{value: "drop-if-local", err: "want serve"},
+		{value: "keep", err: "want serve"},
+		{value: "drop-after=30", err: "drop-after takes a duration"},
+		{value: "drop-after=", err: "drop-after takes a duration"},
+		{value: "drop-if-local-after=soon", err: "drop-if-local-after takes a duration"},
+		{value: "drop-after=-1s", err: "whole seconds from 0s to 168h0m0s"},
+		{value: "drop-after=1500ms", err: "whole seconds"},
+		{value: "drop-after=169h", err: "whole seconds from 0s to 168h0m0s"},
+		{value: "drop-after=" + strings.Repeat("9", 1000) + "s", err: "takes a duration"},
+	} {
+		policy, grace, err := ParseStaleEndpoints(c.value)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: error %v, want one saying %q", c.value, err, c.err)
+			} else if len(err.Error()) > 300 {
+				t.Errorf("%q: an error of %d octets", c.value, len(err.Error()))
+			}
+			continue
+		case err != nil:
+			t.Errorf("%q: %v", c.value, err)
+			continue
+		case policy != c.policy || grace != c.grace:
+			t.Errorf("%q: %q %d, want %q %d", c.value, policy, grace, c.policy, c.grace)
+		}
+		back := c.back
+		if back == "" {
+			back = c.value
+		}
+		if got := FormatStaleEndpoints(policy, grace); got != back {
+			t.Errorf("%q written back as %q, want %q", c.value, got, back)
+		}
+		s := Service{StaleEndpoints: policy, StaleGraceSeconds: grace}
+		if r, bad := checkServiceFields(&s); bad {
+			t.Errorf("%q: its fields are refused in an entry: %v", c.value, r)
+		}
+	}
+	if p := (&Service{}).StalePolicy(); p != StaleServe {
+		t.Errorf("default policy %q, want %q", p, StaleServe)
+	}
+}
