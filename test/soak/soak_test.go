@@ -1,30 +1,45 @@
-// Package soak runs bin/coredns against two real kube-apiservers (edge-a,
-// its own cluster, and edge-b, a peer behind a cuttable link) through a loop
-// of faults for a set time, while Pods churn and a DNS client asks every
-// service without pause and compares each answer with what the API servers
-// say it should be. `make soak` runs it for SOAK_DURATION (10m); `make
-// soak-short` for about 75 s.
+// Package soak runs bin/coredns and the MCS controller (bin/mcs-annotator
+// --mcs-controller) against two real kube-apiservers (edge-a, their own
+// cluster, and edge-b, a peer behind a cuttable link they both read through)
+// through a loop of faults for a set time, while Pods churn, a DNS client
+// asks every service without pause and a reader lists the controller's
+// objects every 500 ms, and compares each answer and each service's objects
+// with what the API servers say they should be. `make soak` runs it for
+// SOAK_DURATION (10m); `make soak-short` for about 75 s.
 //
 // The faults, in turn until the time is up: edge-a's API server killed
-// (SIGKILL) and started again, hung (SIGSTOP) and resumed; the peer link cut
-// and restored three times (flaps), then silent (accepting, passing
-// nothing); CoreDNS restarted, reloaded (SIGUSR1), and restarted over a
-// damaged snapshot; edge-b's API server killed and started again.
+// (SIGKILL) and started again, hung (SIGSTOP) and resumed; the controller
+// restarted; the peer link cut and restored three times (flaps), then
+// silent (accepting, passing nothing); the controller killed (SIGKILL) and
+// started 3 s later; CoreDNS restarted, reloaded (SIGUSR1), and restarted
+// over a damaged snapshot; edge-b's API server killed and started again;
+// the controller restarted while the peer link is cut.
 //
-// An answer is ok (the current set of ready addresses), stale (a set the
-// service had before: the change has not reached DNS yet), wrong (a set the
-// service never had), missing (no address of a cluster whose part of the
-// service has some; counted apart within 10 s of a CoreDNS start, when a
-// damaged snapshot leaves it empty until its sources have listed) or failed
-// (no reply, or an error rcode). Staleness is measured from the
-// change, and separately from the end of the last fault that touched the
-// cluster (after recovery: API server and peer faults touch one cluster,
-// CoreDNS's restarts and reloads both).
+// Four services are exported Headless (answered with their endpoints), two
+// ClusterSetIP (vip-N, answered with the ClusterSetIP the controller
+// allocates). An answer is ok (the current set of ready addresses; the
+// ClusterSetIP), stale (a set the service had before: the change has not
+// reached DNS yet), wrong (a set the service never had, or another address
+// than the ClusterSetIP), missing (no address of a cluster whose part of
+// the service has some, no ClusterSetIP; counted apart within 10 s of a
+// CoreDNS start, when a damaged snapshot leaves it empty until its sources
+// have listed) or failed (no reply, or an error rcode). Staleness is
+// measured from the change, and separately from the end of the last fault
+// that touched the cluster (after recovery: API server and peer faults
+// touch one cluster, CoreDNS's restarts and reloads both).
 //
-// Besides any wrong answer, a run fails when it answers too little or too
-// late (the bounds below): a healthy run stays far inside them, also on a
-// loaded 2-core machine, while a CoreDNS that stops answering, or keeps an
-// old answer, after a fault does not.
+// Each service's MCS objects are classified the same way (mcsVerdict): its
+// ServiceImport (type, port, clusters), its ClusterSetIP (the derived
+// Service's ClusterIPs: the same all the run, since every service stays
+// exported) and its EndpointSlices' ready addresses by source cluster. Their
+// faults are counted apart: edge-a's API server and the controller's own
+// touch both clusters' parts, the peer's the peer's part, CoreDNS's none.
+//
+// Besides any wrong answer or object, a run fails when it answers too
+// little or too late (the bounds below), or an object is stale or missing
+// past the same bound after recovery: a healthy run stays far inside them,
+// also on a loaded 2-core machine, while a CoreDNS or controller that stops
+// answering or writing, or keeps an old answer, after a fault does not.
 package soak
 
 import (
