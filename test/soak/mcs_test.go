@@ -247,28 +247,14 @@ func (c *mcsCounts) check(ctx context.Context, r *mcsReader, m *model, names []s
 		case "stale":
 			c.stale.Add(1)
 			maxInto(&c.longest, v.stale.Milliseconds())
-			if v.after >= 0 {
-				c.mu.Lock()
-				if ms := v.after.Milliseconds(); ms > c.longestAfter.Load() {
-					c.longestAfter.Store(ms)
-					c.longestAfterWhat = fmt.Sprintf("%s at %s", v.afterWhat, at.Sub(start).Round(time.Millisecond))
-				}
-				c.mu.Unlock()
-			}
+			longestWith(&c.mu, &c.longestAfter, &c.longestAfterWhat, v.after, fmt.Sprintf("%s at %s", v.afterWhat, at.Sub(start).Round(time.Millisecond)))
 		case "missing":
 			c.missing.Add(1)
 			note(&c.missingExamples, svc, v)
 			if v.after > maxStalenessAfterRecovery {
 				c.missingLate.Add(1)
 			}
-			if v.after >= 0 {
-				c.mu.Lock()
-				if ms := v.after.Milliseconds(); ms > c.longestMissing.Load() {
-					c.longestMissing.Store(ms)
-					c.longestMissingWhat = fmt.Sprintf("%s at %s", v.afterWhat, at.Sub(start).Round(time.Millisecond))
-				}
-				c.mu.Unlock()
-			}
+			longestWith(&c.mu, &c.longestMissing, &c.longestMissingWhat, v.after, fmt.Sprintf("%s at %s", v.afterWhat, at.Sub(start).Round(time.Millisecond)))
 		default:
 			c.wrong.Add(1)
 			note(&c.examples, svc, v)

@@ -328,6 +328,21 @@ type counts struct {
 	longestAfterWhat                                                     string
 }
 
+// longestWith stores d in a (milliseconds) and label in *what when d is
+// longer than a holds; a negative d (during a fault) is not stored. mu
+// guards what.
+func longestWith(mu *sync.Mutex, a *atomic.Int64, what *string, d time.Duration, label string) {
+	if d < 0 {
+		return
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ms := d.Milliseconds(); ms > a.Load() {
+		a.Store(ms)
+		*what = label
+	}
+}
+
 func maxInto(a *atomic.Int64, v int64) {
 	for {
 		old := a.Load()
@@ -576,14 +591,7 @@ func TestSoak(t *testing.T) {
 			case "stale":
 				c.stale.Add(1)
 				maxInto(&c.longest, stale.Milliseconds())
-				if after >= 0 {
-					c.mu.Lock()
-					if ms := after.Milliseconds(); ms > c.longestAfter.Load() {
-						c.longestAfter.Store(ms)
-						c.longestAfterWhat = fmt.Sprintf("%s at %s", afterWhat, now.Sub(start).Round(time.Millisecond))
-					}
-					c.mu.Unlock()
-				}
+				longestWith(&c.mu, &c.longestAfter, &c.longestAfterWhat, after, fmt.Sprintf("%s at %s", afterWhat, now.Sub(start).Round(time.Millisecond)))
 			default:
 				c.wrong.Add(1)
 				c.mu.Lock()
