@@ -121,7 +121,8 @@ func (r *mcsReader) importIPs(t harness.T, svc string) []string {
 // service is exported as ClusterSetIP, none else), the derived Service it
 // owns (ClusterIPs equal to the import's) and the ready addresses of its
 // EndpointSlices by source cluster (through classify: a set each cluster's
-// part has had). Faults are read in the mcs/ scopes. m.mu is not held.
+// part has had, stale from when it stopped being current). Faults are read
+// in the mcs/ scopes. m.mu is not held.
 func (m *model) mcsVerdict(svc string, vips []string, o mcsObjects, now time.Time) classified {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -195,7 +196,7 @@ func (m *model) mcsVerdict(svc string, vips []string, o mcsObjects, now time.Tim
 	for _, ips := range by {
 		slices.Sort(ips)
 	}
-	r := m.classify(svc, by, "mcs/", now)
+	r := m.classify(svc, by, "mcs/", true, now)
 	if r.v == "ok" || r.v == "stale" {
 		var absent []string
 		for _, cl := range both {

@@ -31,8 +31,10 @@
 // Each service's MCS objects are classified the same way (mcsVerdict): its
 // ServiceImport (type, port, clusters), its ClusterSetIP (the derived
 // Service's ClusterIPs: the same all the run, since every service stays
-// exported) and its EndpointSlices' ready addresses by source cluster. Their
-// faults are counted apart: edge-a's API server and the controller's own
+// exported) and its EndpointSlices' ready addresses by source cluster, a
+// stale set's staleness counted from when it stopped being current (the whole
+// lag of a controller that stops writing, however often the part changes
+// since). Their faults are counted apart: edge-a's API server and the controller's own
 // touch both clusters' parts, the peer's the peer's part, CoreDNS's none.
 //
 // Besides any wrong answer or object, a run fails when it answers too
@@ -190,6 +192,11 @@ type model struct {
 	current map[part]string          // the address set now
 	since   map[part]time.Time       // when it became current
 	history map[part]map[string]bool // every set it had
+	// ended is when each set it had last stopped being current (or, for a
+	// set a write might pass through, when that write's outcome was known);
+	// pending are the sets expected since the last settle.
+	ended   map[part]map[string]time.Time
+	pending map[part][]string
 	// By scope (a cluster's part of the answers, "edge-a", or of the MCS
 	// objects, "mcs/edge-a"): when the last fault that touched it ended,
 	// its name, and whether one is on.
@@ -227,14 +234,34 @@ func (m *model) expect(k part) {
 	if m.history[k] == nil {
 		m.history[k] = map[string]bool{}
 	}
-	m.history[k][m.set(k)] = true
+	s := m.set(k)
+	m.history[k][s] = true
+	m.pending[k] = append(m.pending[k], s)
 }
 
+// settle makes the set k has with the model's Pods current; the set it
+// replaces and every other set expected since the last settle end now.
 func (m *model) settle(k part) {
 	m.expect(k)
-	if s := m.set(k); m.current[k] != s {
-		m.current[k], m.since[k] = s, time.Now()
+	now, s := time.Now(), m.set(k)
+	if m.ended[k] == nil {
+		m.ended[k] = map[string]time.Time{}
 	}
+	for _, x := range append(m.pending[k], m.current[k]) {
+		if x != s {
+			m.ended[k][x] = now
+		}
+	}
+	m.pending[k] = nil
+	if m.current[k] != s {
+		m.current[k], m.since[k] = s, now
+	}
+}
+
+func newModel() *model {
+	return &model{pods: map[string]*pod{}, current: map[part]string{}, since: map[part]time.Time{}, history: map[part]map[string]bool{},
+		ended: map[part]map[string]time.Time{}, pending: map[part][]string{},
+		faultEnd: map[string]time.Time{}, lastFault: map[string]string{}, inFault: map[string]bool{}}
 }
 
 // clusterOf is the cluster of a test address: 10.<cluster index + 1>.x.y.
@@ -255,7 +282,7 @@ func (m *model) verdict(svc string, got []string, now time.Time) (v string, stal
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.classify(svc, by, "", now)
+	r := m.classify(svc, by, "", false, now)
 	return r.v, r.stale, r.after, r.afterWhat
 }
 
@@ -273,8 +300,10 @@ type classified struct {
 
 // classify compares by (the sorted addresses of svc by cluster) with every
 // set each cluster's part has had, the faults read in scope prefix + cluster
-// name. m.mu is held.
-func (m *model) classify(svc string, by map[string][]string, prefix string, now time.Time) classified {
+// name. A stale set's staleness counts from the change to the current set,
+// or with fromEnd from when the set shown stopped being current (the
+// whole lag, also when the part changed again since). m.mu is held.
+func (m *model) classify(svc string, by map[string][]string, prefix string, fromEnd bool, now time.Time) classified {
 	r := classified{v: "ok", after: -1}
 	var missing []string
 	for _, cl := range []string{"edge-a", "edge-b"} {
@@ -284,8 +313,12 @@ func (m *model) classify(svc string, by map[string][]string, prefix string, now 
 		case s == m.current[k]:
 		case m.history[k][s]:
 			r.v = "stale"
-			r.stale = max(r.stale, now.Sub(m.since[k]))
-			if a := now.Sub(later(m.since[k], m.faultEnd[scope])); !m.inFault[scope] && a > r.after {
+			from := m.since[k]
+			if e, ok := m.ended[k][s]; ok && fromEnd {
+				from = e
+			}
+			r.stale = max(r.stale, now.Sub(from))
+			if a := now.Sub(later(from, m.faultEnd[scope])); !m.inFault[scope] && a > r.after {
 				r.after, r.afterWhat = a, fmt.Sprintf("%s's part of %s, after %s", cl, svc, m.lastFault[scope])
 			}
 		case s == "":
@@ -390,8 +423,7 @@ func TestSoak(t *testing.T) {
 		c.CreateNamespace(t, ns)
 	}
 	a.InstallMCSCRDs(t) // edge-a's controller writes ServiceImports there; its CoreDNS answers their ClusterSetIPs
-	m := &model{pods: map[string]*pod{}, current: map[part]string{}, since: map[part]time.Time{}, history: map[part]map[string]bool{},
-		faultEnd: map[string]time.Time{}, lastFault: map[string]string{}, inFault: map[string]bool{}}
+	m := newModel()
 	var names []string
 	for s := range services + clusterSetIPServices {
 		svc := fmt.Sprintf("svc-%d", s)

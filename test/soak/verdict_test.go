@@ -14,16 +14,19 @@ import (
 )
 
 // verdictModel is a model where vip-0 and svc-0 have in edge-a the set
-// 10.1.0.1,10.1.0.2 now and had 10.1.0.1 before, and in edge-b 10.2.0.1;
-// the last fault that touched each scope ended at faultEnd.
+// 10.1.0.1,10.1.0.2 since faultEnd and had 10.1.0.1 until 10 s before, and
+// in edge-b 10.2.0.1; the last fault that touched each scope ended at
+// faultEnd.
 func verdictModel(faultEnd time.Time) *model {
-	m := &model{pods: map[string]*pod{}, current: map[part]string{}, since: map[part]time.Time{}, history: map[part]map[string]bool{},
-		faultEnd: map[string]time.Time{}, lastFault: map[string]string{}, inFault: map[string]bool{}}
+	m := newModel()
 	for _, svc := range []string{"vip-0", "svc-0"} {
 		for k, sets := range map[part][]string{{svc, "edge-a"}: {"10.1.0.1", "10.1.0.1,10.1.0.2"}, {svc, "edge-b"}: {"10.2.0.1"}} {
-			m.history[k] = map[string]bool{}
-			for _, s := range sets {
+			m.history[k], m.ended[k] = map[string]bool{}, map[string]time.Time{}
+			for i, s := range sets {
 				m.history[k][s] = true
+				if i < len(sets)-1 {
+					m.ended[k][s] = faultEnd.Add(-10 * time.Second)
+				}
 				m.current[k] = s
 			}
 			m.since[k] = faultEnd
@@ -118,9 +121,9 @@ func TestMCSVerdict(t *testing.T) {
 				t.Fatalf("%s %q, want %s with %q", got.v, got.why, tc.want, tc.why)
 			}
 			switch got.v {
-			case "stale":
-				if got.stale != 30*time.Second || got.after != 30*time.Second {
-					t.Errorf("staleness %v, after recovery %v, want 30s and 30s", got.stale, got.after)
+			case "stale": // from when the set shown stopped being current, 40 s ago
+				if got.stale != 40*time.Second || got.after != 30*time.Second {
+					t.Errorf("staleness %v, after recovery %v, want 40s and 30s", got.stale, got.after)
 				}
 			case "missing":
 				if got.after != 30*time.Second {
@@ -151,4 +154,31 @@ func TestMCSVerdictDuringFault(t *testing.T) {
 
 func readyEndpoint(ip string) discoveryv1.Endpoint {
 	return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+}
+
+// TestSettleEnds: a set ends when the part settles on another, and so does
+// each set a write was expected to pass through; the current set has no end.
+func TestSettleEnds(t *testing.T) {
+	m := newModel()
+	k := part{"svc-0", "edge-a"}
+	m.pods["edge-a/a"] = &pod{cluster: "edge-a", name: "a", svc: "svc-0", ip: "10.1.0.1", ready: true}
+	m.pods["edge-a/b"] = &pod{cluster: "edge-a", name: "b", svc: "svc-0", ip: "10.1.0.2", ready: true}
+	m.settle(k)
+	first := m.since[k]
+	// A replacement of b: without b, then with c.
+	delete(m.pods, "edge-a/b")
+	m.expect(k)
+	m.pods["edge-a/c"] = &pod{cluster: "edge-a", name: "c", svc: "svc-0", ip: "10.1.0.3", ready: true}
+	m.settle(k)
+	if m.current[k] != "10.1.0.1,10.1.0.3" {
+		t.Fatalf("current %q", m.current[k])
+	}
+	for _, s := range []string{"10.1.0.1,10.1.0.2", "10.1.0.1"} {
+		if e, ok := m.ended[k][s]; !ok || e.Before(first) || e != m.since[k] {
+			t.Errorf("set %q ended at %v (%v), want when the current set began, %v", s, e, ok, m.since[k])
+		}
+	}
+	if _, ok := m.ended[k][m.current[k]]; ok {
+		t.Errorf("the current set has an end")
+	}
 }
