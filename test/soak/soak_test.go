@@ -117,6 +117,12 @@ const (
 	// (each list bounded by mcsReadTimeout) while edge-a's API server is
 	// up, as a share of the reads: a check that cannot read checks nothing.
 	maxMCSReadErrorShare = 0.1
+	// minMCSOKShare bounds from below the services' objects that are
+	// current, as a share of those checked: faults touch the objects about
+	// every 10 s, so a controller that stops writing some of them would
+	// rarely stay stale past maxStalenessAfterRecovery after one, but it
+	// leaves far fewer current.
+	minMCSOKShare = 0.6
 )
 
 // Result is what a soak reports (soak.json).
@@ -796,6 +802,9 @@ func bounds(r Result) []error {
 	if r.MCS.MissingPastBound > 0 {
 		errs = append(errs, fmt.Errorf("%d checks found MCS objects missing more than %v after the end of the last fault that touched them (longest %d ms: %s): %v",
 			r.MCS.MissingPastBound, maxStalenessAfterRecovery, r.MCS.LongestMissingAfterRecoverMs, r.MCS.LongestMissingAfterRecoverAt, r.MCS.MissingExamples))
+	}
+	if float64(r.MCS.OK) < minMCSOKShare*float64(r.MCS.Checked) {
+		errs = append(errs, fmt.Errorf("%d of %d checks found the MCS objects current, want at least %.0f%%", r.MCS.OK, r.MCS.Checked, 100*minMCSOKShare))
 	}
 	if float64(r.MCS.ReadErrors) > maxMCSReadErrorShare*float64(r.MCS.Reads) {
 		errs = append(errs, fmt.Errorf("%d of %d reads of the MCS objects failed while edge-a's API server was up, want at most %.0f%%", r.MCS.ReadErrors, r.MCS.Reads, 100*maxMCSReadErrorShare))
