@@ -32,10 +32,11 @@
 // ServiceImport (type, port, clusters), its ClusterSetIP (the derived
 // Service's ClusterIPs: the same all the run, since every service stays
 // exported) and its EndpointSlices' ready addresses by source cluster, a
-// stale set's staleness counted from when it stopped being current (the whole
-// lag of a controller that stops writing, however often the part changes
-// since). Their faults are counted apart: edge-a's API server and the controller's own
-// touch both clusters' parts, the peer's the peer's part, CoreDNS's none.
+// stale set's staleness counted from when it stopped being current (the
+// whole lag of a controller that stops writing, however often the part
+// changes since). Their faults are counted apart: edge-a's API server's and
+// the controller's own touch both clusters' parts, the peer's the peer's
+// part, CoreDNS's none.
 //
 // Besides any wrong answer or object, a run fails when it answers too
 // little or too late (the bounds below), or an object is stale or missing
@@ -296,9 +297,10 @@ func (m *model) verdict(svc string, got []string, now time.Time) (v string, stal
 // MCS objects) against the model.
 type classified struct {
 	v string // ok, stale, missing, wrong
-	// stale is the staleness from the change; after, from the later of the
-	// change and the end of the last fault that touched the scope (for
-	// missing: from that end alone), -1 while one is on.
+	// stale is the staleness from the change (or from the end of the set
+	// shown: classify's fromEnd); after, from the later of that and the end
+	// of the last fault that touched the scope (for missing: from that end
+	// alone), -1 while one is on.
 	stale, after time.Duration
 	afterWhat    string
 	why          string // for wrong and missing: what
