@@ -10,7 +10,7 @@
 // (report.md.tmpl; -render renders a results.json again). Every process it
 // starts is stopped by PID, also on failure and Ctrl-C.
 //
-//	env $(tools/install.sh env) go run ./cmd/mcs-bench [-smoke] [flags]
+//	env $(tools/install.sh env) go run ./test/bench [-smoke] [flags]
 package main
 
 import (
@@ -94,7 +94,7 @@ func parseFlags() config {
 			}
 		}
 	}
-	c.Command = "go run ./cmd/mcs-bench " + strings.Join(os.Args[1:], " ")
+	c.Command = "go run ./test/bench " + strings.Join(os.Args[1:], " ")
 	return c
 }
 

@@ -20,7 +20,7 @@
 // Run it with `make demo` (which first builds bin/coredns and the tools), or
 // after `make build tools`:
 //
-//	env $(tools/install.sh env) go run ./cmd/mcs-demo
+//	env $(tools/install.sh env) go run ./test/demo
 package main
 
 import (

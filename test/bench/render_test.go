@@ -12,7 +12,7 @@ import (
 func sample(t *testing.T) *results {
 	raw := t.TempDir()
 	r := &results{
-		Cfg:     config{Services: 10, Endpoints: 2, Namespaces: 2, Runs: 1, Duration: time.Second, Clients: 4, Rate: 1000, LatDur: time.Second, InstrRuns: 1, InstrQueries: 600, Raw: raw, Out: filepath.Join(raw, "BENCHMARKS.md"), Command: "go run ./cmd/mcs-bench -smoke"},
+		Cfg:     config{Services: 10, Endpoints: 2, Namespaces: 2, Runs: 1, Duration: time.Second, Clients: 4, Rate: 1000, LatDur: time.Second, InstrRuns: 1, InstrQueries: 600, Raw: raw, Out: filepath.Join(raw, "BENCHMARKS.md"), Command: "go run ./test/bench -smoke"},
 		Root:    filepath.Dir(raw),
 		Took:    90 * time.Second,
 		Machine: machineInfo{CPUs: 2, CPUModel: "Test CPU", LoadStart: "1 1 1", LoadEnd: "2 2 2", Date: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC), Commit: "abc123", GoVersion: "go1.26", DNSPerf: "2.10.0"},
