@@ -300,10 +300,10 @@ func readSoak(res *results, path string) error {
 	if err != nil {
 		return err
 	}
-	rel, err := filepath.Rel(res.Root, path)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		rel = path
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
 	}
-	res.Soak = &soakReport{Path: rel, Modified: st.ModTime().UTC(), Markdown: strings.TrimSpace(string(md))}
+	res.Soak = &soakReport{Path: abs, Modified: st.ModTime().UTC(), Markdown: strings.TrimSpace(string(md))}
 	return nil
 }

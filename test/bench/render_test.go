@@ -174,3 +174,75 @@ func TestRenderEmpty(t *testing.T) {
 		}
 	}
 }
+
+// The report names no folder of the machine that ran it: files in the
+// checkout are relative to it, others are "…/" and their name, wherever a
+// path comes from (the command line, the old build, the soak summary, the
+// other processes, a failure's error).
+func TestRenderNoAbsolutePath(t *testing.T) {
+	r := sample(t)
+	outside, err := os.MkdirTemp("", "elsewhere") // not under r.Root, as t.TempDir would be
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(outside) })
+	soak := filepath.Join(outside, "soak-results", "soak.md")
+	if err := os.MkdirAll(filepath.Dir(soak), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(soak, []byte("### Soak (1m16s)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := readSoak(r, soak); err != nil {
+		t.Fatal(err)
+	}
+	oldBin := filepath.Join(outside, "old", "bin", "coredns")
+	r.Cfg.Command = "go run ./test/bench -compare-coredns " + oldBin + " -soak " + soak + " -out=" + filepath.Join(r.Root, "out", "BENCHMARKS.md")
+	r.Live.Compare.Old = oldBin
+	r.Machine.OtherHeavy = []string{"4242 " + filepath.Join(outside, "kube-apiserver")}
+	r.Failures = []string{"cold start: open " + filepath.Join(r.Cfg.Raw, "table.db") + ": no such file"}
+	var w strings.Builder
+	if err := render(&w, r); err != nil {
+		t.Fatal(err)
+	}
+	got := w.String()
+	for _, want := range []string{
+		"-compare-coredns …/coredns -soak …/soak.md -out=out/BENCHMARKS.md",
+		"and `…/coredns` (old: commit", "its summary `…/soak.md`", "4242 …/kube-apiserver",
+		"cold start: open " + filepath.Base(r.Cfg.Raw) + "/table.db: no such file",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, dir := range []string{r.Root, outside} {
+		if strings.Contains(got, dir) {
+			t.Errorf("report names %s", dir)
+		}
+	}
+	// The report's own text names /proc files and a pprof URL path; any
+	// other word starting with a slash is a path of the machine.
+	for _, m := range absPath.FindAllStringSubmatch(got, -1) {
+		if !strings.HasPrefix(m[1], "/proc/") && !strings.HasPrefix(m[1], "/debug/pprof/") {
+			t.Errorf("report has an absolute path %q", m[1])
+		}
+	}
+}
+
+func TestShownIn(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"/repo/bin/coredns", "bin/coredns"},
+		{"/repo", "."},
+		{"/repository/x", "…/x"},
+		{"/other/bin/coredns -x", "…/coredns -x"},
+		{"-soak=/repo/soak-results/soak.md", "-soak=soak-results/soak.md"},
+		{"open /tmp/a/b.db: no such file", "open …/b.db: no such file"},
+		{"`/repo/a`, '/b/c'", "`a`, '…/c'"},
+		{"127.201.0.0/16 and 1/5/15 min", "127.201.0.0/16 and 1/5/15 min"},
+		{"./test/bench bench/raw/x", "./test/bench bench/raw/x"},
+	} {
+		if got := shownIn("/repo", c.text); got != c.want {
+			t.Errorf("shownIn(%q) = %q, want %q", c.text, got, c.want)
+		}
+	}
+}
