@@ -1,9 +1,9 @@
 package e2e
 
-// Offline behaviour (SPEC section 5) end to end: the real bin/coredns with a
-// bbolt snapshot keeps answering when the API server is killed, hangs, or the
-// link to it is cut, also across a CoreDNS restart and a reload, and survives
-// a damaged snapshot file.
+// Offline behaviour (docs/DESIGN.md#offline-behaviour) end to end: the real
+// bin/coredns with a bbolt snapshot keeps answering when the API server is
+// killed, hangs, or the link to it is cut, also across a CoreDNS restart and a
+// reload, and survives a damaged snapshot file.
 //
 // Each test starts its own cluster (tests 1-4 kill, pause or cut it) and runs
 // alone, not in parallel: the steady-state checks require every answer within
