@@ -71,7 +71,7 @@ func parseFlags() config {
 	flag.IntVar(&c.ColdRuns, "cold-runs", 7, "cold starts measured (median reported)")
 	flag.IntVar(&c.Changes, "changes", 100, "annotation changes per propagation test")
 	flag.DurationVar(&c.CutFor, "cut", 10*time.Second, "how long the link to the API server stays cut in the resync test")
-	flag.BoolVar(&c.GoBench, "gobench", true, "also run the plugin's Go benchmarks (heap per endpoint, cold load, ServeDNS allocations)")
+	flag.BoolVar(&c.GoBench, "gobench", true, "also run the Go benchmarks of the plugin and the annotator (heap per endpoint, cold load, ServeDNS allocations, a settled namespace's reconcile)")
 	flag.IntVar(&c.InstrRuns, "instr-runs", 3, "counted runs of each contender and query type under callgrind (instructions per answer)")
 	flag.IntVar(&c.InstrQueries, "instr-queries", 10000, "queries in one counted callgrind run (rounded up to whole passes through the query file)")
 	flag.IntVar(&c.ProbeRepeats, "probe-repeats", 5, "failovers measured with the probe defaults")
