@@ -614,7 +614,7 @@ func TestOfflineRestartFromSnapshot(t *testing.T) {
 // also restarts while the link is cut, as in a crash or an upgrade of the
 // control plane: its watch cache starts afresh, CoreDNS's watch expires and
 // its informer lists again (the Pods that did not change come back as the
-// objects it held; mcs-bench measures this case at 100,000 Pods). CoreDNS's
+// objects it held; test/bench measures this case at 100,000 Pods). CoreDNS's
 // log says which: only in CutRestart an expired watch and a relist.
 func TestOfflineLinkCut(t *testing.T) {
 	harness.RequireTools(t)
