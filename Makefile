@@ -54,8 +54,8 @@ image-test: image ## Read the archives back: entrypoint, user, platforms, labels
 		MCS_IMAGE_SOURCE=$(SOURCE) MCS_IMAGE_REF=$(REGISTRY)/NAME:$(IMAGE_TAG) $(GO) test -count=1 ./...
 
 .PHONY: unit
-unit: ## Unit tests of the product module and coredns-build (with -race); no e2e
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/test/')
+unit: ## Unit tests of the product module, the benchmark program's report and coredns-build (with -race); no e2e
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/test/') ./test/bench/
 	cd coredns-build && $(GO) test -count=1 ./...
 
 .PHONY: test
@@ -97,16 +97,16 @@ e2e: build tools ## End-to-end tests against real kube-apiservers and bin/coredn
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator \
 		$(GO) test -count=1 -timeout 30m -v $(if $(E2E_RUN),-run '$(E2E_RUN)') ./test/harness/ ./test/e2e/
 demo: build tools ## Two local clusters, sample workloads, the MCS controller and our CoreDNS in each, a cut link
-	@env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-demo $(DEMO_FLAGS)
+	@env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./test/demo $(DEMO_FLAGS)
 
-# --- benchmarks (issue 6; cmd/mcs-bench) ---------------------------------------
+# --- benchmarks (issue 6; test/bench) ------------------------------------------
 .PHONY: bench bench-smoke bench-render
 bench: build tools ## Ours vs hosts and in-tree multicluster, probes, offline figures; bench/raw/<time>/results.json and BENCHMARKS.md (~25 min); BENCH_OLD_COREDNS=path/to/old/coredns also runs propagation and resync in turns against that build; includes the last make soak's summary
-	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench $(if $(BENCH_OLD_COREDNS),-compare-coredns $(BENCH_OLD_COREDNS)) $(if $(wildcard $(SOAK_OUT)/soak.md),-soak $(SOAK_OUT)/soak.md) $(BENCH_FLAGS)
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./test/bench $(if $(BENCH_OLD_COREDNS),-compare-coredns $(BENCH_OLD_COREDNS)) $(if $(wildcard $(SOAK_OUT)/soak.md),-soak $(SOAK_OUT)/soak.md) $(BENCH_FLAGS)
 bench-render: ## Render BENCHMARKS.md again from a run's results: make bench-render RESULTS=bench/raw/<time>/results.json
-	$(GO) run ./cmd/mcs-bench -render $(RESULTS) -out $(ROOT)/BENCHMARKS.md
+	$(GO) run ./test/bench -render $(RESULTS) -out $(ROOT)/BENCHMARKS.md
 bench-smoke: build tools ## The benchmark program end to end at tiny sizes (about 2 min; report in bench/raw/smoke/)
-	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./cmd/mcs-bench -smoke
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./test/bench -smoke
 
 # --- monitoring (manifests/monitoring; test/monitoring is a module of its own) --
 .PHONY: monitoring-test

@@ -1,6 +1,7 @@
 // Package annotation parses and validates the Pod metadata that carries
 // multi-cluster service membership: the export-services annotation on backing
-// Pods and the import-services annotation on consumer Pods (SPEC section 2).
+// Pods and the import-services annotation on consumer Pods
+// (docs/DESIGN.md#wire-format).
 //
 // # Access decided by the exporter
 //
@@ -75,7 +76,7 @@ type Port struct {
 }
 
 // Export is one validated entry of the export-services annotation, with the
-// defaults of SPEC section 2 applied.
+// defaults of docs/DESIGN.md#wire-format applied.
 type Export struct {
 	Name      string `json:"name"`
 	Namespace string `json:"namespace"`

@@ -12,10 +12,11 @@ import (
 	"strings"
 )
 
-// Signatures (SPEC section 6). The annotator signs the export annotation it
-// writes with its cluster's ed25519 key, into SignatureAnnotation; a plugin
-// given the clusters' public keys ignores export annotations that are not
-// signed by the key of the cluster they were read from.
+// Signatures (docs/DESIGN.md#security). The annotator signs the export
+// annotation it writes with its cluster's ed25519 key, into
+// SignatureAnnotation; a plugin given the clusters' public keys ignores export
+// annotations that are not signed by the key of the cluster they were read
+// from.
 //
 // The signature covers the cluster ID, the Pod's namespace, name and UID and
 // the annotation's bytes, so that a signed annotation copied to another Pod,

@@ -1,12 +1,12 @@
 // Package annotator is the controller that writes the export annotation
-// (SPEC section 3): for each Service exported in its cluster, by the
-// annotation multicluster.kubernetes.io/export: "true" or by an MCS
+// (docs/DESIGN.md#the-annotator): for each Service exported in its cluster, by
+// the annotation multicluster.kubernetes.io/export: "true" or by an MCS
 // ServiceExport, it keeps each selected Pod's export-services annotation and
 // exporter label equal to the union of the exported Services that select it,
 // removes what it wrote when nothing exports a Pod any more, and sets the
-// ServiceExports' status conditions. It shares the wire format with the
-// plugin through package annotation, and checks what it writes with the
-// plugin's own parser.
+// ServiceExports' status conditions. It shares the wire format with the plugin
+// through package annotation, and checks what it writes with the plugin's own
+// parser.
 //
 // Layers: desired.go (what a Pod should carry: pure), slim.go (the
 // informers' transforms, ownership), serviceexport.go (discovery, status
@@ -52,8 +52,8 @@ type Config struct {
 	// otherwise defaults it to the cluster it read the Pod from).
 	Cluster string
 	// SignKey, when set, signs each export annotation into the signature
-	// annotation (SPEC section 6), over Cluster (then required), the Pod's
-	// namespace, name and UID and the value.
+	// annotation (docs/DESIGN.md#security), over Cluster (then required), the
+	// Pod's namespace, name and UID and the value.
 	SignKey ed25519.PrivateKey
 	// Workers reconcile namespaces in parallel (default 2).
 	Workers int

@@ -1,8 +1,8 @@
 // Command mcs-annotator writes the export annotation of multi-cluster
-// services onto the Pods that back them (SPEC section 3): it exports each
-// Service annotated multicluster.kubernetes.io/export: "true" or named by an
-// MCS ServiceExport. Run it as a Deployment with two replicas: they elect a
-// leader through a Lease, and only the leader writes. See annotator/ and
+// services onto the Pods that back them (docs/DESIGN.md#the-annotator): it
+// exports each Service annotated multicluster.kubernetes.io/export: "true" or
+// named by an MCS ServiceExport. Run it as a Deployment with two replicas:
+// they elect a leader through a Lease, and only the leader writes. See annotator/ and
 // manifests/annotator/.
 package main
 

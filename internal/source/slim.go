@@ -38,11 +38,11 @@ func (p *slimPod) DeepCopyObject() runtime.Object {
 // the full Pod is dropped at once.
 //
 // With a key, an export annotation counts only when the Pod's signature
-// annotation verifies with it, over the cluster, the Pod's namespace, name
-// and UID and the annotation (SPEC section 6); otherwise the Pod exports
-// nothing and the one rejection says why. The check is per Pod (the
-// signature covers its name and UID), before the parse cache, which a
-// verified Pod shares with the others. A nil key verifies nothing.
+// annotation verifies with it, over the cluster, the Pod's namespace, name and
+// UID and the annotation (docs/DESIGN.md#security); otherwise the Pod exports
+// nothing and the one rejection says why. The check is per Pod (the signature
+// covers its name and UID), before the parse cache, which a verified Pod
+// shares with the others. A nil key verifies nothing.
 func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 	parsed := newParseCache(cluster)
 	return func(pod *v1.Pod) *slimPod {

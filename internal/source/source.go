@@ -67,8 +67,8 @@ type Options struct {
 	// REST client).
 	Check func(context.Context) error
 	// Key, when set, is the cluster's public key: a Pod's export annotation
-	// counts only with a signature annotation that verifies with it (SPEC
-	// section 6); others export nothing and are reported through
+	// counts only with a signature annotation that verifies with it
+	// (docs/DESIGN.md#security); others export nothing and are reported through
 	// Events.Rejected (annotation.ReasonUnsigned, ReasonBadSignature). Nil:
 	// no verification.
 	Key ed25519.PublicKey

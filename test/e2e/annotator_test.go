@@ -20,9 +20,10 @@ import (
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// The annotator tests (SPEC section 3; the contract of bin/mcs-annotator):
-// real Services, ServiceExports and Pods in edge-a, the annotator writing the
-// export annotations, and bin/coredns answering from what it wrote.
+// The annotator tests (docs/DESIGN.md#the-annotator; the contract of
+// bin/mcs-annotator): real Services, ServiceExports and Pods in edge-a, the
+// annotator writing the export annotations, and bin/coredns answering from
+// what it wrote.
 
 // annotatorPropagation bounds how long the annotator may take to bring a
 // change in Services, ServiceExports or Pods onto the Pods (or the status).

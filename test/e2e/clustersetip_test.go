@@ -1,10 +1,11 @@
 package e2e
 
-// ClusterSetIP services (SPEC section 4, KEP-1645 DNS specification 1.0.0):
-// the real bin/coredns against a real kube-apiserver with the mcs-api CRDs.
-// A service whose local ServiceImport is of type ClusterSetIP with spec.ips
-// answers those IPs instead of its endpoints, and keeps answering them from
-// the snapshot after a restart while the API server is down.
+// ClusterSetIP services (docs/DESIGN.md#answer-rules, KEP-1645 DNS
+// specification 1.0.0): the real bin/coredns against a real kube-apiserver
+// with the mcs-api CRDs. A service whose local ServiceImport is of type
+// ClusterSetIP with spec.ips answers those IPs instead of its endpoints, and
+// keeps answering them from the snapshot after a restart while the API server
+// is down.
 
 import (
 	"fmt"

@@ -1,10 +1,10 @@
 package e2e
 
-// Imports (SPEC sections 2 and 4, issue 5) end to end: alias names answered
-// per consumer Pod, identified by the query's source address, in the
-// clusterset zone and in cluster.local beside the real in-tree kubernetes
-// plugin; imports limited to a cluster (a peer); edits, removal and IP reuse;
-// and `imports enforce`.
+// Imports (docs/DESIGN.md#answer-rules, aliases and imports enforce) end to
+// end: alias names answered per consumer Pod, identified by the query's source
+// address, in the clusterset zone and in cluster.local beside the real in-tree
+// kubernetes plugin; imports limited to a cluster (a peer); edits, removal and
+// IP reuse; and `imports enforce`.
 //
 // The importing Pods get IPs of 127.0.0.0/8 (the API server accepts them as
 // Pod IPs), so that a query sent from that local address is, to CoreDNS, a

@@ -1,9 +1,9 @@
 package e2e
 
-// Offline behaviour (SPEC section 5) end to end: the real bin/coredns with a
-// bbolt snapshot keeps answering when the API server is killed, hangs, or the
-// link to it is cut, also across a CoreDNS restart and a reload, and survives
-// a damaged snapshot file.
+// Offline behaviour (docs/DESIGN.md#offline-behaviour) end to end: the real
+// bin/coredns with a bbolt snapshot keeps answering when the API server is
+// killed, hangs, or the link to it is cut, also across a CoreDNS restart and a
+// reload, and survives a damaged snapshot file.
 //
 // Each test starts its own cluster (tests 1-4 kill, pause or cut it) and runs
 // alone, not in parallel: the steady-state checks require every answer within
@@ -614,7 +614,7 @@ func TestOfflineRestartFromSnapshot(t *testing.T) {
 // also restarts while the link is cut, as in a crash or an upgrade of the
 // control plane: its watch cache starts afresh, CoreDNS's watch expires and
 // its informer lists again (the Pods that did not change come back as the
-// objects it held; mcs-bench measures this case at 100,000 Pods). CoreDNS's
+// objects it held; test/bench measures this case at 100,000 Pods). CoreDNS's
 // log says which: only in CutRestart an expired watch and a relist.
 func TestOfflineLinkCut(t *testing.T) {
 	harness.RequireTools(t)

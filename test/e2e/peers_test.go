@@ -1,12 +1,12 @@
 package e2e
 
-// Peers (SPEC sections 2, 4 and 5, issue 4) end to end: three real clusters,
-// edge-a local and edge-b, edge-c its peers, each peer reached through a
-// harness proxy so that its link can be cut. Each subtest makes one fresh
-// namespace name and creates it in all three clusters (a clusterset service
-// is the same namespace and name in every cluster); Pod IPs say which
-// cluster they are in: 10.1.x.y in edge-a, 10.2.x.y in edge-b, 10.3.x.y in
-// edge-c, x the subtest.
+// Peers (docs/DESIGN.md: wire format, answer rules, offline behaviour) end to
+// end: three real clusters, edge-a local and edge-b, edge-c its peers, each
+// peer reached through a harness proxy so that its link can be cut. Each
+// subtest makes one fresh namespace name and creates it in all three clusters
+// (a clusterset service is the same namespace and name in every cluster); Pod
+// IPs say which cluster they are in: 10.1.x.y in edge-a, 10.2.x.y in edge-b,
+// 10.3.x.y in edge-c, x the subtest.
 
 import (
 	"fmt"

@@ -1,9 +1,9 @@
 package e2e
 
-// Health probes (SPEC section 4, issue 24) end to end: edge-a local, edge-b a
-// peer behind a proxy, and Pods whose IPs are addresses of 127.0.0.0/8 with
-// real listeners on them. CoreDNS probes in disconnected mode, so nothing is
-// probed until edge-b is cut off.
+// Health probes (docs/DESIGN.md#answer-rules, issue 24) end to end: edge-a
+// local, edge-b a peer behind a proxy, and Pods whose IPs are addresses of
+// 127.0.0.0/8 with real listeners on them. CoreDNS probes in disconnected
+// mode, so nothing is probed until edge-b is cut off.
 
 import (
 	"bufio"

@@ -27,9 +27,9 @@ import (
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// Signature verification (SPEC section 6): bin/mcs-annotator signs what it
-// writes with edge-a's key, and bin/coredns with `verify` answers only from
-// Pods whose signature verifies with that cluster's public key.
+// Signature verification (docs/DESIGN.md#security): bin/mcs-annotator signs
+// what it writes with edge-a's key, and bin/coredns with `verify` answers only
+// from Pods whose signature verifies with that cluster's public key.
 
 // signingCorefile is the plugin on edge-a with `verify {KEYS}`, and its
 // metrics on {METRICS}.

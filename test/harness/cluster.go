@@ -155,7 +155,7 @@ func (c *Cluster) prepare(t T) error {
 		"--disable-admission-plugins", "ServiceAccount",
 		"--endpoint-reconciler-type", "none",
 		"--enable-priority-and-fairness=false",
-		// /debug/pprof, for mcs-bench's profile of a relist (admin only).
+		// /debug/pprof, for test/bench's profile of a relist (admin only).
 		"--profiling=true",
 	)
 

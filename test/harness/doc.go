@@ -9,7 +9,7 @@
 // the test fails. Every wait is bounded.
 //
 // Functions take a T (the subset of testing.TB the harness uses), so that a
-// program such as cmd/mcs-demo or cmd/mcs-bench can drive the harness as well
+// program such as test/demo or test/bench can drive the harness as well
 // as a test (see Program).
 //
 // Binaries come from the environment (see Tools): MCS_E2E_ETCD,

@@ -7,9 +7,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ImportService is one entry of the import annotation (SPEC section 2). Empty
-// Namespace, Cluster and Alias are left out (the namespace defaults to the
-// Pod's; no cluster means any cluster).
+// ImportService is one entry of the import annotation
+// (docs/DESIGN.md#wire-format). Empty Namespace, Cluster and Alias are left
+// out (the namespace defaults to the Pod's; no cluster means any cluster).
 type ImportService struct {
 	Name      string `json:"name"`
 	Namespace string `json:"namespace,omitempty"`

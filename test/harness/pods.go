@@ -16,8 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// The MCS wire format on Pods (SPEC section 2). Written out here, not imported
-// from the plugin, so that the tests check the plugin against the contract.
+// The MCS wire format on Pods (docs/DESIGN.md#wire-format). Written out here,
+// not imported from the plugin, so that the tests check the plugin against the
+// contract.
 const (
 	ExporterLabel    = "multicluster.kubernetes.io/exporter"
 	ImporterLabel    = "multicluster.kubernetes.io/importer"

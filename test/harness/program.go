@@ -9,8 +9,8 @@ import (
 	"syscall"
 )
 
-// Program is the T of a program that drives the harness (cmd/mcs-demo,
-// cmd/mcs-bench): testing.TB cannot be implemented outside package testing.
+// Program is the T of a program that drives the harness (test/demo,
+// test/bench): testing.TB cannot be implemented outside package testing.
 //
 // Fatalf (and Skip, which a program cannot honour) marks the run failed,
 // prints the message and ends the calling function by panicking with a

@@ -2,7 +2,7 @@ package harness
 
 // T is what the harness needs from its caller: *testing.T, *testing.B and
 // testing.TB satisfy it, and so does Program, for a program that is not a
-// test (cmd/mcs-demo, cmd/mcs-bench), which testing.TB forbids with its
+// test (test/demo, test/bench), which testing.TB forbids with its
 // private method.
 //
 // The harness relies on these semantics, which a program's implementation

@@ -29,9 +29,9 @@ import (
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// The annotator's identity and contract (SPEC section 3), written out here,
-// not imported from the annotator, so that the manifests are checked against
-// the contract.
+// The annotator's identity and contract (docs/DESIGN.md#the-annotator),
+// written out here, not imported from the annotator, so that the manifests are
+// checked against the contract.
 const (
 	annotatorSA        = "mcs-annotator"
 	annotatorLease     = "mcs-annotator" // --lease-name's default

@@ -25,9 +25,9 @@ import (
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// The MCS controller's contract (SPEC section 9), written out here, not
-// imported from internal/mcscontroller, so that the manifests are checked
-// against it.
+// The MCS controller's contract (docs/DESIGN.md#the-mcs-controller), written
+// out here, not imported from internal/mcscontroller, so that the manifests
+// are checked against it.
 const (
 	// mcsManagedBy is the value of the managed-by labels of everything the
 	// controller writes: app.kubernetes.io/managed-by on ServiceImports and

@@ -20,7 +20,7 @@
 // Run it with `make demo` (which first builds bin/coredns and the tools), or
 // after `make build tools`:
 //
-//	env $(tools/install.sh env) go run ./cmd/mcs-demo
+//	env $(tools/install.sh env) go run ./test/demo
 package main
 
 import (
@@ -455,8 +455,9 @@ type endpoint struct {
 // model holds the endpoints of each service ("name.namespace") in every cluster.
 type model map[string][]endpoint
 
-// add records the services a Pod's export annotation names (SPEC section 2
-// defaults: the Pod's namespace, targetPort = port, protocol TCP).
+// add records the services a Pod's export annotation names (the defaults of
+// docs/DESIGN.md#wire-format: the Pod's namespace, targetPort = port, protocol
+// TCP).
 func (m model) add(cluster string, p *corev1.Pod, ips []string) error {
 	raw, ok := p.Annotations[harness.ExportAnnotation]
 	if !ok || p.Labels[harness.ExporterLabel] != "true" {

@@ -12,7 +12,7 @@ import (
 func sample(t *testing.T) *results {
 	raw := t.TempDir()
 	r := &results{
-		Cfg:     config{Services: 10, Endpoints: 2, Namespaces: 2, Runs: 1, Duration: time.Second, Clients: 4, Rate: 1000, LatDur: time.Second, InstrRuns: 1, InstrQueries: 600, Raw: raw, Out: filepath.Join(raw, "BENCHMARKS.md"), Command: "go run ./cmd/mcs-bench -smoke"},
+		Cfg:     config{Services: 10, Endpoints: 2, Namespaces: 2, Runs: 1, Duration: time.Second, Clients: 4, Rate: 1000, LatDur: time.Second, InstrRuns: 1, InstrQueries: 600, Raw: raw, Out: filepath.Join(raw, "BENCHMARKS.md"), Command: "go run ./test/bench -smoke"},
 		Root:    filepath.Dir(raw),
 		Took:    90 * time.Second,
 		Machine: machineInfo{CPUs: 2, CPUModel: "Test CPU", LoadStart: "1 1 1", LoadEnd: "2 2 2", Date: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC), Commit: "abc123", GoVersion: "go1.26", DNSPerf: "2.10.0"},
@@ -171,6 +171,78 @@ func TestRenderEmpty(t *testing.T) {
 	for _, s := range []string{"## Throughput", "## Memory", "## Cold start", "## Resync", "## Endpoint probes", "in turns against", "<no value>"} {
 		if strings.Contains(got, s) {
 			t.Errorf("empty run renders %q:\n%s", s, got)
+		}
+	}
+}
+
+// The report names no folder of the machine that ran it: files in the
+// checkout are relative to it, others are "…/" and their name, wherever a
+// path comes from (the command line, the old build, the soak summary, the
+// other processes, a failure's error).
+func TestRenderNoAbsolutePath(t *testing.T) {
+	r := sample(t)
+	outside, err := os.MkdirTemp("", "elsewhere") // not under r.Root, as t.TempDir would be
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(outside) })
+	soak := filepath.Join(outside, "soak-results", "soak.md")
+	if err := os.MkdirAll(filepath.Dir(soak), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(soak, []byte("### Soak (1m16s)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := readSoak(r, soak); err != nil {
+		t.Fatal(err)
+	}
+	oldBin := filepath.Join(outside, "old", "bin", "coredns")
+	r.Cfg.Command = "go run ./test/bench -compare-coredns " + oldBin + " -soak " + soak + " -out=" + filepath.Join(r.Root, "out", "BENCHMARKS.md")
+	r.Live.Compare.Old = oldBin
+	r.Machine.OtherHeavy = []string{"4242 " + filepath.Join(outside, "kube-apiserver")}
+	r.Failures = []string{"cold start: open " + filepath.Join(r.Cfg.Raw, "table.db") + ": no such file"}
+	var w strings.Builder
+	if err := render(&w, r); err != nil {
+		t.Fatal(err)
+	}
+	got := w.String()
+	for _, want := range []string{
+		"-compare-coredns …/coredns -soak …/soak.md -out=out/BENCHMARKS.md",
+		"and `…/coredns` (old: commit", "its summary `…/soak.md`", "4242 …/kube-apiserver",
+		"cold start: open " + filepath.Base(r.Cfg.Raw) + "/table.db: no such file",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, dir := range []string{r.Root, outside} {
+		if strings.Contains(got, dir) {
+			t.Errorf("report names %s", dir)
+		}
+	}
+	// The report's own text names /proc files and a pprof URL path; any
+	// other word starting with a slash is a path of the machine.
+	for _, m := range absPath.FindAllStringSubmatch(got, -1) {
+		if !strings.HasPrefix(m[1], "/proc/") && !strings.HasPrefix(m[1], "/debug/pprof/") {
+			t.Errorf("report has an absolute path %q", m[1])
+		}
+	}
+}
+
+func TestShownIn(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"/repo/bin/coredns", "bin/coredns"},
+		{"/repo", "."},
+		{"/repository/x", "…/x"},
+		{"/other/bin/coredns -x", "…/coredns -x"},
+		{"-soak=/repo/soak-results/soak.md", "-soak=soak-results/soak.md"},
+		{"open /tmp/a/b.db: no such file", "open …/b.db: no such file"},
+		{"`/repo/a`, '/b/c'", "`a`, '…/c'"},
+		{"127.201.0.0/16 and 1/5/15 min", "127.201.0.0/16 and 1/5/15 min"},
+		{"./test/bench bench/raw/x", "./test/bench bench/raw/x"},
+	} {
+		if got := shownIn("/repo", c.text); got != c.want {
+			t.Errorf("shownIn(%q) = %q, want %q", c.text, got, c.want)
 		}
 	}
 }

@@ -88,8 +88,9 @@ func reportFuncs(r *results) template.FuncMap {
 		"f0":         func(x float64) string { return fmt.Sprintf("%.0f", x) },
 		"pctOf":      func(x float64) string { return fmt.Sprintf("%.1f%%", x*100) },
 		"pctl":       func(xs []float64, q float64) string { return fmt.Sprintf("%.0f µs", percentile(xs, q)*1e6) },
-		"rel":        func(path string) string { return rel(r.Root, path) },
-		"raw":        func(name string) string { return rel(r.Root, filepath.Join(r.Cfg.Raw, name)) },
+		"rel":        func(path string) string { return shown(r.Root, path) },
+		"raw":        func(name string) string { return shown(r.Root, filepath.Join(r.Cfg.Raw, name)) },
+		"paths":      func(text string) string { return shownIn(r.Root, text) },
 		"base":       filepath.Base,
 		"contenders": func() []string { return []string{ours, hosts, intree} },
 		"ours":       func() string { return ours },
@@ -129,11 +130,35 @@ func (r *results) Targets() []target {
 	return ts
 }
 
-func rel(root, path string) string {
-	if x, err := filepath.Rel(root, path); err == nil {
+// shown is how the report names a file: relative to the checkout when it is
+// in it, else "…/" and its name. A report is committed and read elsewhere:
+// the folders of the machine that ran it mean nothing there.
+func shown(root, path string) string {
+	if !filepath.IsAbs(path) {
+		return path
+	}
+	if x, err := filepath.Rel(root, path); err == nil && root != "" && x != ".." && !strings.HasPrefix(x, "../") {
 		return x
 	}
-	return path
+	return "…/" + filepath.Base(path)
+}
+
+// absPath is an absolute path in free text (a command line, an error, a
+// process list): a slash at the start of a word or after '=', up to a
+// space, quote, colon or comma.
+var absPath = regexp.MustCompile("(?:^|[\\s\"'=(`])(/[^\\s\"'`():,;]+)")
+
+// shownIn rewrites every absolute path in text as shown does.
+func shownIn(root, text string) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range absPath.FindAllStringSubmatchIndex(text, -1) {
+		b.WriteString(text[last:m[2]])
+		b.WriteString(shown(root, text[m[2]:m[3]]))
+		last = m[3]
+	}
+	b.WriteString(text[last:])
+	return b.String()
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }

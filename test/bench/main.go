@@ -10,7 +10,7 @@
 // (report.md.tmpl; -render renders a results.json again). Every process it
 // starts is stopped by PID, also on failure and Ctrl-C.
 //
-//	env $(tools/install.sh env) go run ./cmd/mcs-bench [-smoke] [flags]
+//	env $(tools/install.sh env) go run ./test/bench [-smoke] [flags]
 package main
 
 import (
@@ -71,7 +71,7 @@ func parseFlags() config {
 	flag.IntVar(&c.ColdRuns, "cold-runs", 7, "cold starts measured (median reported)")
 	flag.IntVar(&c.Changes, "changes", 100, "annotation changes per propagation test")
 	flag.DurationVar(&c.CutFor, "cut", 10*time.Second, "how long the link to the API server stays cut in the resync test")
-	flag.BoolVar(&c.GoBench, "gobench", true, "also run the plugin's Go benchmarks (heap per endpoint, cold load, ServeDNS allocations)")
+	flag.BoolVar(&c.GoBench, "gobench", true, "also run the Go benchmarks of the plugin and the annotator (heap per endpoint, cold load, ServeDNS allocations, a settled namespace's reconcile)")
 	flag.IntVar(&c.InstrRuns, "instr-runs", 3, "counted runs of each contender and query type under callgrind (instructions per answer)")
 	flag.IntVar(&c.InstrQueries, "instr-queries", 10000, "queries in one counted callgrind run (rounded up to whole passes through the query file)")
 	flag.IntVar(&c.ProbeRepeats, "probe-repeats", 5, "failovers measured with the probe defaults")
@@ -94,7 +94,7 @@ func parseFlags() config {
 			}
 		}
 	}
-	c.Command = "go run ./cmd/mcs-bench " + strings.Join(os.Args[1:], " ")
+	c.Command = "go run ./test/bench " + strings.Join(os.Args[1:], " ")
 	return c
 }
 
@@ -300,10 +300,10 @@ func readSoak(res *results, path string) error {
 	if err != nil {
 		return err
 	}
-	rel, err := filepath.Rel(res.Root, path)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		rel = path
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
 	}
-	res.Soak = &soakReport{Path: rel, Modified: st.ModTime().UTC(), Markdown: strings.TrimSpace(string(md))}
+	res.Soak = &soakReport{Path: abs, Modified: st.ModTime().UTC(), Markdown: strings.TrimSpace(string(md))}
 	return nil
 }

@@ -435,7 +435,8 @@ func perfColdStart(b *harness.Program, c *contender, ds dataset, out string) str
 	return strings.Join(lines, "\n")
 }
 
-// goBenchmarks runs the plugin's own Go benchmarks and keeps their output.
+// goBenchmarks runs the Go benchmarks of the plugin and the annotator and
+// keeps their output.
 func goBenchmarks(ctx context.Context, b *harness.Program, res *results, _ *world) {
 	for _, gb := range []struct{ pkg, args string }{
 		{"./internal/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^$"},
@@ -444,6 +445,7 @@ func goBenchmarks(ctx context.Context, b *harness.Program, res *results, _ *worl
 		{"./internal/probe/", "-run ^$ -bench ^BenchmarkRound$ -benchmem"},
 		{"./internal/clients/", "-run ^$ -bench ^BenchmarkSlimClientMemory$ -benchtime 3x"},
 		{"./annotation/", "-run ^$ -bench ^(BenchmarkVerify|BenchmarkParseExports)$ -benchtime 2000x -benchmem"},
+		{"./annotator/", "-run ^$ -bench ^BenchmarkReconcileSettled$ -benchmem"},
 	} {
 		start := time.Now()
 		out := goTest(ctx, b, res, "gobench-"+filepath.Base(gb.pkg)+".txt", 10*time.Minute, append(append([]string{"-v"}, strings.Fields(gb.args)...), gb.pkg)...)
