@@ -62,6 +62,7 @@ type Cluster struct {
 	tools      Tools
 	cgroupRoot string // "/mcs-<id>-<name>" under every cgroup v1 controller
 	sock       string // containerd's socket
+	mountNS    string // /proc/PID/ns/mnt of the node's mount namespace
 	procs      []*proc
 }
 
@@ -119,13 +120,14 @@ func StartCluster(t harness.T, n *Network, tools Tools, name string) *Cluster {
 	c.start(t, "kube-scheduler", tools.Scheduler,
 		"--kubeconfig", kc, "--bind-address", "127.0.0.1", "--leader-elect=false",
 		"--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc)
-	c.start(t, "containerd", "containerd", "--config", filepath.Join(c.Dir, "containerd", "config.toml"))
+	c.makeMountNS(t)
+	c.startIn(t, c.mountNS, "containerd", "containerd", "--config", filepath.Join(c.Dir, "containerd", "config.toml"))
 	c.wait(t, "containerd", func() error {
 		_, err := run(10*time.Second, "", "ctr", "--address", c.sock, "version")
 		return err
 	})
 	c.importImages(t)
-	c.start(t, "kubelet", tools.Kubelet,
+	c.startIn(t, c.mountNS, "kubelet", tools.Kubelet,
 		"--config", filepath.Join(c.Dir, "kubelet", "config.yaml"),
 		"--kubeconfig", kc, "--root-dir", filepath.Join(c.Dir, "kubelet", "root"),
 		"--hostname-override", name, "--node-ip", c.NodeIP.String(), "--v", "1")
@@ -164,11 +166,17 @@ func StartCluster(t harness.T, n *Network, tools Tools, name string) *Cluster {
 	return c
 }
 
-// start runs one component in the node's namespace; a failure later prints
-// its log's tail (stop).
+// start runs one component in the node's network namespace; a failure later
+// prints its log's tail (stop).
 func (c *Cluster) start(t harness.T, name, bin string, args ...string) {
 	t.Helper()
-	p, err := startProc(c.Name+"/"+name, filepath.Join(c.Dir, name+".log"), c.NetNS, bin, args...)
+	c.startIn(t, "", name, bin, args...)
+}
+
+// startIn is start, in mount namespace mountNS as well when not "".
+func (c *Cluster) startIn(t harness.T, mountNS, name, bin string, args ...string) {
+	t.Helper()
+	p, err := startProc(c.Name+"/"+name, filepath.Join(c.Dir, name+".log"), c.NetNS, mountNS, bin, args...)
 	if err != nil {
 		t.Fatalf("node %s: %v", c.Name, err)
 	}
@@ -372,6 +380,35 @@ iptables:
 `, c.Kubeconfig, c.Name, podNetwork)
 }
 
+// makeMountNS makes the node's own mount namespace, shared by containerd and
+// the kubelet (the volumes the kubelet mounts must be visible to the
+// containers containerd starts) and by nothing else: a process holds it
+// (unshare, host mounts propagate in, none propagate out) and /var/lib in it
+// is a folder of the node's, so that hostPath volumes (the CoreDNS snapshot
+// folder /var/lib/mcsannotations) are per node, as on separate machines,
+// and never touch the machine's /var/lib. Its mounts go with it.
+func (c *Cluster) makeMountNS(t harness.T) {
+	t.Helper()
+	varLib := filepath.Join(c.Dir, "var-lib")
+	if err := os.MkdirAll(varLib, 0o755); err != nil {
+		t.Fatalf("node %s: %v", c.Name, err)
+	}
+	c.start(t, "mount-namespace", "unshare", "--mount", "--propagation", "slave", "--", "sleep", "infinity")
+	holder := c.procs[len(c.procs)-1]
+	own, _ := os.Readlink("/proc/self/ns/mnt")
+	ns := fmt.Sprintf("/proc/%d/ns/mnt", holder.pid())
+	c.wait(t, "the node's mount namespace", func() error {
+		if l, err := os.Readlink(ns); err != nil || l == own {
+			return fmt.Errorf("%s: %q (ours %q), %v", ns, l, own, err)
+		}
+		return nil
+	})
+	if _, err := run(cmdTimeout, "", "nsenter", "--mount="+ns, "--", "mount", "--bind", varLib, "/var/lib"); err != nil {
+		t.Fatalf("node %s: %v", c.Name, err)
+	}
+	c.mountNS = ns
+}
+
 // cgroupControllers are the cgroup v1 hierarchies under /sys/fs/cgroup.
 func cgroupControllers() []string {
 	ents, _ := os.ReadDir("/sys/fs/cgroup")
@@ -438,6 +475,7 @@ func (c *Cluster) stop(t harness.T) {
 	if err := c.killShims(); err != nil {
 		errs = append(errs, err.Error())
 	}
+	stopOne("mount-namespace")
 	for _, name := range []string{"kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		stopOne(name)
 	}

@@ -47,3 +47,12 @@ func (c *Cluster) Lookup(t harness.T, ns, pod, name string) []string {
 	}
 	return strings.Fields(out)
 }
+
+// LookupErr is Lookup, returning the error.
+func (c *Cluster) LookupErr(ns, pod, name string) ([]string, error) {
+	out, err := c.Exec(ns, pod, "/workload", "lookup", name)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}

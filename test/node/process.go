@@ -47,15 +47,25 @@ func onSpawnThread(f func()) {
 }
 
 // startProc runs bin with args in the network namespace netns (a name under
-// /run/netns; "" for the test's own), output appended to logPath.
-func startProc(name, logPath, netns, bin string, args ...string) (*proc, error) {
+// /run/netns; "" for the test's own) and, when mountNS is not "", in that
+// mount namespace (a /proc/PID/ns/mnt path); output appended to logPath.
+func startProc(name, logPath, netns, mountNS, bin string, args ...string) (*proc, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	argv := append([]string{bin}, args...)
+	if mountNS != "" {
+		argv = append([]string{"--mount=" + mountNS, "--"}, argv...)
+	} else {
+		argv = append([]string{"--"}, argv...)
+	}
 	if netns != "" {
-		argv = append([]string{"nsenter", "--net=/run/netns/" + netns, "--"}, argv...)
+		argv = append([]string{"nsenter", "--net=/run/netns/" + netns}, argv...)
+	} else if mountNS != "" {
+		argv = append([]string{"nsenter"}, argv...)
+	} else {
+		argv = argv[1:]
 	}
 	fmt.Fprintf(f, "=== node: %s start %s: %s\n", time.Now().Format(time.RFC3339Nano), name, strings.Join(argv, " "))
 	cmd := exec.Command(argv[0], argv[1:]...)
