@@ -203,12 +203,19 @@ func (c *Cluster) wait(t harness.T, what string, f func() error) {
 	t.Fatalf("node %s: no %s after %s: %v\n%s", c.Name, what, readyTimeout, err, c.Logs(30))
 }
 
-// Logs is the last n lines of every component's log.
+// Logs is the last n lines of every component's log and of every
+// container's (the kubelet's podLogsDir).
 func (c *Cluster) Logs(n int) string {
 	var b strings.Builder
 	for _, p := range c.procs {
 		fmt.Fprintf(&b, "--- %s (PID %d):\n%s\n", p.name, p.pid(), p.tail(n))
 	}
+	_ = filepath.WalkDir(filepath.Join(c.Dir, "kubelet", "logs"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".log") {
+			fmt.Fprintf(&b, "--- container log %s:\n%s\n", strings.TrimPrefix(p, c.Dir+"/"), harness.Tail(p, n))
+		}
+		return nil
+	})
 	return b.String()
 }
 
@@ -344,7 +351,6 @@ clusterDomain: cluster.local
 resolvConf: %[5]s
 staticPodPath: %[6]s
 podLogsDir: %[7]s
-podCIDR: %[8]s
 # Side-loaded images only: never collect them, never evict for disk.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -355,7 +361,7 @@ evictionHard:
   nodefs.inodesFree: "0%%"
 serializeImagePulls: false
 `, c.cgroupRoot, c.sock, c.NodeIP, ClusterDNS, filepath.Join(c.Dir, "kubelet", "resolv.conf"),
-		filepath.Join(c.Dir, "kubelet", "manifests"), filepath.Join(c.Dir, "kubelet", "logs"), c.PodCIDR)
+		filepath.Join(c.Dir, "kubelet", "manifests"), filepath.Join(c.Dir, "kubelet", "logs"))
 }
 
 // kube-proxy in iptables mode. Conntrack settings are left as they are: the
@@ -383,16 +389,14 @@ iptables:
 // makeMountNS makes the node's own mount namespace, shared by containerd and
 // the kubelet (the volumes the kubelet mounts must be visible to the
 // containers containerd starts) and by nothing else: a process holds it
-// (unshare, host mounts propagate in, none propagate out) and /var/lib in it
-// is a folder of the node's, so that hostPath volumes (the CoreDNS snapshot
-// folder /var/lib/mcsannotations) are per node, as on separate machines,
-// and never touch the machine's /var/lib. Its mounts go with it.
+// (unshare; the machine's mounts propagate in, none propagate out), and in
+// it folders of the node's own are mounted over /var/lib (hostPath volumes
+// such as CoreDNS's snapshot folder /var/lib/mcsannotations are per node, as
+// on separate machines), /var/log (the kubelet's /var/log/containers links)
+// and /run/containerd (the shims' sockets, runc's state). Nothing of the
+// machine's is written, and the mounts go with the namespace.
 func (c *Cluster) makeMountNS(t harness.T) {
 	t.Helper()
-	varLib := filepath.Join(c.Dir, "var-lib")
-	if err := os.MkdirAll(varLib, 0o755); err != nil {
-		t.Fatalf("node %s: %v", c.Name, err)
-	}
 	c.start(t, "mount-namespace", "unshare", "--mount", "--propagation", "slave", "--", "sleep", "infinity")
 	holder := c.procs[len(c.procs)-1]
 	own, _ := os.Readlink("/proc/self/ns/mnt")
@@ -403,8 +407,15 @@ func (c *Cluster) makeMountNS(t harness.T) {
 		}
 		return nil
 	})
-	if _, err := run(cmdTimeout, "", "nsenter", "--mount="+ns, "--", "mount", "--bind", varLib, "/var/lib"); err != nil {
-		t.Fatalf("node %s: %v", c.Name, err)
+	for _, m := range [][2]string{{"var-lib", "/var/lib"}, {"var-log", "/var/log"}, {"run-containerd", "/run/containerd"}} {
+		src := filepath.Join(c.Dir, m[0])
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			t.Fatalf("node %s: %v", c.Name, err)
+		}
+		if _, err := run(cmdTimeout, "", "nsenter", "--mount="+ns, "--", "sh", "-c",
+			`mkdir -p "$2" && mount --bind "$1" "$2"`, "sh", src, m[1]); err != nil {
+			t.Fatalf("node %s: %v", c.Name, err)
+		}
 	}
 	c.mountNS = ns
 }
