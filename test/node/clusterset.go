@@ -22,7 +22,7 @@ import (
 // cluster's peer-reader kubeconfig (manifests/README.md, "Peers"), then
 // `kubectl apply --server-side --force-conflicts -k manifests/overlays/<cluster>`,
 // unmodified. It waits until the coredns and mcs-annotator Deployments have
-// a ready replica.
+// a ready Pod of the applied template.
 //
 // The peer-reader token of a cluster exists only once its peer/ component is
 // applied, which the overlay of that cluster does; so that every peer
@@ -69,8 +69,10 @@ func InstallClusterset(t harness.T, cs []*Cluster) {
 		c.mustKubectl(t, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(root, "manifests", "overlays", c.Name))
 	}
 	for _, c := range cs {
-		c.WaitDeployment(t, "kube-system", "mcs-annotator")
-		c.WaitDeployment(t, "kube-system", "coredns")
+		c.WaitRollout(t, "kube-system", "mcs-annotator")
+		c.WaitRollout(t, "kube-system", "coredns")
+		out, _ := c.Kubectl(time.Minute, "get", "pods", "-A", "-o", "wide")
+		t.Logf("node %s: the product installed:\n%s", c.Name, out)
 	}
 }
 

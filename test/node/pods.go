@@ -96,3 +96,49 @@ func (c *Cluster) WaitDeployment(t harness.T, ns, name string) {
 		return nil
 	})
 }
+
+// WaitRollout waits (bounded) until a Pod of the Deployment's current
+// revision (its newest ReplicaSet) is Ready: the template just applied runs,
+// not only the previous one.
+func (c *Cluster) WaitRollout(t harness.T, ns, name string) {
+	t.Helper()
+	c.waitFor(t, fmt.Sprintf("a ready Pod of Deployment %s/%s's current revision", ns, name), func() error {
+		ctx := context.Background()
+		d, err := c.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		rev := d.Annotations["deployment.kubernetes.io/revision"]
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil {
+			return err
+		}
+		rss, err := c.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return err
+		}
+		hash := ""
+		for _, rs := range rss.Items {
+			if rev != "" && rs.Annotations["deployment.kubernetes.io/revision"] == rev {
+				hash = rs.Labels["pod-template-hash"]
+			}
+		}
+		if hash == "" {
+			return fmt.Errorf("no ReplicaSet of revision %q yet", rev)
+		}
+		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String() + ",pod-template-hash=" + hash})
+		if err != nil {
+			return err
+		}
+		var states []string
+		for _, p := range pods.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+			states = append(states, fmt.Sprintf("%s: %s %v", p.Name, p.Status.Phase, p.Status.Conditions))
+		}
+		return fmt.Errorf("revision %s (pod-template-hash %s): no ready Pod: %v", rev, hash, states)
+	})
+}
