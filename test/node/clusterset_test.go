@@ -74,6 +74,7 @@ metadata:
   labels:
     app: %[2]s
 spec:
+  hostname: %[1]s
   terminationGracePeriodSeconds: 0
   containers:
   - name: app
@@ -118,9 +119,9 @@ func TestClusterset(t *testing.T) {
 		c.WaitPodReady(t, "demo", "web-"+c.Name)
 		c.CreatePod(t, WorkloadPod("demo", "client", c.Name, nil))
 	}
-	backends := map[string]bool{}
+	backends := map[string]string{}
 	for _, c := range cs {
-		backends[c.GetPodIP(t, "demo", "backend-"+c.Name)] = true
+		backends[c.Name] = c.GetPodIP(t, "demo", "backend-"+c.Name)
 	}
 
 	for _, c := range cs {
@@ -137,17 +138,43 @@ func TestClusterset(t *testing.T) {
 			}
 		})
 		t.Run(c.Name+"/clusterset names", func(t *testing.T) {
-			// backend: headless, exported from both clusters: both Pod IPs.
-			harness.Eventually(t, 2*time.Minute, func() error {
-				got, err := c.LookupErr("demo", "client", "backend.demo.svc.clusterset.local")
+			// backend: headless, exported from both clusters. The service
+			// name answers with the local cluster's ready Pods (locality
+			// prefer-local, the default); each Pod's own name
+			// <hostname>.<cluster>.backend... answers in every cluster, and
+			// leads to that Pod across the flat Pod network.
+			want := map[string]string{"backend.demo.svc.clusterset.local": backends[c.Name]}
+			for _, o := range cs {
+				want["backend-"+o.Name+"."+o.Name+".backend.demo.svc.clusterset.local"] = backends[o.Name]
+			}
+			for name, ip := range want {
+				harness.Eventually(t, 2*time.Minute, func() error {
+					got, err := c.LookupErr("demo", "client", name)
+					if err != nil {
+						return err
+					}
+					if !equal(got, ip) {
+						return fmt.Errorf("%s: %v, want [%s]", name, got, ip)
+					}
+					return nil
+				})
+			}
+			for _, o := range cs {
+				name := "backend-" + o.Name + "." + o.Name + ".backend.demo.svc.clusterset.local"
+				out, err := c.Exec("demo", "client", "/workload", "get", "http://"+name+":8080/")
 				if err != nil {
-					return err
+					t.Errorf("GET %s from %s: %v", name, c.Name, err)
+					continue
 				}
-				if len(got) != len(backends) || !backends[got[0]] || !backends[got[len(got)-1]] {
-					return fmt.Errorf("backend.demo.svc.clusterset.local: %v, want the backend Pods %v", got, keys(backends))
+				if got := field(out, "pod"); got != "backend-"+o.Name {
+					t.Errorf("GET %s from %s: %q, want pod=backend-%s", name, c.Name, out, o.Name)
 				}
-				return nil
-			})
+				// No SNAT between the clusters: the backend sees the
+				// client Pod's own IP.
+				if got, want := field(out, "remote"), c.GetPodIP(t, "demo", "client"); !strings.HasPrefix(got, want+":") {
+					t.Errorf("GET %s from %s: the backend saw %s, want the client Pod's IP %s", name, c.Name, got, want)
+				}
+			}
 		})
 		t.Run(c.Name+"/ClusterSetIP carries traffic", func(t *testing.T) {
 			ip := c.ClusterSetIP(t, "demo", "web")
@@ -179,21 +206,53 @@ func TestClusterset(t *testing.T) {
 			}
 		})
 	}
+
+	// Partition: edge-a cut from edge-b (nodes and Pod networks; each keeps
+	// its own API server), then edge-a's CoreDNS Pod deleted: the kubelet
+	// starts a new one on the same node, which serves edge-b's names from the
+	// hostPath snapshot although edge-b is unreachable, and the ClusterSetIP
+	// still leads to edge-a's own backend.
+	t.Run("partition and CoreDNS restart", func(t *testing.T) {
+		n.Cut(t, a.Name, b.Name)
+		defer n.Restore(t, a.Name, b.Name)
+		if out, err := a.Kubectl(time.Minute, "-n", "kube-system", "delete", "pod", "-l", "app.kubernetes.io/name=coredns-mcsannotations", "--wait=true"); err != nil {
+			t.Fatalf("delete CoreDNS Pod: %v\n%s", err, out)
+		}
+		a.WaitRollout(t, "kube-system", "coredns")
+		name := "backend-edge-b.edge-b.backend.demo.svc.clusterset.local"
+		harness.Eventually(t, 2*time.Minute, func() error {
+			got, err := a.LookupErr("demo", "client", name)
+			if err != nil {
+				return err
+			}
+			if !equal(got, backends[b.Name]) {
+				return fmt.Errorf("%s during the partition: %v, want [%s]", name, got, backends[b.Name])
+			}
+			return nil
+		})
+		if got := a.Lookup(t, "demo", "client", "kubernetes.default.svc.cluster.local"); !equal(got, "10.96.0.1") {
+			t.Errorf("kubernetes.default.svc.cluster.local during the partition: %v", got)
+		}
+		// Only edge-a's web answers through the ClusterSetIP now: edge-b's
+		// endpoints are unreachable (their slices stay: the controller keeps
+		// a cut peer's share), so some connections fail; none reaches edge-b.
+		seen := map[string]int{}
+		for i := 0; i < 20; i++ {
+			out, err := a.Exec("demo", "client", "/workload", "get", "http://web.demo.svc.clusterset.local/")
+			if err == nil {
+				seen[field(out, "cluster")]++
+			}
+		}
+		if seen[a.Name] == 0 || seen[b.Name] != 0 {
+			t.Errorf("through the ClusterSetIP during the partition: %v, want edge-a's web only", seen)
+		}
+	})
 }
 
 func equal(got []string, want ...string) bool {
 	sort.Strings(got)
 	sort.Strings(want)
 	return strings.Join(got, ",") == strings.Join(want, ",")
-}
-
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // field is the value of key=value in the workload's reply.
