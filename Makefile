@@ -122,15 +122,18 @@ monitoring-test: build tools ## Parse the alert rules and dashboard with Prometh
 # host's architecture only, and side-loaded into each node.
 NODE_IMAGES := $(BIN)/images/node
 NODE_TAG := v0.1.0
-.PHONY: node-images e2e-node
+.PHONY: node-images node-prereqs e2e-node up
 node-images: ## The real-node tests' images (workload: HTTP echo and DNS client; pause) in bin/images/node/
 	cd test/node && CGO_ENABLED=0 $(GO) build -o $(BIN)/node/workload ./workload && \
 		CGO_ENABLED=0 $(GO) build -o $(BIN)/node/pause ./pause
 	cd tools/image && $(GO) run . build -test-images -out $(NODE_IMAGES) -registry localhost/mcsannotations -tag node \
 		-version $(VERSION) -commit $(COMMIT) -source $(SOURCE) -ca-bundle $(CA_BUNDLE) -platform linux/$(HOST_ARCH)=$(BIN)/node
-e2e-node: ## Real single-node clusters (root; test/node): our images under a kubelet, Pods resolving through kube-dns, ClusterSetIPs carrying traffic
+node-prereqs:
 	$(ROOT)/tools/install.sh node
 	$(MAKE) image IMAGE_TAG=$(NODE_TAG) IMAGE_ARCHS=$(HOST_ARCH)
 	$(MAKE) node-images
-	cd test/node && env $$($(ROOT)/tools/install.sh env) MCS_E2E_IMAGES=$(BIN)/images \
-		$(GO) test -count=1 -timeout 30m -v $(if $(NODE_RUN),-run '$(NODE_RUN)') ./
+NODE_ENV = env $$($(ROOT)/tools/install.sh env) MCS_E2E_IMAGES=$(BIN)/images
+e2e-node: node-prereqs ## Real single-node clusters (root; test/node): our images under a kubelet, Pods resolving through kube-dns, ClusterSetIPs carrying traffic
+	cd test/node && $(NODE_ENV) $(GO) test -count=1 -timeout 30m -v $(if $(NODE_RUN),-run '$(NODE_RUN)') ./
+up: node-prereqs ## Two real single-node clusters (root) with the product and sample workloads: prints the kubeconfigs, stays up until Ctrl-C
+	cd test/node && $(NODE_ENV) $(GO) run ./up

@@ -13,90 +13,6 @@ import (
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
-// demoObjects are one cluster's sample workloads (the shape of
-// manifests/examples, with the workload image): backend, a headless Service
-// exported by annotation; web, a ClusterIP Service exported by a
-// ServiceExport, which gets a ClusterSetIP.
-func demoObjects(cluster string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata:
-  name: demo
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: backend
-  namespace: demo
-  annotations:
-    multicluster.kubernetes.io/export: "true"
-spec:
-  clusterIP: None
-  selector:
-    app: backend
-  ports:
-  - name: http
-    port: 80
-    targetPort: http
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: web
-  namespace: demo
-spec:
-  selector:
-    app: web
-  ports:
-  - name: http
-    port: 80
-    targetPort: 8080
----
-apiVersion: multicluster.x-k8s.io/v1beta1
-kind: ServiceExport
-metadata:
-  name: web
-  namespace: demo
----
-%[2]s
----
-%[3]s
-`, cluster, workloadYAML("backend-"+cluster, "backend", cluster), workloadYAML("web-"+cluster, "web", cluster))
-}
-
-// workloadYAML is WorkloadPod as YAML, for kubectl apply.
-func workloadYAML(name, app, cluster string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %[1]s
-  namespace: demo
-  labels:
-    app: %[2]s
-spec:
-  hostname: %[1]s
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: app
-    image: %[4]s
-    imagePullPolicy: Never
-    env:
-    - name: CLUSTER
-      value: %[3]s
-    - name: POD_NAME
-      valueFrom:
-        fieldRef:
-          fieldPath: metadata.name
-    ports:
-    - name: http
-      containerPort: 8080
-    readinessProbe:
-      periodSeconds: 1
-      httpGet:
-        path: /
-        port: http`, name, app, cluster, WorkloadImage)
-}
-
 // TestClusterset: two real single-node clusters with routable Pod CIDRs,
 // kubeadm's DNS add-on first, then the product installed as the README says
 // (overlays edge-a and edge-b unmodified). A Pod in each cluster resolves
@@ -114,7 +30,7 @@ func TestClusterset(t *testing.T) {
 	}
 	InstallClusterset(t, cs)
 	for _, c := range cs {
-		c.ApplyYAML(t, demoObjects(c.Name))
+		c.ApplyYAML(t, DemoObjects(c.Name))
 		c.WaitPodReady(t, "demo", "backend-"+c.Name)
 		c.WaitPodReady(t, "demo", "web-"+c.Name)
 		c.CreatePod(t, WorkloadPod("demo", "client", c.Name, nil))
