@@ -25,8 +25,21 @@ func TestClusterset(t *testing.T) {
 	a := StartCluster(t, n, tools, "edge-a")
 	b := StartCluster(t, n, tools, "edge-b")
 	cs := []*Cluster{a, b}
-	for _, c := range cs {
+	// The switch from the stock add-on to ours, as a Pod sees it: a Pod in
+	// each cluster resolves kubernetes.default every 100 ms from before
+	// the overlay is applied until well after our CoreDNS serves.
+	probes := make([]chan string, len(cs))
+	for i, c := range cs {
 		c.InstallStockDNS(t)
+		c.CreatePod(t, WorkloadPod("default", "prober", c.Name, nil))
+		probes[i] = make(chan string, 1)
+		go func(c *Cluster, ch chan<- string) {
+			out, err := c.Kubectl(5*time.Minute, "exec", "prober", "--", "/workload", "probe", "kubernetes.default.svc.cluster.local", "150s")
+			if err != nil {
+				out += "\n" + err.Error()
+			}
+			ch <- out
+		}(c, probes[i])
 	}
 	InstallClusterset(t, cs)
 	for _, c := range cs {
@@ -40,6 +53,17 @@ func TestClusterset(t *testing.T) {
 		backends[c.Name] = c.GetPodIP(t, "demo", "backend-"+c.Name)
 	}
 
+	for i, c := range cs {
+		t.Run(c.Name+"/switch from the stock add-on loses no cluster.local answer", func(t *testing.T) {
+			out := <-probes[i]
+			var ok, fail int
+			if _, err := fmt.Sscanf(out, "ok=%d fail=%d", &ok, &fail); err != nil || ok == 0 || fail != 0 {
+				t.Errorf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s", out)
+			} else {
+				t.Logf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %d answers, no failure", ok)
+			}
+		})
+	}
 	for _, c := range cs {
 		t.Run(c.Name+"/stock names", func(t *testing.T) {
 			if got := c.Lookup(t, "demo", "client", "kubernetes.default.svc.cluster.local"); !equal(got, "10.96.0.1") {

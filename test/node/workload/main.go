@@ -8,6 +8,9 @@
 //	                                 reads the Pod's /etc/resolv.conf (search
 //	                                 list, ndots) like libc: one address a line
 //	workload get URL                 one HTTP GET, the body on stdout
+//	workload probe NAME DURATION     resolve NAME every 100 ms for DURATION
+//	                                 (each lookup bounded by 2 s), then print
+//	                                 "ok=N fail=M" and each failure's error
 //
 // lookup and get run inside a Pod through `kubectl exec`, so what they see is
 // what any process of the Pod sees: the kubelet-written resolv.conf, the
@@ -40,6 +43,8 @@ func main() {
 		err = lookup(os.Args[2:])
 	case "get":
 		err = get(os.Args[2:])
+	case "probe":
+		err = probe(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -113,5 +118,36 @@ func get(args []string) error {
 		return fmt.Errorf("%s: %s", args[0], resp.Status)
 	}
 	fmt.Printf("%sremote=%s\n", body, resp.Header.Get("X-Remote-Addr"))
+	return nil
+}
+
+func probe(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("probe wants a name and a duration")
+	}
+	d, err := time.ParseDuration(args[1])
+	if err != nil {
+		return err
+	}
+	r := &net.Resolver{PreferGo: true}
+	var ok, fail int
+	var errs []string
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := r.LookupHost(ctx, args[0])
+		cancel()
+		if err != nil {
+			fail++
+			errs = append(errs, time.Now().UTC().Format(time.RFC3339Nano)+" "+err.Error())
+		} else {
+			ok++
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Printf("ok=%d fail=%d\n", ok, fail)
+	for _, e := range errs {
+		fmt.Println(e)
+	}
 	return nil
 }
