@@ -184,23 +184,32 @@ func (c *Cluster) startIn(t harness.T, mountNS, name, bin string, args ...string
 }
 
 // wait polls f (bounded by readyTimeout); on timeout it fails with the last
-// error and the tail of every component's log.
+// error and the tail of every component's log. A component that exits
+// meanwhile fails it at once.
 func (c *Cluster) wait(t harness.T, what string, f func() error) {
 	t.Helper()
+	if err := c.poll(f); err != nil {
+		t.Fatalf("node %s: no %s after %s: %v\n%s", c.Name, what, readyTimeout, err, c.Logs(30))
+	}
+}
+
+// poll calls f every 500 ms until it returns nil, for at most readyTimeout,
+// or until a component has exited; it returns f's last error.
+func (c *Cluster) poll(f func() error) error {
 	deadline := time.Now().Add(readyTimeout)
 	var err error
 	for time.Now().Before(deadline) {
 		if err = f(); err == nil {
-			return
+			return nil
 		}
 		for _, p := range c.procs {
 			if !p.running() {
-				t.Fatalf("node %s: waiting for %s: %s exited: %v\n%s", c.Name, what, p.name, p.err, p.tail(40))
+				return fmt.Errorf("%w; %s exited: %v\n%s", err, p.name, p.err, p.tail(40))
 			}
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Fatalf("node %s: no %s after %s: %v\n%s", c.Name, what, readyTimeout, err, c.Logs(30))
+	return err
 }
 
 // Logs is the last n lines of every component's log and of every

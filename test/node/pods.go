@@ -67,19 +67,13 @@ func (c *Cluster) WaitPodReady(t harness.T, ns, name string) *corev1.Pod {
 	return got
 }
 
-// waitFor is wait, with the namespace's events added to a timeout's report.
+// waitFor is wait, with the cluster's events added to a timeout's report.
 func (c *Cluster) waitFor(t harness.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(readyTimeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
+	if err := c.poll(f); err != nil {
+		ev, _ := c.Kubectl(30*time.Second, "get", "events", "-A", "--sort-by", ".lastTimestamp")
+		t.Fatalf("node %s: no %s after %s: %v\nevents:\n%s\n%s", c.Name, what, readyTimeout, err, ev, c.Logs(30))
 	}
-	ev, _ := c.Kubectl(30*time.Second, "get", "events", "-A", "--sort-by", ".lastTimestamp")
-	t.Fatalf("node %s: no %s after %s: %v\nevents:\n%s\n%s", c.Name, what, readyTimeout, err, ev, c.Logs(30))
 }
 
 // WaitDeployment waits (bounded) until a Deployment has a ready replica.
