@@ -212,6 +212,62 @@ func (c *Cluster) poll(f func() error) error {
 	return err
 }
 
+// StopAPIServer stops the cluster's kube-apiserver (SIGTERM) by PID;
+// everything else keeps running. Until StartAPIServer, no wait of the
+// cluster's may be used.
+func (c *Cluster) StopAPIServer(t harness.T) {
+	t.Helper()
+	if err := c.component("kube-apiserver").stop(stopGrace); err != nil {
+		t.Fatalf("node %s: %v", c.Name, err)
+	}
+}
+
+// StartAPIServer starts the stopped kube-apiserver again and waits until it
+// is ready.
+func (c *Cluster) StartAPIServer(t harness.T) {
+	t.Helper()
+	for i, p := range c.procs {
+		if p.name == c.Name+"/kube-apiserver" {
+			np, err := p.restart()
+			if err != nil {
+				t.Fatalf("node %s: %v", c.Name, err)
+			}
+			c.procs[i] = np
+		}
+	}
+	c.wait(t, "kube-apiserver /readyz", func() error {
+		_, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
+		return err
+	})
+}
+
+func (c *Cluster) component(name string) *proc {
+	for _, p := range c.procs {
+		if p.name == c.Name+"/"+name {
+			return p
+		}
+	}
+	return nil
+}
+
+// NodeDig asks the kube-dns Service from the node's own network namespace
+// (through kube-proxy's rules, as a Pod's query goes, without the API
+// server: for when it is down) and returns the addresses of the answer.
+func (c *Cluster) NodeDig(name string) ([]string, error) {
+	out, err := run(30*time.Second, c.NetNS, "dig", "+short", "+time=2", "+tries=2", "@"+ClusterDNS, name)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}
+
+// NodeGet makes one HTTP GET from the node's own network namespace and
+// returns the body.
+func (c *Cluster) NodeGet(url string) (string, error) {
+	return run(30*time.Second, c.NetNS, "python3", "-c",
+		"import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())", url)
+}
+
 // Logs is the last n lines of every component's log and of every
 // container's (the kubelet's podLogsDir).
 func (c *Cluster) Logs(n int) string {

@@ -160,7 +160,8 @@ func TestClusterset(t *testing.T) {
 	// its own API server), then edge-a's CoreDNS Pod deleted: the kubelet
 	// starts a new one on the same node, which serves edge-b's names from the
 	// hostPath snapshot although edge-b is unreachable, and the ClusterSetIP
-	// still leads to edge-a's own backend.
+	// still leads to edge-a's own backend; then edge-a's API server stopped
+	// as well, and started again.
 	t.Run("partition and CoreDNS restart", func(t *testing.T) {
 		n.Cut(t, a.Name, b.Name)
 		defer n.Restore(t, a.Name, b.Name)
@@ -195,6 +196,37 @@ func TestClusterset(t *testing.T) {
 		if seen[a.Name] == 0 || seen[b.Name] != 0 {
 			t.Errorf("through the ClusterSetIP during the partition: %v, want edge-a's web only", seen)
 		}
+
+		// edge-a's API server down too: CoreDNS answers from what it holds,
+		// kube-proxy keeps its rules. Asked from the node's namespace
+		// (kubectl exec needs the API server), through the kube-dns Service.
+		ip := a.ClusterSetIP(t, "demo", "web")
+		a.StopAPIServer(t)
+		for name, want := range map[string]string{name: backends[b.Name], "kubernetes.default.svc.cluster.local": "10.96.0.1"} {
+			if got, err := a.NodeDig(name); err != nil || !equal(got, want) {
+				t.Errorf("%s with edge-a's API server down: %v %v, want [%s]", name, got, err, want)
+			}
+		}
+		if out, err := a.NodeGet("http://" + ip + "/"); err != nil || field(out, "cluster") != a.Name {
+			t.Errorf("ClusterSetIP %s with edge-a's API server down: %q %v, want edge-a's web", ip, out, err)
+		}
+		a.StartAPIServer(t)
+	})
+
+	// Restored: the ClusterSetIP leads to both clusters again.
+	t.Run("after the partition", func(t *testing.T) {
+		seen := map[string]int{}
+		harness.Eventually(t, 2*time.Minute, func() error {
+			out, err := a.Exec("demo", "client", "/workload", "get", "http://web.demo.svc.clusterset.local/")
+			if err != nil {
+				return err
+			}
+			seen[field(out, "cluster")]++
+			if seen[a.Name] == 0 || seen[b.Name] == 0 {
+				return fmt.Errorf("answers so far: %v", seen)
+			}
+			return nil
+		})
 	})
 }
 

@@ -22,6 +22,9 @@ type proc struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	err     error
+	// how it was started, for restart
+	netns, mountNS, bin string
+	args                []string
 }
 
 var (
@@ -77,7 +80,8 @@ func startProc(name, logPath, netns, mountNS, bin string, args ...string) (*proc
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	p := &proc{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &proc{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{}),
+		netns: netns, mountNS: mountNS, bin: bin, args: args}
 	go func() {
 		p.err = cmd.Wait()
 		fmt.Fprintf(f, "=== node: %s %s exited: %v\n", time.Now().Format(time.RFC3339Nano), name, p.err)
@@ -88,6 +92,14 @@ func startProc(name, logPath, netns, mountNS, bin string, args ...string) (*proc
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// restart starts the process again, as it was started (it must have exited).
+func (p *proc) restart() (*proc, error) {
+	if p.running() {
+		return nil, fmt.Errorf("%s: still running as PID %d", p.name, p.pid())
+	}
+	return startProc(p.name, p.logPath, p.netns, p.mountNS, p.bin, p.args...)
+}
 
 func (p *proc) running() bool {
 	select {

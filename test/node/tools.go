@@ -90,9 +90,9 @@ func RequireTools(t harness.T) Tools {
 			missing = append(missing, filepath.Join(tools.TestImages, f)+" (make node-images)")
 		}
 	}
-	for _, c := range []string{"containerd", "ctr", "runc", "containerd-shim-runc-v2", "iptables", "nsenter", "ip"} {
+	for _, c := range []string{"containerd", "ctr", "runc", "containerd-shim-runc-v2", "iptables", "nsenter", "ip", "unshare", "openssl", "dig", "python3"} {
 		if _, err := lookPath(c); err != nil {
-			missing = append(missing, c+" (tools/install.sh node)")
+			missing = append(missing, c+" (make tools; tools/install.sh node)")
 		}
 	}
 	for _, p := range []string{"bridge", "host-local", "loopback"} {
