@@ -113,3 +113,27 @@ bench-smoke: build tools ## The benchmark program end to end at tiny sizes (abou
 monitoring-test: build tools ## Parse the alert rules and dashboard with Prometheus's parser; check them against a live scrape
 	cd test/monitoring && env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator \
 		$(GO) test -count=1 -timeout 15m -v ./...
+
+# --- real nodes (test/node): kubelet, containerd, kube-proxy, no Docker ---------
+# Needs root. tools/install.sh node builds kubelet, kube-proxy,
+# kube-controller-manager, kube-scheduler and kubectl (the API server's
+# version) and installs containerd, runc, the CNI plugins and iptables.
+# The product images are built with the overlays' tag (v0.1.0) for the
+# host's architecture only, and side-loaded into each node.
+NODE_IMAGES := $(BIN)/images/node
+NODE_TAG := v0.1.0
+.PHONY: node-images node-prereqs e2e-node up
+node-images: ## The real-node tests' images (workload: HTTP echo and DNS client; pause) in bin/images/node/
+	cd test/node && CGO_ENABLED=0 $(GO) build -o $(BIN)/node/workload ./workload && \
+		CGO_ENABLED=0 $(GO) build -o $(BIN)/node/pause ./pause
+	cd tools/image && $(GO) run . build -test-images -out $(NODE_IMAGES) -registry localhost/mcsannotations -tag node \
+		-version $(VERSION) -commit $(COMMIT) -source $(SOURCE) -ca-bundle $(CA_BUNDLE) -platform linux/$(HOST_ARCH)=$(BIN)/node
+node-prereqs:
+	$(ROOT)/tools/install.sh node
+	$(MAKE) image IMAGE_TAG=$(NODE_TAG) IMAGE_ARCHS=$(HOST_ARCH)
+	$(MAKE) node-images
+NODE_ENV = env $$($(ROOT)/tools/install.sh env) MCS_E2E_IMAGES=$(BIN)/images
+e2e-node: node-prereqs ## Real single-node clusters (root; test/node): our images under a kubelet, Pods resolving through kube-dns, ClusterSetIPs carrying traffic
+	cd test/node && $(NODE_ENV) $(GO) test -count=1 -timeout 30m -v $(if $(NODE_RUN),-run '$(NODE_RUN)') ./
+up: node-prereqs ## Two real single-node clusters (root) with the product and sample workloads: prints the kubeconfigs, stays up until Ctrl-C
+	cd test/node && $(NODE_ENV) $(GO) run ./up

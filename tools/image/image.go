@@ -57,6 +57,27 @@ var Images = []Image{
 	},
 }
 
+// TestImages are not shipped: the real-node tests' (test/node) workload and
+// the sandbox image their containerd runs each Pod in (no registry to pull
+// one from). `image build -test-images` builds them instead of Images.
+var TestImages = []Image{
+	{
+		Name:        "workload",
+		Title:       "mcsannotations test workload",
+		Description: "HTTP echo with the cluster and Pod name, a DNS lookup and an HTTP client (test/node/workload)",
+		Binaries:    []string{"workload"},
+		Entrypoint:  []string{"/workload", "serve"},
+		Ports:       []string{"8080/tcp"},
+	},
+	{
+		Name:        "pause",
+		Title:       "mcsannotations test pause",
+		Description: "The Pod sandbox of the real-node tests: sleeps until stopped (test/node/pause)",
+		Binaries:    []string{"pause"},
+		Entrypoint:  []string{"/pause"},
+	},
+}
+
 // Platform is one architecture and the folder holding its binaries.
 type Platform struct {
 	v1.Platform

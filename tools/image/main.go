@@ -5,6 +5,7 @@
 //	image build -out bin/images -registry R -tag T -version V -commit C -source URL \
 //	    -ca-bundle /etc/ssl/certs/ca-certificates.crt \
 //	    -platform linux/amd64=bin -platform linux/arm64=bin/linux_arm64
+//	image build -test-images ... (the same flags): the real-node tests' images
 //	image push -registry R -tag T bin/images/*.oci.tar
 //
 // build writes one OCI archive per image (Images): an index of one image per
@@ -73,6 +74,7 @@ func build(args []string) error {
 	fs.StringVar(&b.Source, "source", "", "source label (the repository's URL)")
 	caBundle := fs.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "CA certificates (Debian's ca-certificates package)")
 	fs.Var((*platforms)(&b.Platforms), "platform", "linux/ARCH=FOLDER of that architecture's binaries (repeat)")
+	testImages := fs.Bool("test-images", false, "build the real-node tests' workload and pause images instead of the shipped ones")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -90,7 +92,11 @@ func build(args []string) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	for _, img := range Images {
+	images := Images
+	if *testImages {
+		images = TestImages
+	}
+	for _, img := range images {
 		idx, err := b.Index(img)
 		if err != nil {
 			return fmt.Errorf("%s: %w", img.Name, err)
