@@ -75,11 +75,11 @@ SOAK_OUT ?= $(ROOT)/soak-results
 SOAK_TIMEOUT ?= 2h # go test's bound on the whole run: raise it with a SOAK_DURATION over about 1h45m
 .PHONY: soak soak-short
 soak: build tools ## Fault loop (API server kill/hang, peer flaps, CoreDNS restarts/reloads, snapshot damage, churn) for SOAK_DURATION (10m) with DNS probing, then the fuzz targets for SOAK_FUZZTIME (2m each)
-	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns SOAK_DURATION=$(SOAK_DURATION) SOAK_OUT=$(SOAK_OUT) \
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator SOAK_DURATION=$(SOAK_DURATION) SOAK_OUT=$(SOAK_OUT) \
 		$(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' ./test/soak/
 	$(MAKE) fuzz FUZZTIME=$(SOAK_FUZZTIME)
 soak-short: build tools ## The soak's short form (75 s of faults), as make test could run it
-	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns SOAK_DURATION=75s SOAK_OUT=$(SOAK_OUT) \
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator SOAK_DURATION=75s SOAK_OUT=$(SOAK_OUT) \
 		$(GO) test -count=1 -timeout 10m -v -run '^TestSoak$$' ./test/soak/
 
 .PHONY: fuzz

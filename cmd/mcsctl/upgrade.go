@@ -132,7 +132,7 @@ func upgradeCorefile(name string, text []byte, o upgradeOptions) ([]byte, error)
 	zones := zone
 	if target.clusterDomain != "" && target.clusterDomain != zone {
 		// Alias names of importing Pods answer in the cluster domain too
-		// (SPEC section 5); every other name there falls through.
+		// (docs/DESIGN.md, "Answer rules"); every other name there falls through.
 		zones += " " + target.clusterDomain
 	}
 	var add bytes.Buffer

@@ -1,4 +1,4 @@
-// Package mcscontroller is each cluster's MCS controller (SPEC section 9):
+// Package mcscontroller is each cluster's MCS controller (docs/DESIGN.md):
 // from the export annotations of the local cluster and of every peer, read
 // into a table by the plugin's own sources, it keeps in the local cluster a
 // ServiceImport per exported service, the derived Service whose ClusterIPs

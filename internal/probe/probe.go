@@ -1,7 +1,7 @@
 // Package probe checks, on a timer, whether the endpoints of the services
 // that clients ask for respond, and tells the table which do not: a down
-// endpoint leaves its service's answers until it responds again (SPEC
-// section 4, "Health"; issue 24).
+// endpoint leaves its service's answers until it responds again (docs/DESIGN.md,
+// "Answer rules", Health).
 //
 // Probing follows demand: only the endpoints of services looked up within
 // Options.Window are probed (the table records lookups with an atomic mark),
