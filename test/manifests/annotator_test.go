@@ -64,7 +64,7 @@ var annotatorClusterGrants = grants(
 	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
 	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
 	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
-	rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch", "create", "patch", "delete"}},
+	rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceexports"}, Verbs: []string{"get", "list", "watch"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceexports/status"}, Verbs: []string{"patch"}},
 	// The peer grants (issue 26): RoleBindings of the peer reader, and
