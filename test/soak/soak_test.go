@@ -122,8 +122,11 @@ const (
 	// current, as a share of those checked: faults touch the objects about
 	// every 10 s, so a controller that stops writing some of them would
 	// rarely stay stale past maxStalenessAfterRecovery after one, but it
-	// leaves far fewer current.
-	minMCSOKShare = 0.6
+	// leaves far fewer current (44% for one that stopped writing a peer's
+	// slices). The controller damps a service that changes every few
+	// hundred milliseconds, as the soak's churn does, so a healthy run is
+	// well below 100%: about 68% with damping.
+	minMCSOKShare = 0.5
 )
 
 // Result is what a soak reports (soak.json).
