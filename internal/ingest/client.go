@@ -25,7 +25,8 @@ const (
 	ReaderBurst = 200
 )
 
-const protobuf = "application/vnd.kubernetes.protobuf"
+// Protobuf is the content type a reader asks Pods in.
+const Protobuf = "application/vnd.kubernetes.protobuf"
 
 // RESTConfig is the REST config of a kubeconfig file and context; an empty
 // kubeconfig means the in-cluster config.
@@ -63,8 +64,8 @@ func (r Reader) Pods(rc *rest.Config) (kubernetes.Interface, error) {
 	rc.QPS, rc.Burst = ReaderQPS, ReaderBurst
 	// Decoding protobuf is several times cheaper than JSON, which is most of
 	// a (re)list's cost; JSON stays for what has no protobuf form.
-	rc.ContentType = protobuf
-	rc.AcceptContentTypes = protobuf + ",application/json"
+	rc.ContentType = Protobuf
+	rc.AcceptContentTypes = Protobuf + ",application/json"
 	return podproto.NewClient(rc, podproto.Plugin)
 }
 

@@ -188,7 +188,7 @@ func TestClientContentTypes(t *testing.T) {
 	if got, _ := propertyAccept.Load().(string); got != "application/json" {
 		t.Errorf("ClusterProperty Accept %q, want application/json", got)
 	}
-	if got, _ := podsAccept.Load().(string); !strings.HasPrefix(got, protobuf+",") || !strings.Contains(got, "application/json") {
+	if got, _ := podsAccept.Load().(string); !strings.HasPrefix(got, ingest.Protobuf+",") || !strings.Contains(got, "application/json") {
 		t.Errorf("Pods Accept %q, want protobuf first, JSON as fallback", got)
 	}
 }

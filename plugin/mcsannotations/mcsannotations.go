@@ -80,8 +80,6 @@ var snapshotCheckEvery = 5 * time.Second
 // expiry; tests shorten it.
 var stopWait = ingest.StopWait
 
-const protobuf = "application/vnd.kubernetes.protobuf"
-
 // reader is how the plugin reads every cluster (ingest.Reader, shared with
 // the MCS controller): a reply cut at its bound (a broken or hostile API
 // server; a peer's is anyone's) is logged and counted.

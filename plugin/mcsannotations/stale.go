@@ -149,7 +149,10 @@ func (m *MCS) markStale(msg, r *dns.Msg, clusters []string) {
 	st := m.staleState()
 	down := false
 	for _, c := range st.all {
-		down = down || c.State() != source.Connected
+		if c.State() != source.Connected {
+			down = true
+			break
+		}
 	}
 	if !down {
 		return
