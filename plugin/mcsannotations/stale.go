@@ -200,10 +200,11 @@ func (t *staleText) add(cluster string, age time.Duration) {
 	if t.named == maxStaleNamed {
 		return
 	}
-	n := len(t.b)
-	if n == 0 {
+	if len(t.b) == 0 {
 		t.b = append(make([]byte, 0, table.MaxEDEText), "stale:"...)
-	} else {
+	}
+	n := len(t.b)
+	if t.named > 0 {
 		t.b = append(t.b, ',')
 	}
 	t.b = append(t.b, ' ')
@@ -213,7 +214,7 @@ func (t *staleText) add(cluster string, age time.Duration) {
 		t.b = append(t.b, age.Round(time.Second).String()...)
 	}
 	if len(t.b) > table.MaxEDEText-moreRoom {
-		t.b = t.b[:max(n, len("stale:"))] // does not fit: counted, not named
+		t.b = t.b[:n] // does not fit: counted, not named
 		return
 	}
 	t.named++

@@ -223,6 +223,17 @@ func TestStaleTextBounded(t *testing.T) {
 	}
 }
 
+// A cluster whose name does not fit is counted, and the next one is named
+// as if it came first.
+func TestStaleTextSkipsUnfitting(t *testing.T) {
+	var text staleText
+	text.add(strings.Repeat("c", 200), time.Hour)
+	text.add("edge-b", time.Hour)
+	if got, want := text.String(), "stale: edge-b 1h0m0s +1 more"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+}
+
 // A stale reply too large for the client's UDP buffer is truncated as any
 // other, its Extended DNS Error kept and counted in the size; without EDNS0
 // the truncated reply has no OPT record.
