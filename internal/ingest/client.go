@@ -1,8 +1,12 @@
 package ingest
 
 import (
+	"context"
+	"errors"
 	"net/http"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -66,7 +70,28 @@ func (r Reader) Pods(rc *rest.Config) (kubernetes.Interface, error) {
 	// a (re)list's cost; JSON stays for what has no protobuf form.
 	rc.ContentType = Protobuf
 	rc.AcceptContentTypes = Protobuf + ",application/json"
-	return podproto.NewClient(rc, podproto.Plugin)
+	cs, err := podproto.NewClient(rc, podproto.Plugin)
+	if err != nil || r.TooLarge == nil {
+		return cs, err
+	}
+	return reporting{cs, cs.(Streamer), r.TooLarge}, nil
+}
+
+// reporting is a Pods client whose streamed lists report a Pod or list
+// metadata over its bound (podproto.ErrTooLarge) as the transport reports a
+// reply over its bound: the bound is met while decoding, not while reading.
+type reporting struct {
+	kubernetes.Interface
+	s        Streamer
+	tooLarge func(error)
+}
+
+func (c reporting) ListPodsIn(ctx context.Context, namespace string, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error) {
+	meta, err := c.s.ListPodsIn(ctx, namespace, opts, each)
+	if errors.Is(err, podproto.ErrTooLarge) {
+		c.tooLarge(err)
+	}
+	return meta, err
 }
 
 // Dynamic returns the client a component reads custom resources with (in

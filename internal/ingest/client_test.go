@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 // A hostile API server answers a Pod list with an endless JSON reply: every
@@ -53,5 +58,74 @@ func TestReaderBoundsHostileList(t *testing.T) {
 	}
 	if tooLarge.Load() == 0 {
 		t.Error("TooLarge was not told of the refused reply")
+	}
+}
+
+// A streamed list of Pods (how the sources list) whose one Pod, or whose
+// metadata, is over its bound is refused while it is decoded, in protobuf and
+// in JSON, and the Reader's TooLarge hears of it as of a reply cut by the
+// transport: the bound met while decoding is counted and logged the same way.
+func TestReaderReportsStreamedBounds(t *testing.T) {
+	// The JSON decoder's bound holds at most the bound and one read more,
+	// and a read can be as large as what is held: three times the bound is
+	// over it whatever the reads.
+	big := strings.Repeat("a", 3*podproto.MaxField)
+	protoList := func() []byte {
+		// runtime.Unknown{TypeMeta v1/PodList, Raw: PodList{Items: [a Pod of
+		// 3 MaxField bytes]}}; the Pod's bytes are never looked at.
+		var pod []byte
+		pod = protowire.AppendTag(pod, 2, protowire.BytesType)
+		pod = protowire.AppendVarint(pod, uint64(len(big)))
+		pod = append(pod, big...)
+		var tm []byte
+		tm = protowire.AppendTag(tm, 1, protowire.BytesType)
+		tm = protowire.AppendString(tm, "v1")
+		tm = protowire.AppendTag(tm, 2, protowire.BytesType)
+		tm = protowire.AppendString(tm, "PodList")
+		b := []byte("k8s\x00")
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendBytes(b, tm)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		return protowire.AppendBytes(b, pod)
+	}
+	for _, tc := range []struct {
+		name, contentType string
+		body              func() []byte
+	}{
+		{"protobuf pod", Protobuf, protoList},
+		{"json pod", "application/json", func() []byte {
+			return []byte(`{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"` + big + `"}}]}`)
+		}},
+		{"json metadata", "application/json", func() []byte {
+			return []byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"continue":"` + big[:16*podproto.MaxListMeta] + `"},"items":[]}`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := tc.body()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tc.contentType)
+				_, _ = w.Write(body)
+			}))
+			defer srv.Close()
+			var tooLarge atomic.Int32
+			r := Reader{UserAgent: "test", TooLarge: func(error) { tooLarge.Add(1) }}
+			c, err := r.Pods(&rest.Config{Host: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, ok := c.(Streamer)
+			if !ok {
+				t.Fatalf("Reader.Pods gave a %T, which does not stream lists", c)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err = s.ListPodsIn(ctx, "", metav1.ListOptions{}, func(*v1.Pod) error { return nil })
+			if !errors.Is(err, podproto.ErrTooLarge) {
+				t.Fatalf("got %v, want an error wrapping podproto.ErrTooLarge", err)
+			}
+			if n := tooLarge.Load(); n != 1 {
+				t.Errorf("TooLarge heard of %d refusals, want 1", n)
+			}
+		})
 	}
 }

@@ -217,8 +217,10 @@ func startsJSON(r *bufio.Reader) bool {
 	return false
 }
 
-// errTooLarge is wrapped by the error of a JSON list's part over its bound.
-var errTooLarge = errors.New("over its size bound")
+// ErrTooLarge is wrapped by the error of a streamed list's part over its
+// bound: a Pod over MaxField, the list's metadata over MaxListMeta, in
+// protobuf or JSON.
+var ErrTooLarge = errors.New("over its size bound")
 
 // jsonList reads a PodList in JSON with EachJSONItem: each Pod is at most
 // MaxField bytes, the list's metadata at most MaxListMeta, and the list is
@@ -226,7 +228,7 @@ var errTooLarge = errors.New("over its size bound")
 func (d *Decoder) jsonList(r io.Reader, each func(*v1.Pod) error) (metav1.ListMeta, error) {
 	var tm metav1.TypeMeta
 	var eachErr error
-	meta, err := EachJSONItem(r, MaxField, errTooLarge, &tm, func(raw []byte) error {
+	meta, err := EachJSONItem(r, MaxField, ErrTooLarge, &tm, func(raw []byte) error {
 		if tm.APIVersion != "v1" || tm.Kind != "PodList" {
 			return fmt.Errorf("a list of %s %q, not v1 PodList", tm.APIVersion, tm.Kind)
 		}
@@ -298,7 +300,7 @@ func (s *stream) fieldWithin(end int64, max uint64) ([]byte, error) {
 		return nil, err
 	}
 	if size > max {
-		return nil, fmt.Errorf("a field of %d bytes (the limit is %d)", size, max)
+		return nil, fmt.Errorf("a field of %d bytes (the limit is %d): %w", size, max, ErrTooLarge)
 	}
 	if end >= 0 && s.n+int64(size) > end {
 		return nil, fmt.Errorf("a field of %d bytes overruns its message by %d", size, s.n+int64(size)-end)
