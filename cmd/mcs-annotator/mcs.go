@@ -138,7 +138,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		return nil, fmt.Errorf("cluster %s: %w", o.cluster, err)
 	}
 	var srcs []*source.Source
-	srcs = append(srcs, source.New(o.cluster, pods, t, events, source.Options{Key: o.keys[o.cluster]}))
+	srcs = append(srcs, source.New(o.cluster, pods, t, events, source.Options{Key: o.keys[o.cluster], Ingest: sm.ingestOptions(o.cluster)}))
 	for _, p := range o.peers {
 		rc, err := ingest.RESTConfig(p.kubeconfig, "")
 		if err != nil {
@@ -148,7 +148,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
-		srcs = append(srcs, source.New(p.name, c, t, events, source.Options{Key: o.keys[p.name], Scoped: true}))
+		srcs = append(srcs, source.New(p.name, c, t, events, source.Options{Key: o.keys[p.name], Scoped: true, Ingest: sm.ingestOptions(p.name)}))
 	}
 	var feeds []mcscontroller.Source
 	for _, s := range srcs {
@@ -173,6 +173,24 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 type sourceMetrics struct {
 	rejected  *prometheus.CounterVec
 	oversized prometheus.Counter
+	malformed *prometheus.CounterVec
+}
+
+// ingestOptions are the options of cluster's reflectors: they log and count
+// a list that broke off, did not decode or was over a bound (bytes or
+// ingest.MaxObjects), and a store that dropped Pods for holding
+// ingest.MaxObjects.
+func (m sourceMetrics) ingestOptions(cluster string) ingest.Options {
+	return ingest.Options{Name: "cluster/" + cluster, Events: ingest.Events{
+		Malformed: func(err error) {
+			m.malformed.WithLabelValues(cluster).Inc()
+			klog.Warningf("mcs-controller: cluster %s: a malformed list of Pods (a broken or hostile API server?), kept what was held, listing again: %v", cluster, err)
+		},
+		Full: func(err error) {
+			m.malformed.WithLabelValues(cluster).Inc()
+			klog.Warningf("mcs-controller: cluster %s: more Pods than a reader holds (a broken or hostile API server?), keeping what is held and dropping new ones: %v", cluster, err)
+		},
+	}}
 }
 
 func newSourceMetrics(reg prometheus.Registerer) sourceMetrics {
@@ -181,9 +199,11 @@ func newSourceMetrics(reg prometheus.Registerer) sourceMetrics {
 			Help: "Export annotation entries the MCS controller skipped (unsigned, bad signature, invalid, ...), by cluster and reason."}, []string{"cluster", "reason"}),
 		oversized: prometheus.NewCounter(prometheus.CounterOpts{Name: "mcs_controller_oversized_replies_total",
 			Help: "Replies of an API server the MCS controller refused for exceeding their size bound."}),
+		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_malformed_lists_total",
+			Help: "Lists of Pods the MCS controller's sources refused (broken off, undecodable, over a size or object bound) and spells of a source's store dropping Pods for holding the most a reader holds, by cluster."}, []string{"cluster"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.rejected, m.oversized)
+		reg.MustRegister(m.rejected, m.oversized, m.malformed)
 	}
 	return m
 }

@@ -46,7 +46,8 @@ var ErrSlow = errors.New("still stopping")
 // run's goroutines and must not block.
 type Events struct {
 	// Malformed hears of a list that broke off, did not decode or was over
-	// its size bound. The store keeps what it holds; the list is made again.
+	// its size bound (bytes, or MaxObjects objects). The store keeps what it
+	// holds; the list is made again.
 	Malformed func(err error)
 	// Expired hears that a watch expired (410: the API server restarted, or
 	// the watch fell behind its window of changes); every object is listed
@@ -60,6 +61,9 @@ type Events struct {
 	// server ends with an error included); the reflector tries again after
 	// its backoff.
 	Failed func(err error)
+	// Full hears of the first new object that a Store holding MaxObjects
+	// dropped, once per spell of being full (a deletion or a list ends it).
+	Full func(err error)
 }
 
 // Options tune a run; zero values take the defaults.
@@ -94,6 +98,9 @@ func Start(lw *ListerWatcher, store cache.ReflectorStore, opts Options) *Run {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	lw = lw.observed(opts.Events)
+	if s, ok := store.(interface{ refuseWith(func(error)) }); ok && opts.Events.Full != nil {
+		s.refuseWith(opts.Events.Full)
+	}
 	r := cache.NewReflectorWithOptions(lw, nil, store, cache.ReflectorOptions{Name: opts.Name, Backoff: opts.Backoff})
 	run := &Run{cancel: cancel, ctx: ctx, done: make(chan struct{}), stopWait: opts.StopWait}
 	go func() {

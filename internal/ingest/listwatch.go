@@ -64,6 +64,9 @@ func (l *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 	if err == nil {
 		list, err = l.transformList(obj)
 	}
+	if err == nil && l.pagesOver(len(list.Items)) {
+		list, err = nil, fmt.Errorf("%w: %w: a list of more than %d objects", ErrStream, ErrTooLarge, MaxObjects)
+	}
 	if err != nil && ctx.Err() == nil {
 		if (errors.Is(err, podproto.ErrStream) || errors.Is(err, ErrStream)) && l.ev.Malformed != nil {
 			l.ev.Malformed(err)
@@ -100,6 +103,15 @@ func (l *ListerWatcher) transformList(obj runtime.Object) (*List, error) {
 		list.Items = append(list.Items, t)
 	}
 	return list, nil
+}
+
+// pagesOver reports whether n more objects take the list whose pages are
+// arriving past MaxObjects (client-go's pager holds every page until the
+// last one came).
+func (l *ListerWatcher) pagesOver(n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pageObjs+n > MaxObjects
 }
 
 // listed notes a list (or a page of one) started at start; nil: it failed.

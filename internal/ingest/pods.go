@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
 )
 
 // Meta is the object metadata of a slim object: its key, and the resource
@@ -80,10 +82,14 @@ func ConfigMap(client kubernetes.Interface, namespace, name string, transform fu
 }
 
 // transformedList returns the List of the objects that list hands to its
-// each one at a time, each transformed as it arrives.
+// each one at a time, each transformed as it arrives; a list of more than
+// MaxObjects is refused as it arrives.
 func transformedList[T any](transform func(T) (runtime.Object, error), list func(each func(T) error) (metav1.ListMeta, error)) (runtime.Object, error) {
 	l := &List{}
 	meta, err := list(func(obj T) error {
+		if len(l.Items) >= MaxObjects {
+			return fmt.Errorf("%w: %w: a list of more than %d objects", podproto.ErrStream, podproto.ErrTooLarge, MaxObjects)
+		}
 		t, err := transform(obj)
 		if err == nil {
 			l.Items = append(l.Items, t)

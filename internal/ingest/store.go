@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"fmt"
 	"iter"
 	"maps"
 	"sync"
@@ -35,7 +36,20 @@ type Store[T Object] struct {
 	closed bool
 	listed bool
 	items  map[string]T
+	full   bool        // an object was refused since the store last had room
+	refuse func(error) // hears of the first refusal of each spell (see Start)
 }
+
+// MaxObjects bounds the objects of one resource a reader holds from one
+// cluster, and the objects of one list (all its pages), so that a broken or
+// hostile API server cannot grow a reader's memory without end. A reader
+// holds about 1.3 KB per Pod (the slim object, the source's record and the
+// table's): 50,000 keep CoreDNS within its shipped 170Mi limit with room for
+// the answers, and are more exporting (or importing) Pods than an edge
+// cluster runs. A list over the bound is refused (the store keeps what it
+// holds); a watched object that would take a full store past it is dropped.
+// A variable for tests.
+var MaxObjects = 50_000
 
 // Get returns the object held under key.
 func (s *Store[T]) Get(key string) (T, bool) {
@@ -73,7 +87,14 @@ func (s *Store[T]) Update(obj any) error {
 		if s.items == nil {
 			s.items = map[string]T{}
 		}
-		old := s.items[t.Key()]
+		old, held := s.items[t.Key()]
+		if !held && len(s.items) >= MaxObjects {
+			if !s.full && s.refuse != nil {
+				s.refuse(fmt.Errorf("%w: %w: a new object (%s) while %d are held, the most a reader holds; dropped, and so is every new one until there is room", ErrStream, ErrTooLarge, t.Key(), len(s.items)))
+			}
+			s.full = true
+			return
+		}
 		s.items[t.Key()] = t
 		if s.Changed != nil {
 			s.Changed(old, t)
@@ -85,6 +106,7 @@ func (s *Store[T]) Update(obj any) error {
 func (s *Store[T]) Delete(obj any) error {
 	return s.locked(obj, func(t T) {
 		delete(s.items, t.Key())
+		s.full = false
 		if s.Deleted != nil {
 			s.Deleted(t)
 		}
@@ -108,6 +130,9 @@ func (s *Store[T]) locked(obj any, f func(T)) error {
 
 // Replace implements cache.ReflectorStore.
 func (s *Store[T]) Replace(list []any, _ string) error {
+	if len(list) > MaxObjects { // the ListerWatcher refuses such lists; a store is never filled past the bound
+		return fmt.Errorf("%w: a list of %d objects, more than %d", ErrTooLarge, len(list), MaxObjects)
+	}
 	objs := make(map[string]T, len(list))
 	for _, obj := range list {
 		if t, ok := obj.(T); ok {
@@ -120,11 +145,19 @@ func (s *Store[T]) Replace(list []any, _ string) error {
 		return nil
 	}
 	old := s.items
-	s.items, s.listed = objs, true
+	s.items, s.listed, s.full = objs, true, false
 	if s.Replaced != nil {
 		s.Replaced(old, objs)
 	}
 	return nil
+}
+
+// refuseWith makes the store tell f of the first object it drops in each
+// spell of being full.
+func (s *Store[T]) refuseWith(f func(error)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse = f
 }
 
 // Resync implements cache.ReflectorStore; there is nothing to resync.

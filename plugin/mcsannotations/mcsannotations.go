@@ -270,6 +270,10 @@ func ingestOptions(name string) ingest.Options {
 			malformedLists.WithLabelValues(name).Inc()
 			log.Warningf("%s: a malformed list of %ss, kept what was held, listing again: %v", name, what, err)
 		},
+		Full: func(err error) {
+			malformedLists.WithLabelValues(name).Inc()
+			log.Warningf("%s: more %ss than a reader holds (a broken or hostile API server?), keeping what is held and dropping new ones: %v", name, what, err)
+		},
 		Expired: func() {
 			watchExpirations.WithLabelValues(name).Inc()
 			log.Infof("%s: the watch of %ss expired (the API server restarted, or the watch fell behind): listing every %s again, answering from what is held meanwhile", name, what, what)

@@ -112,7 +112,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "malformed_lists_total",
-		Help:      "Lists of Pods that broke off, did not decode or were over their size bound; what was held stays, and the list is made again.",
+		Help:      "Lists of Pods that broke off, did not decode or were over their size bound (bytes, or more Pods than a reader holds), and spells of a reader dropping new Pods for holding the most it may; what was held stays, and a list is made again.",
 	}, []string{"informer"})
 
 	watchExpirations = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -1,0 +1,139 @@
+package ingest
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/mcsannotations/mcsannotations/internal/podproto"
+)
+
+// withMaxObjects sets MaxObjects for one test.
+func withMaxObjects(t *testing.T, n int) {
+	old := MaxObjects
+	MaxObjects = n
+	t.Cleanup(func() { MaxObjects = old })
+}
+
+func pods(n int) []v1.Pod {
+	ps := make([]v1.Pod, n)
+	for i := range ps {
+		ps[i] = pod("p"+strconv.Itoa(i), "2")
+	}
+	return ps
+}
+
+// A list of more than MaxObjects objects is refused, however it comes: one
+// streamed reply (refused as it arrives), one reply read whole, or pages
+// that are each small; reported as malformed, and the store keeps what it
+// held. A list of MaxObjects is taken.
+func TestListOverMaxObjects(t *testing.T) {
+	const max = 3
+	for _, tc := range []struct {
+		name     string
+		streamed bool
+		paged    bool
+	}{
+		{"streamed", true, false},
+		{"whole", false, false},
+		{"pages", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			withMaxObjects(t, max)
+			over := false
+			var a *apiServer
+			a = newAPIServer(t, func(n int, q url.Values, w http.ResponseWriter) {
+				a.mu.Lock()
+				all := pods(max)
+				if over {
+					all = pods(max + 1)
+				}
+				a.mu.Unlock()
+				if !tc.paged || q.Get("limit") == "" {
+					writeJSON(w, http.StatusOK, podList("10", "", all...))
+					return
+				}
+				i, _ := strconv.Atoi(q.Get("continue"))
+				cont := ""
+				if i+1 < len(all) {
+					cont = strconv.Itoa(i + 1)
+				}
+				writeJSON(w, http.StatusOK, podList("10", cont, all[i]))
+			}, func(n int, r *http.Request, w http.ResponseWriter) {
+				writeJSON(w, http.StatusGone, expiredStatus())
+			})
+			client := a.client(t)
+			if tc.streamed {
+				var err error
+				if client, err = (Reader{}).Pods(&rest.Config{Host: a.srv.URL}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rec := &recorder{}
+			st := start(t, Pods(client, "", toSlim), rec, nil)
+			eventually(t, "a list of MaxObjects taken", func() bool { return len(keys(st)) == max })
+			a.mu.Lock()
+			over = true
+			a.mu.Unlock()
+			eventually(t, "a list over MaxObjects refused", func() bool { return rec.read(func(r *recorder) bool { return len(r.malformed) >= 1 }) })
+			if got := keys(st); len(got) != max {
+				t.Errorf("store holds %v after a list over the bound, want the %d it held", got, max)
+			}
+			rec.read(func(r *recorder) bool {
+				if err := r.malformed[0]; !errors.Is(err, podproto.ErrTooLarge) && !errors.Is(err, ErrTooLarge) {
+					t.Errorf("malformed: %v, want a size bound's error", err)
+				}
+				return true
+			})
+		})
+	}
+}
+
+// A store holding MaxObjects drops every new object (an update of one it
+// holds still goes through) and reports the first drop of each spell, once;
+// a deletion makes room, and the next spell is reported again.
+func TestStoreMaxObjects(t *testing.T) {
+	withMaxObjects(t, 2)
+	var refused []error
+	st := &Store[*slim]{}
+	st.refuseWith(func(err error) { refused = append(refused, err) })
+	add := func(name, ip string) {
+		if err := st.Add(&slim{Meta: Meta{Namespace: "ns", Name: name}, IP: ip}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("a", "1")
+	add("b", "1")
+	add("c", "1")
+	add("d", "1")
+	add("a", "2") // held: updated
+	if got := keys(st); !slices.Equal(got, []string{"ns/a", "ns/b"}) {
+		t.Fatalf("store holds %v, want ns/a and ns/b", got)
+	}
+	if a, _ := st.Get("ns/a"); a.IP != "2" {
+		t.Errorf("ns/a not updated while full: %+v", a)
+	}
+	if len(refused) != 1 || !errors.Is(refused[0], ErrTooLarge) {
+		t.Fatalf("refusals reported: %v, want the first drop only", refused)
+	}
+	if err := st.Delete(&slim{Meta: Meta{Namespace: "ns", Name: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	add("c", "1")
+	add("d", "1")
+	if got := keys(st); !slices.Equal(got, []string{"ns/a", "ns/c"}) {
+		t.Errorf("store holds %v, want ns/a and ns/c", got)
+	}
+	if len(refused) != 2 {
+		t.Errorf("%d refusals reported, want one per spell (2)", len(refused))
+	}
+	if err := st.Replace([]any{&slim{Meta: Meta{Name: "x"}}, &slim{Meta: Meta{Name: "y"}}, &slim{Meta: Meta{Name: "z"}}}, "1"); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Replace with more than MaxObjects: %v, want an error", err)
+	}
+}
