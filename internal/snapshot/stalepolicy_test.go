@@ -183,3 +183,26 @@ func TestSchema2dOldCodecOpens(t *testing.T) {
 		}
 	}
 }
+
+// A source's meta keeps the state it was written in, for mcsctl; a file
+// written before the state was kept reads it as not recorded.
+func TestMetaState(t *testing.T) {
+	path := dbPath(t)
+	var l logBuf
+	s, _ := mustOpen(t, path, testOptions(&l))
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	s.ReplaceSource("edge-b", map[string][]byte{}, Meta{ClusterID: "edge-b", LastContact: at, LastFullSync: at, State: "connected"})
+	s.SetMeta("edge-b", Meta{ClusterID: "edge-b", LastContact: at, LastFullSync: at, State: "disconnected"})
+	mustClose(t, s)
+	s, _ = mustOpen(t, path, testOptions(&l))
+	if m := mustLoad(t, s)["edge-b"].Meta; m.State != "disconnected" || !m.LastContact.Equal(at) {
+		t.Errorf("meta %+v, want the state and contact last written", m)
+	}
+	mustClose(t, s)
+
+	s, _ = mustOpen(t, copyTestdata(t, "schema2d.db"), testOptions(&l))
+	defer mustClose(t, s)
+	if m := mustLoad(t, s)["edge-a"].Meta; m.State != "" || m.LastContact.IsZero() {
+		t.Errorf("an older file's meta %+v, want its contact and no state", m)
+	}
+}

@@ -416,5 +416,5 @@ func (m *MCS) saveMeta(s *source.Source) {
 }
 
 func (m *MCS) meta(s *source.Source) snapshot.Meta {
-	return snapshot.Meta{ClusterID: s.Cluster(), LastContact: s.LastContact(), LastFullSync: s.LastFullSync()}
+	return snapshot.Meta{ClusterID: s.Cluster(), LastContact: s.LastContact(), LastFullSync: s.LastFullSync(), State: s.State().String()}
 }
