@@ -295,18 +295,25 @@ func TestStaleMarkDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// The exporter's stale policy in the answers: edge-b exports drop30 (drop
-// after 30 s) and keep (the default). Cut for 20 s, both answer, marked
-// stale; cut for 2 minutes, drop30 no longer has edge-b's endpoint (no
-// endpoint left: NXDOMAIN) while keep still answers, marked; in contact
-// again, both answer unmarked.
-func TestStalePolicyAnswers(t *testing.T) {
+// dropAndKeep is a table with edge-b's endpoints of drop30 (drop after
+// 30 s) and keep (the default).
+func dropAndKeep() *table.Table {
 	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
 	drop := annotation.Export{Name: "drop30"}
 	drop.StaleEndpoints, drop.StaleGraceSeconds = annotation.StaleDrop, 30
 	addPod(tb, "edge-b", "d1", "", true, []string{"10.1.0.1"}, drop)
 	addPod(tb, "edge-b", "k1", "", true, []string{"10.1.0.2"}, annotation.Export{Name: "keep"})
 	tb.Rebuild()
+	return tb
+}
+
+// The exporter's stale policy in the answers: edge-b exports drop30 (drop
+// after 30 s) and keep (the default). Cut for 20 s, both answer, marked
+// stale; cut for 2 minutes, drop30 no longer has edge-b's endpoint (no
+// endpoint left: NXDOMAIN) while keep still answers, marked; in contact
+// again, both answer unmarked.
+func TestStalePolicyAnswers(t *testing.T) {
+	tb := dropAndKeep()
 	b := &fakeContact{cluster: "edge-b", state: source.Connected, last: staleNow, started: staleNow.Add(-time.Hour)}
 	m := withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}, b)
 
@@ -368,12 +375,7 @@ func TestStaleAfterRestartWhileCut(t *testing.T) {
 		{"", false},
 	} {
 		t.Run(fmt.Sprintf("recorded %q", c.recorded), func(t *testing.T) {
-			tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
-			drop := annotation.Export{Name: "drop30"}
-			drop.StaleEndpoints, drop.StaleGraceSeconds = annotation.StaleDrop, 30
-			addPod(tb, "edge-b", "d1", "", true, []string{"10.1.0.1"}, drop)
-			addPod(tb, "edge-b", "k1", "", true, []string{"10.1.0.2"}, annotation.Export{Name: "keep"})
-			tb.Rebuild()
+			tb := dropAndKeep()
 			// Started a second ago; the last contact, from the snapshot, 2 minutes ago.
 			b := &fakeContact{cluster: "edge-b", state: source.Syncing, last: staleNow.Add(-2 * time.Minute), started: staleNow.Add(-time.Second)}
 			m := withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}, b)
