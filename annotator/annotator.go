@@ -185,12 +185,21 @@ func sameButVersion(a, b any) bool {
 		y.ResourceVersion = x.ResourceVersion
 		return reflect.DeepEqual(x, &y)
 	case *unstructured.Unstructured:
-		// A ServiceExport: its spec (the generation) and its allowed
-		// namespaces are all that matter; its status is what the annotator
-		// itself writes.
+		// A ServiceExport: its spec (the generation) and the annotations
+		// the export reads are all that matter; its status is what the
+		// annotator itself writes.
 		y := b.(*unstructured.Unstructured)
-		return x.GetGeneration() == y.GetGeneration() &&
-			x.GetAnnotations()[annotation.AllowedNamespacesAnnotation] == y.GetAnnotations()[annotation.AllowedNamespacesAnnotation]
+		if x.GetGeneration() != y.GetGeneration() {
+			return false
+		}
+		for _, k := range exportAnnotations {
+			v1, ok1 := x.GetAnnotations()[k]
+			v2, ok2 := y.GetAnnotations()[k]
+			if v1 != v2 || ok1 != ok2 {
+				return false
+			}
+		}
+		return true
 	}
 	return false
 }
@@ -358,9 +367,9 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 		if !ok {
 			continue
 		}
-		e, k := newExported(s, exportOf[s.Name])
-		if k != nil {
-			skipped[k.reason+"/"+k.key] = *k
+		e, ks := newExported(s, exportOf[s.Name])
+		for _, k := range ks {
+			skipped[k.reason+"/"+k.key] = k
 		}
 		exportedSvcs = append(exportedSvcs, e)
 	}

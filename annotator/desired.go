@@ -25,9 +25,10 @@ const (
 	skipTooLarge        = "too_large"          // the annotation would pass the readers' size limit
 	skipInvalid         = "invalid"            // a reader would reject what would be written
 	skipAllowed         = "allowed_namespaces" // an allowed-namespaces annotation that does not parse: own namespace only
+	skipStale           = "stale_endpoints"    // a stale-endpoints annotation that does not parse: exported without a policy (serve)
 )
 
-var skipReasons = []string{skipExternalName, skipPortUnresolved, skipPortName, skipTooManyServices, skipTooManyPorts, skipTooLarge, skipInvalid, skipAllowed}
+var skipReasons = []string{skipExternalName, skipPortUnresolved, skipPortName, skipTooManyServices, skipTooManyPorts, skipTooLarge, skipInvalid, skipAllowed, skipStale}
 
 // skip is one thing left out of a Pod's annotation, for the log and the metric.
 type skip struct {
@@ -72,27 +73,48 @@ func isExported(svc *corev1.Service, byServiceExport bool) (ok, refused bool) {
 }
 
 // newExported prepares svc, exported by se (nil: by annotation). Its
-// allowed namespaces are the ServiceExport's allowed-namespaces annotation
-// when it has one, else the Service's; one that does not parse leaves the
-// Service's own namespace only, and is the skip returned.
-func newExported(svc *corev1.Service, se *unstructured.Unstructured) (exported, *skip) {
+// allowed namespaces and its stale policy are the ServiceExport's
+// annotations when it has them, else the Service's (exportAnnotation). An
+// allowed-namespaces value that does not parse leaves the Service's own
+// namespace only; a stale-endpoints value that does not parse leaves the
+// entry without a policy, which consumers read as serve, the default: the
+// value is not guessed at, and an export that worked is not withdrawn over
+// a typo in an optional annotation. Either is a skip returned, for the log
+// and the metric.
+func newExported(svc *corev1.Service, se *unstructured.Unstructured) (exported, []skip) {
 	e := exported{svc: svc, fields: serviceFields(svc, se)}
 	if len(svc.Spec.Selector) > 0 {
 		e.selector = labels.SelectorFromValidatedSet(svc.Spec.Selector)
 	}
-	raw, fromExport := "", false
-	if se != nil {
-		raw, fromExport = se.GetAnnotations()[annotation.AllowedNamespacesAnnotation]
-	}
-	if !fromExport {
-		raw = svc.Annotations[annotation.AllowedNamespacesAnnotation]
-	}
+	var skips []skip
+	raw, _ := exportAnnotation(svc, se, annotation.AllowedNamespacesAnnotation)
 	var err error
 	if e.allowed, err = parseAllowed(raw); err != nil {
-		return e, &skip{skipAllowed, svc.Name, fmt.Sprintf("Service %s/%s: %s %q ignored (own namespace only): %v",
-			svc.Namespace, svc.Name, annotation.AllowedNamespacesAnnotation, annotation.Clip(raw), err)}
+		skips = append(skips, skip{skipAllowed, svc.Name, fmt.Sprintf("Service %s/%s: %s %q ignored (own namespace only): %v",
+			svc.Namespace, svc.Name, annotation.AllowedNamespacesAnnotation, annotation.Clip(raw), err)})
 	}
-	return e, nil
+	if raw, ok := exportAnnotation(svc, se, annotation.StaleEndpointsAnnotation); ok {
+		policy, grace, err := annotation.ParseStaleEndpoints(raw)
+		if err != nil {
+			skips = append(skips, skip{skipStale, svc.Name, fmt.Sprintf("Service %s/%s: %s ignored (exported without a stale policy: consumers serve its endpoints of an unreachable cluster, the default): %v",
+				svc.Namespace, svc.Name, annotation.StaleEndpointsAnnotation, err)})
+		} else {
+			e.fields.StaleEndpoints, e.fields.StaleGraceSeconds = policy, grace
+		}
+	}
+	return e, skips
+}
+
+// exportAnnotation returns the annotation key of an export: the
+// ServiceExport's when it has the key (even empty), else the Service's.
+func exportAnnotation(svc *corev1.Service, se *unstructured.Unstructured, key string) (string, bool) {
+	if se != nil {
+		if v, ok := se.GetAnnotations()[key]; ok {
+			return v, true
+		}
+	}
+	v, ok := svc.Annotations[key]
+	return v, ok
 }
 
 // selects tells whether the Service selects pod (same namespace assumed).

@@ -98,15 +98,17 @@ func TestNewExportedAllowed(t *testing.T) {
 		{"the Service's does not parse", withAllowed(svc("s", app), "Web"), nil, nil, true},
 		{"the ServiceExport's does not parse", withAllowed(svc("s", app), "web"), se(map[string]string{annotation.AllowedNamespacesAnnotation: "a b"}), nil, true},
 	} {
-		e, k := newExported(tc.svc, tc.se)
+		e, ks := newExported(tc.svc, tc.se)
 		if !reflect.DeepEqual(e.allowed, tc.want) {
 			t.Errorf("%s: allowed %q, want %q", tc.name, e.allowed, tc.want)
 		}
-		if (k != nil) != tc.skipped {
-			t.Errorf("%s: skip %+v, want one: %v", tc.name, k, tc.skipped)
+		if (len(ks) > 0) != tc.skipped {
+			t.Errorf("%s: skips %+v, want one: %v", tc.name, ks, tc.skipped)
 		}
-		if k != nil && (k.reason != skipAllowed || k.key != "s" || k.detail == "") {
-			t.Errorf("%s: skip %+v, want %s for s with a detail", tc.name, k, skipAllowed)
+		for _, k := range ks {
+			if k.reason != skipAllowed || k.key != "s" || k.detail == "" {
+				t.Errorf("%s: skip %+v, want %s for s with a detail", tc.name, k, skipAllowed)
+			}
 		}
 	}
 }

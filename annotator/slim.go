@@ -85,10 +85,14 @@ func slimContainers(cs []corev1.Container, sidecarsOnly bool) []corev1.Container
 	return out
 }
 
+// exportAnnotations are the annotations of a Service or its ServiceExport
+// that an export reads (newExported).
+var exportAnnotations = []string{annotation.AllowedNamespacesAnnotation, annotation.StaleEndpointsAnnotation}
+
 // slimService is the transform of the Service informer: name, namespace,
-// UID, creation time, the export annotation, type, selector, ports, and what
-// an export entry says of the Service (serviceFields): headlessness, session
-// affinity and traffic policies.
+// UID, creation time, the export annotation and exportAnnotations, type,
+// selector, ports, and what an export entry says of the Service
+// (serviceFields): headlessness, session affinity and traffic policies.
 func slimService(obj any) (any, error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
@@ -103,7 +107,7 @@ func slimService(obj any) (any, error) {
 			ClusterIP: svc.Spec.ClusterIP, SessionAffinity: svc.Spec.SessionAffinity, SessionAffinityConfig: svc.Spec.SessionAffinityConfig,
 			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution},
 	}
-	for _, k := range []string{annotation.ExportServiceAnnotation, annotation.AllowedNamespacesAnnotation} {
+	for _, k := range append([]string{annotation.ExportServiceAnnotation}, exportAnnotations...) {
 		if v, ok := svc.Annotations[k]; ok {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}

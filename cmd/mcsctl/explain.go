@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
@@ -37,13 +40,14 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	verify := fs.String("verify", "", "with --kubeconfig: a verify folder, to check signatures as the plugin does")
 	local := fs.String("local", "", "the local cluster's ID, for the prefer-local answer (with --kubeconfig: --cluster)")
 	zone := fs.String("zone", "clusterset.local", "the clusterset zone")
+	expire := fs.Duration("expire", 0, "with --snapshot: the Corefile's expire, for which policy applies to a cluster out of contact (0: none)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on reading the snapshot or listing the Pods")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 || (*file == "") == (*kubeconfig == "") || (*kubeconfig != "" && *cluster == "") {
-		fmt.Fprintln(stderr, "usage: mcsctl explain NAME --snapshot FILE [--local ID]\n       mcsctl explain NAME --kubeconfig K --cluster ID [--context C] [--verify DIR]")
+		fmt.Fprintln(stderr, "usage: mcsctl explain NAME --snapshot FILE [--local ID] [--expire D]\n       mcsctl explain NAME --kubeconfig K --cluster ID [--context C] [--verify DIR]")
 		return errUsage
 	}
 	z := dns.Fqdn(strings.ToLower(*zone))
@@ -58,17 +62,20 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 
 	pods := map[string][]*table.Pod{}
+	metas := map[string]snapshot.Meta{}
 	var imports []table.ClusterSetIP
 	var rejected []rejectedPod
 	from := ""
+	now := time.Now()
 	if *file != "" {
 		s, err := readSite(*file, *timeout)
 		if err != nil {
 			return err
 		}
-		pods, imports = s.pods, s.clusterSetIPs
+		pods, metas, imports = s.pods, s.metas, s.clusterSetIPs
 		from = "snapshot " + *file
 	} else {
+		metas[*cluster] = snapshot.Meta{State: "connected"} // it just answered
 		*local = *cluster
 		var key ed25519.PublicKey
 		if *verify != "" {
@@ -90,11 +97,24 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		from = fmt.Sprintf("cluster %s (namespace %s, Pods labelled %s=%s)", *cluster, svcNS, annotation.ExporterLabel, annotation.LabelValue)
 	}
 
+	// The table answers as the plugin's would now: an expired cluster's
+	// records dropped, a stale one's as its services' policies say.
 	t := table.New(table.Config{Zone: z, TTL: 5, LocalCluster: *local, Locality: table.PreferLocal})
+	states := map[string]string{}
+	ages := map[string]time.Duration{}
 	for c, ps := range pods {
-		t.ReplaceCluster(c, ps)
+		states[c], ages[c] = contactState(metas[c], now, *expire)
+		if states[c] != stateExpired {
+			t.ReplaceCluster(c, ps)
+		}
 	}
 	t.SetClusterSetIPs(imports)
+	t.Rebuild()
+	for c, state := range states {
+		if state == stateStale && ages[c] > 0 {
+			t.SetStaleFor(c, ages[c])
+		}
+	}
 	ix := t.Rebuild()
 
 	fmt.Fprintf(stdout, "%s (from %s)\n\nAnswers:\n", qname, from)
@@ -113,8 +133,17 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "  a ClusterSetIP ServiceImport gives %s/%s the IPs %v: its name answers with them instead of the endpoints\n", svcNS, svcName, ci.IPs)
 		}
 	}
+	hasLocal := *local != "" && localReady(pods[*local], svcNS, svcName)
+	for _, c := range slices.Sorted(maps.Keys(pods)) {
+		if policies := stalePolicyOf(pods[c], svcNS, svcName); len(policies) > 0 {
+			fmt.Fprintf(stdout, "  cluster %s: %s\n", c, staleLine(states[c], ages[c], applies(policies, *expire, hasLocal, *local != "")))
+		}
+	}
 	found := false
 	for c, ps := range pods {
+		if states[c] == stateExpired {
+			continue
+		}
 		for _, p := range ps {
 			for _, e := range p.Exports {
 				if e.Namespace != svcNS || e.Name != svcName {
@@ -123,6 +152,9 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 				found = true
 				why := "answered: ready, with an IP"
 				switch {
+				case len(p.IPs) > 0 && p.Ready && states[c] == stateStale &&
+					ix.Lookup(p.EndpointHostname()+"."+c+"."+svcName+"."+svcNS+".svc."+z, dns.TypeA).Kind != table.KindEndpoint:
+					why = "not answered: its cluster has been out of contact for longer than the stale policy allows"
 				case len(p.IPs) == 0:
 					why = "not answered: the Pod has no IP"
 				case !p.Ready:

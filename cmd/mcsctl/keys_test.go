@@ -158,7 +158,7 @@ metadata: {name: ignored}
 		!strings.Contains(out.String(), "no label "+annotation.ExporterLabel) {
 		t.Errorf("unlabelled Pod: exit %d\n%s", rc, out.String())
 	}
-	if _, err := readPods("-", strings.NewReader("kind: Service\n")); err == nil {
-		t.Error("a manifest without Pods was accepted")
+	if _, _, err := readManifest("-", strings.NewReader("kind: ConfigMap\n")); err == nil {
+		t.Error("a manifest without Pods, Services or ServiceExports was accepted")
 	}
 }

@@ -27,6 +27,7 @@ type site struct {
 	Services      []serviceInfo  `json:"services"`
 
 	pods          map[string][]*table.Pod // by cluster, for explain
+	metas         map[string]snapshot.Meta
 	clusterSetIPs []table.ClusterSetIP
 }
 
@@ -39,6 +40,10 @@ type sourceInfo struct {
 	LastContact  *time.Time `json:"lastContact"`  // last successful contact with its API server
 	LastFullSync *time.Time `json:"lastFullSync"` // last complete list
 	BadRecords   int        `json:"badRecords"`   // records the plugin would skip (and delete) at load
+	// State is the source's state when the file was last written for it
+	// ("connected", "syncing", "disconnected"; absent in files of older
+	// builds).
+	State string `json:"state,omitempty"`
 }
 
 type clusterSetIP struct {
@@ -59,6 +64,24 @@ type clusterInfo struct {
 	Ports     []string       `json:"ports,omitempty"` // name:port/protocol->targetPort
 	Ready     int            `json:"ready"`
 	Endpoints []endpointInfo `json:"endpoints"`
+	// State is the cluster's: connected, stale, expired or unknown (stale.go).
+	State string `json:"state"`
+	// Age is how long it has been out of contact (absent when connected
+	// or never contacted).
+	Age *duration `json:"age,omitempty"`
+	// Stale is the policy for its endpoints while it is out of contact.
+	Stale staleView `json:"stale"`
+}
+
+// duration is a time.Duration written as a Go duration string in JSON.
+type duration time.Duration
+
+func (d duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+func (d *duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = duration(v)
+	return err
 }
 
 type endpointInfo struct {
@@ -72,26 +95,49 @@ type endpointInfo struct {
 func runSnapshot(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flags("snapshot", stderr)
 	format := fs.String("o", "text", "output format: text or json")
+	expire := fs.Duration("expire", 0, "the Corefile's expire, for which policy applies to a cluster out of contact (0: none)")
+	local := fs.String("local", "", "the local cluster's ID, for drop-if-local-after policies")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up reading a file that CoreDNS keeps changing after this long")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 || (*format != "text" && *format != "json") {
-		fmt.Fprintln(stderr, "usage: mcsctl snapshot FILE [-o text|json]")
+		fmt.Fprintln(stderr, "usage: mcsctl snapshot FILE [-o text|json] [--expire D] [--local ID]")
 		return errUsage
 	}
 	s, err := readSite(pos[0], *timeout)
 	if err != nil {
 		return err
 	}
+	now := time.Now()
+	s.staleStates(now, *expire, *local)
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(s)
 	}
-	printSite(stdout, s, time.Now())
+	printSite(stdout, s, now)
 	return nil
+}
+
+// staleStates sets each service's clusters' state, age and stale policy at
+// now, given the Corefile's expire and the local cluster ("" unknown).
+func (s *site) staleStates(now time.Time, expire time.Duration, local string) {
+	for i := range s.Services {
+		svc := &s.Services[i]
+		hasLocal := local != "" && localReady(s.pods[local], svc.Namespace, svc.Name)
+		for j := range svc.Clusters {
+			c := &svc.Clusters[j]
+			state, age := contactState(s.metas[c.Cluster], now, expire)
+			c.State = state
+			if age > 0 {
+				d := duration(age)
+				c.Age = &d
+			}
+			c.Stale = applies(stalePolicyOf(s.pods[c.Cluster], svc.Namespace, svc.Name), expire, hasLocal, local != "")
+		}
+	}
 }
 
 // readSite reads a snapshot file read-only (a copy when CoreDNS holds it).
@@ -101,7 +147,7 @@ func readSite(path string, timeout time.Duration) (*site, error) {
 		return nil, err
 	}
 	defer st.Close()
-	s := &site{File: path, Copied: st.ReadFromCopy(), pods: map[string][]*table.Pod{}}
+	s := &site{File: path, Copied: st.ReadFromCopy(), pods: map[string][]*table.Pod{}, metas: map[string]snapshot.Meta{}}
 	if _, err := st.LoadClients(func(*clients.Client, []netip.Addr) { s.Clients++ }); err != nil {
 		return nil, err
 	}
@@ -110,7 +156,8 @@ func readSite(path string, timeout time.Duration) (*site, error) {
 	}
 	err = st.Scan(func(name string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
 		src := sourceInfo{Cluster: name, Complete: !meta.LastFullSync.IsZero(),
-			LastContact: timePtr(meta.LastContact), LastFullSync: timePtr(meta.LastFullSync)}
+			LastContact: timePtr(meta.LastContact), LastFullSync: timePtr(meta.LastFullSync), State: meta.State}
+		s.metas[name] = meta
 		dec := snapshot.NewPodDecoder()
 		for k, v := range records {
 			p, err := dec.Decode(v)
@@ -199,9 +246,13 @@ func printSite(w io.Writer, s *site, now time.Time) {
 	}
 	fmt.Fprintf(w, "Snapshot %s%s\n\n", s.File, how)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tRECORDS\tCOMPLETE\tLAST CONTACT\tLAST FULL SYNC\tBAD RECORDS")
+	fmt.Fprintln(tw, "SOURCE\tRECORDS\tCOMPLETE\tSTATE WRITTEN\tLAST CONTACT\tLAST FULL SYNC\tBAD RECORDS")
 	for _, src := range s.Sources {
-		fmt.Fprintf(tw, "%s\t%d\t%t\t%s\t%s\t%d\n", src.Cluster, src.Records, src.Complete, ago(src.LastContact, now), ago(src.LastFullSync, now), src.BadRecords)
+		state := src.State
+		if state == "" {
+			state = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%t\t%s\t%s\t%s\t%d\n", src.Cluster, src.Records, src.Complete, state, ago(src.LastContact, now), ago(src.LastFullSync, now), src.BadRecords)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nLocal Pods known as DNS clients: %d\n", s.Clients)
@@ -216,6 +267,13 @@ func printSite(w io.Writer, s *site, now time.Time) {
 		fmt.Fprintf(w, "  %s/%s\n", svc.Namespace, svc.Name)
 		for _, c := range svc.Clusters {
 			fmt.Fprintf(w, "    cluster %s: %d of %d endpoints ready; ports %s\n", c.Cluster, c.Ready, len(c.Endpoints), strings.Join(c.Ports, " "))
+			if c.State != "" {
+				age := time.Duration(-1)
+				if c.Age != nil {
+					age = time.Duration(*c.Age)
+				}
+				fmt.Fprintf(w, "      %s\n", staleLine(c.State, age, c.Stale))
+			}
 			for _, e := range c.Endpoints {
 				state := "ready"
 				if !e.Ready {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -17,11 +19,12 @@ import (
 
 // runValidate checks an annotation value, or the Pods of a manifest, with
 // the parser the plugin and the annotator use, and prints every entry kept
-// and every rejection with its reason (the metric label value). The exit
-// status is 1 when anything was rejected.
+// and every rejection with its reason (the metric label value); of the
+// manifest's Services and ServiceExports, the stale-endpoints annotation as
+// the annotator reads it. The exit status is 1 when anything was rejected.
 func runValidate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flags("validate", stderr)
-	file := fs.String("f", "", "a Pod manifest (YAML or JSON, several documents allowed; - for stdin)")
+	file := fs.String("f", "", "a manifest of Pods, Services, ServiceExports (YAML or JSON, several documents allowed; - for stdin)")
 	imports := fs.Bool("import", false, "VALUE is an import-services value (default: export-services)")
 	namespace := fs.String("namespace", "", "the Pod's namespace for VALUE, or for manifests without one (default \"default\")")
 	cluster := fs.String("cluster", "", "the cluster the Pod is read from (needed for export annotations)")
@@ -62,9 +65,17 @@ func runValidate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 			bad = len(rej) > 0
 		}
 	} else {
-		pods, err := readPods(*file, stdin)
+		pods, exports, err := readManifest(*file, stdin)
 		if err != nil {
 			return err
+		}
+		for _, o := range exports {
+			if o.Meta.Namespace == "" {
+				o.Meta.Namespace = ns
+			}
+			if validateExport(stdout, o) {
+				bad = true
+			}
 		}
 		for _, pod := range pods {
 			if pod.Namespace == "" {
@@ -126,6 +137,45 @@ func validatePod(w io.Writer, pod *v1.Pod, cluster string, keys map[string]ed255
 	return bad
 }
 
+// exportObject is a Service or a ServiceExport of a manifest: what the
+// annotator reads of its annotations.
+type exportObject struct {
+	Kind string            `json:"kind"`
+	Meta metav1.ObjectMeta `json:"metadata"`
+}
+
+// validateExport prints what the annotator makes of the stale-endpoints
+// annotation of a Service or ServiceExport, and reports whether it refuses
+// it.
+func validateExport(w io.Writer, o exportObject) (bad bool) {
+	raw, ok := o.Meta.Annotations[annotation.StaleEndpointsAnnotation]
+	if !ok {
+		return false
+	}
+	fmt.Fprintf(w, "%s %s/%s:\n", o.Kind, o.Meta.Namespace, o.Meta.Name)
+	policy, grace, err := annotation.ParseStaleEndpoints(raw)
+	if err != nil {
+		fmt.Fprintf(w, "  %s: rejected (stale_endpoints): %v\n", annotation.StaleEndpointsAnnotation, err)
+		fmt.Fprintln(w, "    the annotator exports the service without a stale policy (consumers serve its endpoints of an unreachable cluster, the default)")
+		return true
+	}
+	fmt.Fprintf(w, "  %s: ok: %s\n", annotation.StaleEndpointsAnnotation, stalePolicyText(policy, grace))
+	return false
+}
+
+// stalePolicyText says what consumers do with an entry's endpoints of a
+// cluster they cannot reach.
+func stalePolicyText(policy string, grace int32) string {
+	v := annotation.FormatStaleEndpoints(policy, grace)
+	switch policy {
+	case annotation.StaleDrop:
+		return v + " (consumers drop the endpoints of a cluster out of contact for longer)"
+	case annotation.StaleDropIfLocal:
+		return v + " (consumers with ready endpoints of their own drop those of a cluster out of contact for longer)"
+	}
+	return v + " (consumers serve the endpoints of an unreachable cluster as last seen)"
+}
+
 // printEntries prints the entries kept and the rejections.
 func printEntries[T any](w io.Writer, kind string, n int, kept []T, rej []annotation.Rejection) {
 	fmt.Fprintf(w, "  %s annotation: %d entries kept, %d rejected\n", kind, n, len(rej))
@@ -148,7 +198,11 @@ func describe(e any) string {
 			}
 			ports = append(ports, s)
 		}
-		return fmt.Sprintf("service %s/%s cluster %s ports [%s]", e.Namespace, e.Name, e.Cluster, strings.Join(ports, " "))
+		s := fmt.Sprintf("service %s/%s cluster %s ports [%s]", e.Namespace, e.Name, e.Cluster, strings.Join(ports, " "))
+		if e.StaleEndpoints != "" {
+			s += " stale-endpoints " + annotation.FormatStaleEndpoints(e.StaleEndpoints, e.StaleGraceSeconds)
+		}
+		return s
 	case annotation.Import:
 		s := fmt.Sprintf("service %s/%s", e.Namespace, e.Name)
 		if e.Cluster != "" {
@@ -165,43 +219,74 @@ func describe(e any) string {
 // maxManifest bounds what validate reads from a manifest.
 const maxManifest = 16 << 20
 
-// readPods reads the Pods of a manifest: YAML or JSON documents, each a Pod
-// or a List of them; other kinds are skipped.
-func readPods(file string, stdin io.Reader) ([]*v1.Pod, error) {
+// readManifest reads the Pods of a manifest, and the Services and
+// ServiceExports (for their export annotations): YAML or JSON documents,
+// each one of them or a List of them; other kinds are skipped.
+func readManifest(file string, stdin io.Reader) ([]*v1.Pod, []exportObject, error) {
 	var r io.Reader = stdin
 	if file != "-" {
 		f, err := os.Open(file)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer f.Close()
 		r = f
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(io.LimitReader(r, maxManifest), 4096)
 	var pods []*v1.Pod
+	var exports []exportObject
+	add := func(kind string, raw json.RawMessage) error {
+		switch kind {
+		case "Pod":
+			p := new(v1.Pod)
+			if err := json.Unmarshal(raw, p); err != nil {
+				return err
+			}
+			pods = append(pods, p)
+		case "Service", "ServiceExport":
+			var o exportObject
+			if err := json.Unmarshal(raw, &o); err != nil {
+				return err
+			}
+			exports = append(exports, o)
+		}
+		return nil
+	}
 	for {
 		var doc struct {
-			Kind  string   `json:"kind"`
-			Items []v1.Pod `json:"items"`
-			v1.Pod
+			Kind  string            `json:"kind"`
+			Items []json.RawMessage `json:"items"`
 		}
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
+			return nil, nil, fmt.Errorf("%s: %w", file, err)
 		}
-		switch doc.Kind {
-		case "Pod":
-			p := doc.Pod
-			pods = append(pods, &p)
-		case "List", "PodList":
-			for i := range doc.Items {
-				pods = append(pods, &doc.Items[i])
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", file, err)
+		}
+		items := []json.RawMessage{raw}
+		if strings.HasSuffix(doc.Kind, "List") {
+			items = doc.Items
+		}
+		for _, it := range items {
+			var k struct {
+				Kind string `json:"kind"`
+			}
+			if err := json.Unmarshal(it, &k); err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", file, err)
+			}
+			if doc.Kind == "PodList" && k.Kind == "" {
+				k.Kind = "Pod" // a typed list's items may leave their kind out
+			}
+			if err := add(k.Kind, it); err != nil {
+				return nil, nil, fmt.Errorf("%s: %s: %w", file, k.Kind, err)
 			}
 		}
 	}
-	if len(pods) == 0 {
-		return nil, fmt.Errorf("%s: no Pod in it", file)
+	if len(pods) == 0 && len(exports) == 0 {
+		return nil, nil, fmt.Errorf("%s: no Pod, Service or ServiceExport in it", file)
 	}
-	return pods, nil
+	return pods, exports, nil
 }

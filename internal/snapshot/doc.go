@@ -10,7 +10,7 @@
 //	  schema_version = "2"
 //	sources/                  bucket
 //	  <cluster>/              one nested bucket per source (a cluster)
-//	    meta    = JSON {clusterID, lastContact, lastFullSync}
+//	    meta    = JSON {clusterID, lastContact, lastFullSync, state}
 //	    records/              bucket: <namespace>/<name> = a Pod (podcodec.go)
 //	clients/                  bucket: <namespace>/<name> = a DNS client (clientcodec.go)
 //	clustersetips/            bucket: <namespace>/<name> = a ClusterSetIP service (clustersetipcodec.go)

@@ -21,6 +21,7 @@ const (
 	recordBinary  = 'b' // the compact form below; about ten times faster to read
 	recordAllowed = 'c' // the compact form with each export's allowed namespaces
 	recordService = 'd' // 'c' with each port's appProtocol and each export's Service fields
+	recordStale   = 'e' // 'd' with each export's stale policy
 )
 
 var protocols = [...]string{annotation.TCP, annotation.UDP, annotation.SCTP}
@@ -44,16 +45,26 @@ var protocols = [...]string{annotation.TCP, annotation.UDP, annotation.SCTP}
 //	type exportedAt sessionAffinity timeout internalTrafficPolicy
 //	trafficDistribution n-labels { key value } n-annotations { key value }
 //
-// (annotation values may be up to annotation.MaxBytes long).
+// (annotation values may be up to annotation.MaxBytes long). A record with
+// the stale policy of an export (annotation.Service.StaleEndpoints) is 'e':
+// 'd' with, after each export's Service fields,
+//
+//	staleEndpoints staleGraceSeconds
+//
+// Each record is written in the oldest form that holds it, so that a record
+// without the newer fields stays readable by the versions before them (which
+// skip a record of a form they do not know: the plugin lists it again).
 func EncodePod(p *table.Pod) ([]byte, error) {
 	b := make([]byte, 0, 128)
 	version := byte(recordBinary)
 	for _, e := range p.Exports {
-		if len(e.Allowed) > 0 && version == recordBinary {
-			version = recordAllowed
+		if len(e.Allowed) > 0 {
+			version = max(version, recordAllowed)
 		}
-		if hasServiceFields(&e) {
-			version = recordService
+		if e.StaleEndpoints != "" || e.StaleGraceSeconds != 0 {
+			version = max(version, recordStale)
+		} else if hasServiceFields(&e) {
+			version = max(version, recordService)
 		}
 	}
 	b = append(b, version)
@@ -86,7 +97,7 @@ func EncodePod(p *table.Pod) ([]byte, error) {
 			b = binary.AppendUvarint(b, uint64(pt.Port))
 			b = binary.AppendUvarint(b, uint64(pt.TargetPort))
 			b = append(b, byte(proto))
-			if version == recordService {
+			if version >= recordService {
 				b = appendString(b, pt.AppProtocol)
 			}
 		}
@@ -96,8 +107,12 @@ func EncodePod(p *table.Pod) ([]byte, error) {
 				b = appendString(b, ns)
 			}
 		}
-		if version == recordService {
+		if version >= recordService {
 			b = appendService(b, &e.Service)
+		}
+		if version == recordStale {
+			b = appendString(b, e.StaleEndpoints)
+			b = binary.AppendUvarint(b, uint64(e.StaleGraceSeconds))
 		}
 	}
 	return b, nil
@@ -239,8 +254,8 @@ func (s *PodDecoder) Decode(b []byte) (*table.Pod, error) {
 	}
 	var p *table.Pod
 	switch b[0] {
-	case recordBinary, recordAllowed, recordService:
-		d := podReader{reader: reader{b: b[1:]}, shared: s, allowed: b[0] >= recordAllowed, service: b[0] == recordService}
+	case recordBinary, recordAllowed, recordService, recordStale:
+		d := podReader{reader: reader{b: b[1:]}, shared: s, allowed: b[0] >= recordAllowed, service: b[0] >= recordService, stale: b[0] == recordStale}
 		p = d.pod()
 		if d.err != nil {
 			return nil, d.err
@@ -269,6 +284,7 @@ type podReader struct {
 	shared  *PodDecoder
 	allowed bool // each export has its allowed namespaces
 	service bool // each port its appProtocol, each export its Service fields
+	stale   bool // each export its stale policy
 }
 
 // sharedString reads a string that many records repeat (cluster, namespace).
@@ -367,6 +383,10 @@ func (d *podReader) exports() []annotation.Export {
 		}
 		if d.service {
 			d.service1(&e.Service)
+		}
+		if d.stale {
+			e.StaleEndpoints = d.sharedString()
+			e.StaleGraceSeconds = int32(d.uvarint(annotation.MaxStaleGrace))
 		}
 		if d.err != nil {
 			break

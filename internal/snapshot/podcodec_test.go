@@ -187,6 +187,11 @@ func FuzzDecodePod(f *testing.F) {
 	if b, err := EncodePod(servicePod("web-0", "10.0.0.1")); err == nil {
 		f.Add(b) // a 'd' record
 	}
+	withStale := servicePod("web-0", "10.0.0.1")
+	withStale.Exports[0].StaleEndpoints, withStale.Exports[0].StaleGraceSeconds = annotation.StaleDropIfLocal, 30
+	if b, err := EncodePod(withStale); err == nil {
+		f.Add(b) // an 'e' record
+	}
 	f.Add([]byte(`j{"c":"a","ns":"b","n":"c"}`))
 	f.Add([]byte("b"))
 	f.Fuzz(func(t *testing.T, b []byte) {

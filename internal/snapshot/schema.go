@@ -51,6 +51,7 @@ type storedMeta struct {
 	ClusterID    string    `json:"clusterID,omitempty"`
 	LastContact  time.Time `json:"lastContact"`
 	LastFullSync time.Time `json:"lastFullSync"`
+	State        string    `json:"state,omitempty"`
 }
 
 func encodeMeta(m Meta) ([]byte, error) {
@@ -58,6 +59,7 @@ func encodeMeta(m Meta) ([]byte, error) {
 		ClusterID:    m.ClusterID,
 		LastContact:  m.LastContact.UTC(),
 		LastFullSync: m.LastFullSync.UTC(),
+		State:        m.State,
 	})
 }
 
@@ -66,7 +68,7 @@ func decodeMeta(b []byte) (Meta, error) {
 	if err := json.Unmarshal(b, &sm); err != nil {
 		return Meta{}, err
 	}
-	return Meta{ClusterID: sm.ClusterID, LastContact: sm.LastContact, LastFullSync: sm.LastFullSync}, nil
+	return Meta{ClusterID: sm.ClusterID, LastContact: sm.LastContact, LastFullSync: sm.LastFullSync, State: sm.State}, nil
 }
 
 // errUnusable marks a problem with the file's contents (as opposed to an I/O

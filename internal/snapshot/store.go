@@ -25,6 +25,7 @@ type Meta struct {
 	ClusterID    string
 	LastContact  time.Time // last successful contact with the source
 	LastFullSync time.Time // last time a full list replaced the source's records
+	State        string    // the source's state when the meta was written ("connected", ...); "": not recorded
 	Records      int       // number of records; filled by Load, ignored on write
 }
 

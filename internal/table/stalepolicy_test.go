@@ -120,3 +120,53 @@ func TestStalePolicyRendersOnlyAtTheGrace(t *testing.T) {
 		t.Errorf("late after its grace: %s, want nxdomain", k)
 	}
 }
+
+// The matrix's third state: the consumer's expire has passed (the source
+// drops every record of the cluster, as source.Expire does). Whatever the
+// policy, with or without local endpoints, the cluster's endpoints are
+// gone and the local ones stay; its next complete list brings them back,
+// under its policy again (still out of contact past the grace: dropped
+// where the policy says).
+func TestStalePolicyExpired(t *testing.T) {
+	const grace = 30 * time.Second
+	for _, policy := range []string{annotation.StaleServe, annotation.StaleDrop, annotation.StaleDropIfLocal} {
+		for _, local := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/local=%t", policy, local), func(t *testing.T) {
+				c := cfg()
+				c.Locality = Any
+				tb := New(c)
+				peer := export("backend", httpPort)
+				peer.StaleEndpoints = policy
+				if policy != annotation.StaleServe {
+					peer.StaleGraceSeconds = int32(grace / time.Second)
+				}
+				b1 := pod("edge-b", "default", "b1", "", true, []string{"10.1.0.1"}, peer)
+				tb.Upsert(b1)
+				var want []string
+				if local {
+					tb.Upsert(pod("edge-a", "default", "a1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
+					want = []string{"10.0.0.1"}
+				}
+				tb.Rebuild()
+				tb.SetStaleFor("edge-b", time.Hour)
+				tb.ReplaceCluster("edge-b", nil) // expired
+				ix := tb.Rebuild()
+				got := addrs(ix.Lookup("backend.default.svc."+zone, dns.TypeA))
+				if !slices.Equal(got, want) {
+					t.Errorf("expired: service addresses %v, want %v", got, want)
+				}
+				if k := ix.Lookup("10-1-0-1.edge-b.backend.default.svc."+zone, dns.TypeA).Kind; k == KindEndpoint {
+					t.Errorf("expired: the peer's endpoint name answers")
+				}
+				// A complete list while still out of contact (the API
+				// server answered the list, not yet the contact check).
+				tb.ReplaceCluster("edge-b", []*Pod{b1})
+				got = addrs(tb.Rebuild().Lookup("backend.default.svc."+zone, dns.TypeA))
+				dropped := policy == annotation.StaleDrop || (policy == annotation.StaleDropIfLocal && local)
+				if slices.Contains(got, "10.1.0.1") == dropped {
+					t.Errorf("listed again, still out of contact: %v (dropped by the policy: %t)", got, dropped)
+				}
+			})
+		}
+	}
+}

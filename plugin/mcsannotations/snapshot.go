@@ -167,6 +167,7 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 		m.table.ReplaceCluster(cluster, pods)
 		s.SeedLastContact(meta.LastContact)
 		s.SeedLastFullSync(meta.LastFullSync)
+		m.staleState().seedLost(cluster, meta.State)
 		total += len(pods)
 		if !meta.LastFullSync.IsZero() {
 			m.snapshotLoaded.Store(true)
@@ -183,6 +184,10 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	}
 	m.loadClients(st)
 	m.loadImports(st)
+	// The stale policies apply to the first index served: a cluster the
+	// snapshot recorded out of contact drops at once what its exporters
+	// said to drop.
+	m.applyStalePolicies(m.staleState().now())
 	ix := m.table.Rebuild()
 	log.Infof("snapshot %s: loaded %d records, %d services, serving them now", m.snapshotPath, total, ix.Len())
 }
@@ -416,5 +421,5 @@ func (m *MCS) saveMeta(s *source.Source) {
 }
 
 func (m *MCS) meta(s *source.Source) snapshot.Meta {
-	return snapshot.Meta{ClusterID: s.Cluster(), LastContact: s.LastContact(), LastFullSync: s.LastFullSync()}
+	return snapshot.Meta{ClusterID: s.Cluster(), LastContact: s.LastContact(), LastFullSync: s.LastFullSync(), State: s.State().String()}
 }

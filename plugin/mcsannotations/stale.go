@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -47,6 +48,19 @@ type staleness struct {
 type clusterContact struct {
 	contact
 	answers prometheus.Counter
+	// lost: the snapshot this instance started from recorded the source
+	// out of contact, so its last contact is when contact was lost, and
+	// the records are stale from the start (no grace after the start).
+	lost atomic.Bool
+}
+
+// seedLost notes what the snapshot recorded of cluster's source when it
+// was last written: its state ("disconnected": out of contact since its
+// last contact).
+func (st *staleness) seedLost(cluster, state string) {
+	if c := st.by[cluster]; c != nil {
+		c.lost.Store(state == source.Disconnected.String())
+	}
 }
 
 // init sets the sources, from sources() the first time it is called; later
@@ -82,14 +96,17 @@ func (m *MCS) staleState() *staleness {
 // age is how long c's records have gone unconfirmed, and whether they are
 // stale: c is not connected, and its last contact (or start, when later) is
 // more than staleGrace ago. The age is from the last contact, 0 when there
-// was none.
+// was none. After a restart from a snapshot that recorded c out of contact,
+// the start gives no grace: the last contact is when contact was lost, and
+// a restart while cut keeps marking, and dropping where the exporter said
+// so, from the first answer.
 func (c *clusterContact) age(now time.Time) (time.Duration, bool) {
 	if c.State() == source.Connected {
 		return 0, false
 	}
 	last := c.LastContact()
 	since := last
-	if started := c.Started(); started.After(since) {
+	if started := c.Started(); started.After(since) && (last.IsZero() || !c.lost.Load()) {
 		since = started
 	}
 	if now.Sub(since) <= staleGrace {

@@ -295,18 +295,25 @@ func TestStaleMarkDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// The exporter's stale policy in the answers: edge-b exports drop30 (drop
-// after 30 s) and keep (the default). Cut for 20 s, both answer, marked
-// stale; cut for 2 minutes, drop30 no longer has edge-b's endpoint (no
-// endpoint left: NXDOMAIN) while keep still answers, marked; in contact
-// again, both answer unmarked.
-func TestStalePolicyAnswers(t *testing.T) {
+// dropAndKeep is a table with edge-b's endpoints of drop30 (drop after
+// 30 s) and keep (the default).
+func dropAndKeep() *table.Table {
 	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
 	drop := annotation.Export{Name: "drop30"}
 	drop.StaleEndpoints, drop.StaleGraceSeconds = annotation.StaleDrop, 30
 	addPod(tb, "edge-b", "d1", "", true, []string{"10.1.0.1"}, drop)
 	addPod(tb, "edge-b", "k1", "", true, []string{"10.1.0.2"}, annotation.Export{Name: "keep"})
 	tb.Rebuild()
+	return tb
+}
+
+// The exporter's stale policy in the answers: edge-b exports drop30 (drop
+// after 30 s) and keep (the default). Cut for 20 s, both answer, marked
+// stale; cut for 2 minutes, drop30 no longer has edge-b's endpoint (no
+// endpoint left: NXDOMAIN) while keep still answers, marked; in contact
+// again, both answer unmarked.
+func TestStalePolicyAnswers(t *testing.T) {
+	tb := dropAndKeep()
 	b := &fakeContact{cluster: "edge-b", state: source.Connected, last: staleNow, started: staleNow.Add(-time.Hour)}
 	m := withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}, b)
 
@@ -346,6 +353,52 @@ func TestStalePolicyAnswers(t *testing.T) {
 				if text != want {
 					t.Errorf("%s: EDE %q, want %q", tc.Qname, text, want)
 				}
+			}
+		})
+	}
+}
+
+// After a restart while cut, a cluster the snapshot recorded as
+// disconnected is stale from the first answer (marked, its endpoints
+// dropped where the exporter said so), its age counted from the contact
+// before the cut; one recorded connected (or by a build that did not record
+// the state) gets the 5 s grace after the start, as a restart that is about
+// to reconnect.
+func TestStaleAfterRestartWhileCut(t *testing.T) {
+	for _, c := range []struct {
+		recorded string
+		stale    bool
+	}{
+		{"disconnected", true},
+		{"connected", false},
+		{"syncing", false},
+		{"", false},
+	} {
+		t.Run(fmt.Sprintf("recorded %q", c.recorded), func(t *testing.T) {
+			tb := dropAndKeep()
+			// Started a second ago; the last contact, from the snapshot, 2 minutes ago.
+			b := &fakeContact{cluster: "edge-b", state: source.Syncing, last: staleNow.Add(-2 * time.Minute), started: staleNow.Add(-time.Second)}
+			m := withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}, b)
+			m.staleState().seedLost("edge-b", c.recorded)
+			m.staleState().seedLost("edge-z", "disconnected") // no such source: nothing
+			m.applyStalePolicies(staleNow)
+			tb.Rebuild()
+
+			dropCase := test.Case{Qname: "drop30.default.svc.clusterset.local.", Qtype: dns.TypeA,
+				Answer: []dns.RR{test.A("drop30.default.svc.clusterset.local. 5 IN A 10.1.0.1")}}
+			mark := ""
+			if c.stale {
+				dropCase = test.Case{Qname: "drop30.default.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(soa)}}
+				mark = "stale: edge-b 2m0s"
+			}
+			if err := test.SortAndCheck(serve(t, m, dropCase.Msg(), false), dropCase); err != nil {
+				t.Errorf("drop30: %v", err)
+			}
+			req := new(dns.Msg)
+			req.SetQuestion("keep.default.svc.clusterset.local.", dns.TypeA)
+			req.SetEdns0(4096, false)
+			if text, _ := ede(t, serve(t, m, req, false)); text != mark {
+				t.Errorf("keep: EDE %q, want %q", text, mark)
 			}
 		})
 	}
