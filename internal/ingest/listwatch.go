@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
@@ -34,6 +35,41 @@ type ListerWatcher struct {
 	listedAll bool      // a complete list arrived: the next ones are relists
 	pageStart time.Time // of the list whose pages are arriving
 	pageObjs  int       // in those pages so far
+	refusals  int       // lists refused in a row (see refused)
+}
+
+// RefusedBackoff is the wait before a list that follows lists the API server
+// refused (401, 403, 404, ...: a credential without its grant, a resource
+// that is not served) or that were over a bound: 1 s, doubling up to 30 s,
+// instead of the reflector's quarter second. Such an answer does not change
+// by itself soon; retried four times a second it would cost a request and a
+// log line each time, forever. A variable for tests.
+var RefusedBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second}
+
+// refused reports whether a list's error is the API server's refusal, or a
+// reply over a bound, rather than an outage or a cut stream.
+func refused(err error) bool {
+	switch {
+	case errors.Is(err, ErrTooLarge), errors.Is(err, podproto.ErrTooLarge):
+		return true
+	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err), apierrors.IsNotFound(err),
+		apierrors.IsBadRequest(err), apierrors.IsMethodNotSupported(err), apierrors.IsNotAcceptable(err),
+		apierrors.IsUnsupportedMediaType(err), apierrors.IsInvalid(err):
+		return true
+	}
+	return false
+}
+
+// refusedWait is the wait before the next list after n refused ones.
+func refusedWait(n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	d := RefusedBackoff.Duration
+	for i := 1; i < n && d < RefusedBackoff.Cap; i++ {
+		d = time.Duration(float64(d) * RefusedBackoff.Factor)
+	}
+	return min(d, RefusedBackoff.Cap)
 }
 
 // List is a list whose items are transformed.
@@ -58,6 +94,18 @@ func (l *ListerWatcher) observed(ev Events) *ListerWatcher {
 
 // ListWithContext lists, transforms the items and reports the list.
 func (l *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	l.mu.Lock()
+	d := refusedWait(l.refusals)
+	l.mu.Unlock()
+	if d > 0 && opts.Continue == "" {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 	start := time.Now()
 	obj, err := l.ListWatch.ListWithContext(ctx, opts)
 	var list *List
@@ -74,6 +122,14 @@ func (l *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 		l.failed(err)
 	}
 	l.listed(list, start)
+	l.mu.Lock()
+	switch {
+	case err == nil:
+		l.refusals = 0
+	case refused(err):
+		l.refusals++
+	}
+	l.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}

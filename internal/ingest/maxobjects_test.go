@@ -2,13 +2,19 @@ package ingest
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
@@ -135,5 +141,56 @@ func TestStoreMaxObjects(t *testing.T) {
 	}
 	if err := st.Replace([]any{&slim{Meta: Meta{Name: "x"}}, &slim{Meta: Meta{Name: "y"}}, &slim{Meta: Meta{Name: "z"}}}, "1"); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("Replace with more than MaxObjects: %v, want an error", err)
+	}
+}
+
+// Lists the API server refuses (403 here) are tried again after a wait that
+// doubles (RefusedBackoff), not at the reflector's quarter-second pace; once
+// a list succeeds the next refusal starts from the first step again. A
+// list over a bound counts as refused.
+func TestRefusedListsBackOff(t *testing.T) {
+	old := RefusedBackoff
+	RefusedBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 400 * time.Millisecond}
+	t.Cleanup(func() { RefusedBackoff = old })
+	var a *apiServer
+	forbid := true
+	a = newAPIServer(t, func(n int, q url.Values, w http.ResponseWriter) {
+		a.mu.Lock()
+		f := forbid
+		a.mu.Unlock()
+		if f {
+			writeJSON(w, http.StatusForbidden, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+				Status: metav1.StatusFailure, Code: http.StatusForbidden, Reason: metav1.StatusReasonForbidden, Message: "pods is forbidden"})
+			return
+		}
+		writeJSON(w, http.StatusOK, podList("5", "", pod("a", "4")))
+	}, nil)
+	rec := &recorder{}
+	st := start(t, Pods(a.client(t), "", toSlim), rec, nil)
+	// The reflector's own backoff (fast) would list some 200 times a second;
+	// refused lists wait 100, 200, 400, 400, ... ms.
+	time.Sleep(1500 * time.Millisecond)
+	lists, _ := a.requests()
+	if n := len(lists); n < 3 || n > 8 {
+		t.Errorf("%d lists in 1.5 s of refusals, want about 5 (waits of 100, 200, 400, 400 ms)", n)
+	}
+	a.mu.Lock()
+	forbid = false
+	a.mu.Unlock()
+	eventually(t, "listed once the refusals end", func() bool { return slices.Equal(keys(st), []string{"ns/a"}) })
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no")), true},
+		{apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, ""), true},
+		{fmt.Errorf("list: %w", ErrTooLarge), true},
+		{apierrors.NewServiceUnavailable("down"), false},
+		{apierrors.NewTooManyRequests("slow down", 1), false},
+		{fmt.Errorf("%w: cut", podproto.ErrStream), false},
+	} {
+		if got := refused(tc.err); got != tc.want {
+			t.Errorf("refused(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
