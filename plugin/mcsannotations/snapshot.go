@@ -376,12 +376,14 @@ func (m *MCS) writeTable(st *snapshot.Store) {
 func (m *MCS) watchSnapshot(ctx context.Context) {
 	t := time.NewTicker(m.snapshotCheck)
 	defer t.Stop()
+	saved := map[string]time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		m.saveContacts(saved)
 		st := m.store.Load()
 		if st == nil || !errors.Is(st.Stats().LastError, snapshot.ErrDamaged) {
 			continue
@@ -411,6 +413,27 @@ func (m *MCS) journal(k table.Key, p *table.Pod) {
 		return
 	}
 	st.Put(k.Cluster, key, b)
+}
+
+// contactSaveEvery is how far a connected source's last contact may run ahead
+// of the one in the snapshot before it is written (state changes and syncs
+// write it too). A CoreDNS killed while connected and started again while
+// cut then counts the cluster's staleness (its mark, expire and the stale
+// policies) from at most this much before the contact was lost, rather than
+// from the last change of state, days before.
+var contactSaveEvery = 30 * time.Second
+
+// saveContacts writes the meta of each connected source whose last contact
+// is contactSaveEvery past the one last written here (saved, by cluster).
+func (m *MCS) saveContacts(saved map[string]time.Time) {
+	for _, s := range m.sources {
+		c := s.LastContact()
+		if s.State() != source.Connected || c.Sub(saved[s.Cluster()]) < contactSaveEvery {
+			continue
+		}
+		m.saveMeta(s)
+		saved[s.Cluster()] = c
+	}
 }
 
 // saveMeta records a source's contact and sync times.

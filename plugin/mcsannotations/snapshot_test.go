@@ -485,3 +485,54 @@ func TestDecodeRecordsInParallel(t *testing.T) {
 		})
 	}
 }
+
+// While a source stays connected and nothing changes its state, its last
+// contact still reaches the snapshot (every contactSaveEvery of contact):
+// a restart while cut ages its records from when contact was lost, not from
+// the sync long before.
+func TestSnapshotKeepsLastContactCurrent(t *testing.T) {
+	oldCheck, oldSave := snapshotCheckEvery, contactSaveEvery
+	snapshotCheckEvery, contactSaveEvery = 20*time.Millisecond, 50*time.Millisecond
+	t.Cleanup(func() { snapshotCheckEvery, contactSaveEvery = oldCheck, oldSave })
+	c := fake.NewClientset(exporter("a", "10.0.0.1", backendAnno))
+	withClient(t, func(string, string) (kubernetes.Interface, error) { return c, nil })
+	i, udp, _ := serveSnapshot(t, filepath.Join(t.TempDir(), "table.db"))
+	defer stopServer(i)
+	waitAnswer(t, udp, "backend.default.svc.clusterset.local.", []string{"10.0.0.1"})
+	waitSynced(t)
+	m := liveInstance(t)
+	stored := func() time.Time {
+		var at time.Time
+		if err := m.store.Load().Scan(func(cluster string, meta snapshot.Meta, _ iter.Seq2[[]byte, []byte]) error {
+			if cluster == "edge-a" {
+				at = meta.LastContact
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	var first time.Time
+	for deadline := time.Now().Add(5 * time.Second); first.IsZero() && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		first = stored()
+	}
+	if first.IsZero() {
+		t.Fatal("no last contact in the snapshot after the sync")
+	}
+	// Contact goes on (a fake clientset has no /readyz: its events are the
+	// contact), the state stays connected.
+	for n := 0; n < 5; n++ {
+		time.Sleep(40 * time.Millisecond)
+		if _, err := c.CoreV1().Pods("default").Create(context.Background(), exporter(fmt.Sprintf("b%d", n), fmt.Sprintf("10.0.0.%d", n+2), backendAnno), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := m.sources[0].LastContact()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got := stored(); got.Sub(first) >= contactSaveEvery && !got.After(want) {
+			return
+		}
+	}
+	t.Fatalf("the snapshot's last contact stayed %v (the source's is %v): a connected source's contact is not written", stored(), want)
+}
