@@ -896,6 +896,21 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			continue
 		}
 		im := clusterset.Merge(exports)
+		if im.Spec.Type == mcsv1beta1.Headless {
+			// No derived Service gives a Headless import its families:
+			// they are those of the endpoints' addresses.
+			var eps []clusterset.Endpoint
+			for _, s := range cur {
+				eps = append(eps, s.endpoints...)
+			}
+			var have []discoveryv1.AddressType
+			for _, kc := range keep[k] {
+				for _, s := range kc.slices {
+					have = append(have, s.AddressType)
+				}
+			}
+			im.Spec.IPFamilies = clusterset.Families(eps, have...)
+		}
 		out.merged = &im
 		out.notes = n
 		c.count(k, out, 1, before)
@@ -1077,8 +1092,11 @@ func applied(stored map[string]string, obj any) (string, bool) {
 // ServiceImport as stored.
 func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clusterset.Import, ips []string, families []corev1.IPFamily, o *outcome) (*unstructured.Unstructured, error) {
 	spec := im.Spec
-	spec.IPs = ips
-	spec.IPFamilies = families
+	if spec.Type == mcsv1beta1.ClusterSetIP {
+		// A ClusterSetIP import's are its derived Service's; a Headless
+		// one's, the merge's.
+		spec.IPs, spec.IPFamilies = ips, families
+	}
 	var cur map[string]string
 	var stored *unstructured.Unstructured
 	if o, err := c.imports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
