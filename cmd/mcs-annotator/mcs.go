@@ -155,7 +155,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		if err := s.Start(); err != nil {
 			return nil, err
 		}
-		feeds = append(feeds, s)
+		feeds = append(feeds, feed{s})
 	}
 	go func() {
 		<-ctx.Done()
@@ -168,6 +168,11 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 	klog.Infof("mcs-controller: cluster %s, %d peers, expiry %v", o.cluster, len(o.peers), o.peerExpire)
 	return ctl.RunLoop, nil
 }
+
+// feed is a cluster's source as the controller reads it.
+type feed struct{ *source.Source }
+
+func (f feed) Connected() bool { return f.State() == source.Connected }
 
 // sourceMetrics count what the controller's sources refused.
 type sourceMetrics struct {

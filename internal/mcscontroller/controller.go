@@ -49,6 +49,7 @@ import (
 	"k8s.io/klog/v2"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 	"github.com/mcsannotations/mcsannotations/mcsapi"
@@ -70,6 +71,9 @@ type Source interface {
 	HasSynced() bool
 	// LastContact is when the cluster's API server last answered.
 	LastContact() time.Time
+	// Connected says whether the cluster's API server answers now (the
+	// services' stale policies count from when it stopped).
+	Connected() bool
 }
 
 // Config configures a Controller.
@@ -425,7 +429,7 @@ func (c *Controller) RunLoop(ctx context.Context) {
 		case <-resync.C:
 			c.markDirty(clusterset.Key{}, true)
 		case <-poll.C:
-			if _, _, st := c.clusterState(time.Now()); c.seenState.Load() == nil || *c.seenState.Load() == st {
+			if _, _, _, st := c.clusterState(time.Now()); c.seenState.Load() == nil || *c.seenState.Load() == st {
 				continue
 			}
 		}
@@ -538,12 +542,18 @@ func (c *Controller) logOnce(err error) {
 // current share (current), whether it has not answered since the start so
 // that its share is what the local API server holds (stale), or whether its
 // share is gone (neither: a peer past its expiry, or a cluster no longer
-// configured).
-func (c *Controller) clusterState(now time.Time) (current, stale func(string) bool, sig string) {
+// configured); and, in out, how long each peer has been out of contact
+// (absent: in contact), for the services' stale policies.
+func (c *Controller) clusterState(now time.Time) (current, stale func(string) bool, out map[string]time.Duration, sig string) {
 	cur, st := map[string]bool{}, map[string]bool{}
+	out = map[string]time.Duration{}
 	var b strings.Builder
-	local := c.table.Config().LocalCluster
+	local := c.localCluster()
 	for _, s := range c.sources {
+		if d := outOfContact(s, c.started, now); d > 0 && s.Cluster() != local {
+			out[s.Cluster()] = d
+			b.WriteString("out:")
+		}
 		last := s.LastContact()
 		if last.IsZero() {
 			last = c.started
@@ -562,8 +572,11 @@ func (c *Controller) clusterState(now time.Time) (current, stale func(string) bo
 			b.WriteString("=stale,")
 		}
 	}
-	return func(cl string) bool { return cur[cl] }, func(cl string) bool { return st[cl] }, b.String()
+	return func(cl string) bool { return cur[cl] }, func(cl string) bool { return st[cl] }, out, b.String()
 }
+
+// localCluster is the local cluster's ID.
+func (c *Controller) localCluster() string { return c.table.Config().LocalCluster }
 
 // Reconcile writes what the local cluster should hold, once: for the
 // services whose records or local objects changed since the last reconcile,
@@ -583,7 +596,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	c.reconciling.Lock()
 	defer c.reconciling.Unlock()
 	start := time.Now()
-	current, stale, state := c.clusterState(start)
+	current, stale, outOf, state := c.clusterState(start)
 	dirty, dirtyNS, all := c.takeDirty()
 	if seen := c.seenState.Load(); seen == nil || *seen != state {
 		all = true
@@ -678,7 +691,7 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 			c.metrics.Deferred.Inc()
 		}
 	}
-	jobs, said := c.plan(dirty, groups, keep, now)
+	jobs, said := c.plan(dirty, groups, keep, outOf, now)
 	errs := make([]error, len(jobs))
 	workqueue.ParallelizeUntil(ctx, c.cfg.Workers, len(jobs), func(i int) {
 		j := jobs[i]
@@ -780,7 +793,7 @@ type job struct {
 // the age of their oldest export and by name: the caps never refuse a
 // service already imported, and admit the oldest new ones.
 func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.Key][]*table.Pod,
-	keep map[clusterset.Key]map[string]*kept, now time.Time) ([]job, map[clusterset.Key]notes) {
+	keep map[clusterset.Key]map[string]*kept, outOf map[string]time.Duration, now time.Time) ([]job, map[clusterset.Key]notes) {
 	type cand struct {
 		k      clusterset.Key
 		old    *outcome
@@ -855,7 +868,26 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 		cur := map[string]*share{}
 		var over []string
 		usable := false
+		// The shares of peers out of contact that their export's stale
+		// policy leaves out, and when to look again at those it keeps.
+		local := c.localCluster()
+		hasLocal := func() bool { return hasReady(cd.cur[local]) }
+		var recheck time.Duration
+		stale := func(cl string, e *annotation.Export) bool {
+			drop, again := dropStale(e, outOf[cl], hasLocal)
+			if drop {
+				n.add("stale/"+cl, reasonStaleDropped, "cluster %s: out of contact for %s: its endpoints are left out, as its export's stale policy (%s) says",
+					cl, outOf[cl].Round(time.Second), annotation.FormatStaleEndpoints(e.StaleEndpoints, e.StaleGraceSeconds))
+			}
+			if again > 0 && (recheck == 0 || again < recheck) {
+				recheck = again
+			}
+			return drop
+		}
 		for _, cl := range slices.Sorted(maps.Keys(cd.cur)) {
+			if stale(cl, &cd.cur[cl].entry) {
+				continue
+			}
 			if !hadShare(cl) && capped(c.cfg.MaxImportsPerCluster, c.perCluster[cl]) {
 				over = append(over, cl)
 				continue
@@ -874,6 +906,9 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			c.refused[k] = true
 		}
 		for cl, kc := range keep[k] {
+			if kc.entry.Name != "" && stale(cl, &kc.entry) {
+				continue // its slices go
+			}
 			for _, s := range kc.slices {
 				out.addSlice(s)
 				if len(s.Endpoints) > 0 {
@@ -884,6 +919,9 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			if kc.entry.Name != "" {
 				exports = append(exports, toExport(cl, &kc.entry))
 			}
+		}
+		if recheck > 0 {
+			c.later.AddAfter(k, recheck)
 		}
 		said[k] = n
 		if len(exports) == 0 {

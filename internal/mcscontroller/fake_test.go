@@ -47,6 +47,7 @@ type fakeSource struct {
 	cluster string
 	synced  atomic.Bool
 	last    atomic.Int64 // unix nanoseconds; 0: never answered
+	cut     atomic.Bool  // not connected
 }
 
 func newSource(cluster string, synced bool, last time.Time) *fakeSource {
@@ -58,6 +59,7 @@ func newSource(cluster string, synced bool, last time.Time) *fakeSource {
 
 func (s *fakeSource) Cluster() string { return s.cluster }
 func (s *fakeSource) HasSynced() bool { return s.synced.Load() }
+func (s *fakeSource) Connected() bool { return !s.cut.Load() }
 func (s *fakeSource) setLast(t time.Time) {
 	if t.IsZero() {
 		s.last.Store(0)

@@ -68,6 +68,10 @@ func (c *Controller) report(k clusterset.Key, now notes) {
 		case reasonNoAddress:
 			klog.V(2).Infof("mcs-controller: service %s: %s", k, n.msg)
 			continue
+		case reasonStaleDropped: // the exporter's choice, not a refusal
+			klog.Infof("mcs-controller: service %s: %s", k, n.msg)
+			c.event(k, corev1.EventTypeNormal, n.reason, n.msg)
+			continue
 		case ReasonNamespaceCap, ReasonClusterCap:
 			// One tenant can have thousands refused: each at -v=2, and a
 			// summary (logCaps) when their number changes.
@@ -79,7 +83,11 @@ func (c *Controller) report(k clusterset.Key, now notes) {
 		c.event(k, corev1.EventTypeWarning, n.reason, n.msg)
 	}
 	for topic, n := range before {
-		if _, ok := now[topic]; !ok && n.reason != reasonNoAddress {
+		switch _, ok := now[topic]; {
+		case ok || n.reason == reasonNoAddress:
+		case n.reason == reasonStaleDropped:
+			klog.Infof("mcs-controller: service %s: no longer: %s", k, n.msg)
+		default:
 			klog.V(2).Infof("mcs-controller: service %s: no longer: %s", k, n.msg)
 		}
 	}
