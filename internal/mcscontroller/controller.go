@@ -221,6 +221,8 @@ type outcome struct {
 	wrote bool
 	// notes are what the sync left out, reported after it.
 	notes notes
+	// importUID is the UID of the ServiceImport the sync wrote (its Events' object).
+	importUID types.UID
 }
 
 func (o *outcome) addSlice(s *discoveryv1.EndpointSlice) {
@@ -951,6 +953,11 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 		}
 		out.merged = &im
 		out.notes = n
+		if im.Conflict() {
+			// Told on the ServiceImport too (the local ServiceExport, when
+			// there is one, gets the condition and its own Event).
+			out.notes.add("conflict", ReasonConflict, "%s", im.Message)
+		}
 		c.count(k, out, 1, before)
 		c.done[k] = out
 
@@ -1073,6 +1080,7 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	if err != nil {
 		return err
 	}
+	out.importUID = si.GetUID()
 	owner := metav1.OwnerReference{APIVersion: c.importsGVR.GroupVersion().String(), Kind: "ServiceImport", Name: k.Name, UID: si.GetUID()}
 	derived := ""
 	if mode == derivedApply {

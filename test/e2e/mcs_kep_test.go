@@ -20,7 +20,9 @@ import (
 //   - web is exported by edge-a with http and by edge-b with http and
 //     metrics: each cluster's ServiceImport has the union, and each cluster's
 //     controller sets Conflict=True (PortConflict) on its own ServiceExport,
-//     the message naming the port edge-a lacks (KEP-1645, "Service Port").
+//     the message naming the port edge-a lacks (KEP-1645, "Service Port"),
+//     and records a Warning Event saying it on the ServiceExport and on the
+//     ServiceImport.
 //   - db is Headless, its Pods IPv4 in edge-a and IPv6 in edge-b: each
 //     ServiceImport carries spec.ipFamilies IPv4 and IPv6 (and no IP).
 func TestMCSPortUnionAndHeadlessFamilies(t *testing.T) {
@@ -72,6 +74,25 @@ func TestMCSPortUnionAndHeadlessFamilies(t *testing.T) {
 			if cd.Type == "Conflict" && !strings.Contains(cd.Message, "cluster edge-a does not export metrics 9090/TCP") {
 				t.Errorf("%s: the Conflict message %q does not name the difference", c.Name, cd.Message)
 			}
+		}
+
+		// ... and a Warning Event on each, for kubectl describe.
+		for _, kind := range []string{"ServiceExport", "ServiceImport"} {
+			harness.Eventually(t, mcsPropagation, func() error {
+				cx, cancel := ctxTimeout()
+				defer cancel()
+				evs, err := c.Client.CoreV1().Events(ns).List(cx, metav1.ListOptions{
+					FieldSelector: "involvedObject.kind=" + kind + ",involvedObject.name=web,reason=Conflict"})
+				if err != nil {
+					return err
+				}
+				for _, ev := range evs.Items {
+					if ev.Type == corev1.EventTypeWarning && ev.InvolvedObject.UID != "" && strings.Contains(ev.Message, "cluster edge-a does not export metrics 9090/TCP") {
+						return nil
+					}
+				}
+				return fmt.Errorf("%s: no Conflict event on the %s web naming the difference (%d events)", c.Name, kind, len(evs.Items))
+			})
 		}
 
 		eventuallyMCS(t, c, ns, "db", "a Headless import with both families", func(v mcsView) error {
