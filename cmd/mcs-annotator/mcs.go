@@ -172,7 +172,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 	bc := record.NewBroadcaster(record.WithContext(ctx))
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	rec := bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: mcscontroller.FieldManager})
-	ctl := mcscontroller.New(t, feeds, client, dyn, disco, mcscontroller.Config{Expire: o.peerExpire, Recorder: rec}, mcscontroller.NewMetrics(reg))
+	ctl := mcscontroller.New(t, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec}, mcscontroller.NewMetrics(reg))
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, expiry %v", o.cluster, len(o.peers), o.peerExpire)
 	return ctl.RunLoop, nil

@@ -465,8 +465,8 @@ func TestDampingAndClusterSetIPKept(t *testing.T) {
 // long for each write within twice the wait, up to DampMax; Damp again
 // after a quiet time.
 func TestDampingInterval(t *testing.T) {
-	c := New(table.New(table.Config{LocalCluster: "a"}), nil, nil, nil, nil, Config{Damp: time.Second, DampMax: 10 * time.Second}, NewMetrics(nil))
-	defer c.later.ShutDown()
+	c := New(table.New(table.Config{LocalCluster: "a"}), nil, nil, nil, nil, Config{LocalCluster: "a", Damp: time.Second, DampMax: 10 * time.Second}, NewMetrics(nil))
+	defer c.queue.ShutDown()
 	k := clusterset.Key{Namespace: "ns", Name: "web"}
 	now := time.Unix(1000, 0)
 	var waits []time.Duration
