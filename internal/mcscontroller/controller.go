@@ -104,8 +104,8 @@ type Config struct {
 	// RetryMax caps the backoff of a service whose writes failed (its own:
 	// from Interval, doubling; default 1m). The other services do not wait.
 	RetryMax time.Duration
-	// Recorder, when set, records Events on the ServiceExport (else the
-	// ServiceImport) of a service for what is refused or conflicts.
+	// Recorder, when set, records Events for what is refused (on the local
+	// ServiceExport, else the ServiceImport) and for conflicts (on both).
 	Recorder record.EventRecorder
 }
 
@@ -120,8 +120,9 @@ type Controller struct {
 	metrics *Metrics
 	started time.Time
 
-	// queue holds the services to sync (keyed by service, with the keys of
-	// queueKey for what concerns many), deduplicated while they wait,
+	// queue holds the services to sync (keyed by service; keyAll,
+	// keyRecords and namespaceKey for what concerns many), deduplicated
+	// while they wait,
 	// delayed while a service's writes are damped or backed off (retry is
 	// its rate limiter: each service's backoff after a failed write).
 	queue workqueue.TypedRateLimitingInterface[clusterset.Key]

@@ -21,11 +21,11 @@ import (
 	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
 
-// Run starts the informers of the local objects and reconciles until ctx is
-// done. The ServiceImport CRD is looked for until it is served.
+// Run starts the informers of the local objects, whose events queue their
+// services, until ctx is done (then it shuts the queue down). The
+// ServiceImport CRD is looked for until it is served.
 func (c *Controller) Run(ctx context.Context) {
 	c.started = time.Now()
-	// The services that waited (backoff, damping) are marked when due.
 	go func() {
 		<-ctx.Done()
 		c.queue.ShutDown()
