@@ -122,9 +122,9 @@ type Controller struct {
 
 	// queue holds the services to sync (keyed by service; keyAll,
 	// keyRecords and namespaceKey for what concerns many), deduplicated
-	// while they wait,
-	// delayed while a service's writes are damped or backed off (retry is
-	// its rate limiter: each service's backoff after a failed write).
+	// while they wait, delayed while a service's writes are damped or
+	// backed off (retry is its rate limiter: each service's backoff after
+	// a failed write).
 	queue workqueue.TypedRateLimitingInterface[clusterset.Key]
 	retry workqueue.TypedRateLimiter[clusterset.Key]
 	// ready is closed by Run once every field below is set (the CRDs are
