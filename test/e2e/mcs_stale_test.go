@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ const mcsStaleGrace = 15 * time.Second
 // edge-b's Pods export "drop" (drop-after=15s) and "keep" (the default,
 // serve); edge-a exports both too. Cut, both keep edge-b's endpoints
 // within the grace; past it, drop's slices of edge-b go (edge-a's stay)
-// while keep's stay; when the link returns, drop's come back.
+// while keep's stay, also after the controller restarts while edge-b is
+// still cut; when the link returns, drop's come back.
 func TestMCSStalePolicy(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolAnnotator)
 	ns := "mcs-stale"
@@ -40,7 +42,8 @@ func TestMCSStalePolicy(t *testing.T) {
 	peerPod(t, b, ns, "drop-b1", "10.244.2.1", drop)
 	peerPod(t, b, ns, "keep-b1", "10.244.2.2", peerEntry(ns, "keep", annotation.TypeClusterSetIP, 80))
 	peer := harness.StartProxy(t, b.APIServerAddr())
-	startAnnotator(t, a, "--leader-elect=false", "-mcs-controller", "-peer", "edge-b="+b.KubeconfigVia(t, peer))
+	args := []string{"--leader-elect=false", "-mcs-controller", "-peer", "edge-b=" + b.KubeconfigVia(t, peer)}
+	ctl := startAnnotator(t, a, args...)
 
 	// shares checks the endpoints of a service's slices by cluster.
 	shares := func(name string, want map[string][]string) func(mcsView) error {
@@ -91,6 +94,26 @@ func TestMCSStalePolicy(t *testing.T) {
 	})
 	if v, err := readMCS(a, ns, "keep"); err != nil || shares("keep", both["keep"])(v) != nil {
 		t.Fatalf("past drop's grace, keep (serve) lost edge-b's endpoints: %v %v", v, err)
+	}
+
+	// The controller restarts while edge-b is still cut: it merges edge-b
+	// from the slices it kept, so keep keeps edge-b's endpoints and drop
+	// stays without them.
+	ctl.Kill(t, syscall.SIGTERM)
+	ctl = startAnnotator(t, a, args...)
+	eventuallyMetric(t, ctl, "mcs_controller_reconcile_seconds_count", "> 0", func(v float64) bool { return v > 0 })
+	for _, n := range []string{"drop", "keep"} {
+		want := both[n]
+		if n == "drop" {
+			want = map[string][]string{"edge-a": {"10.244.1.1"}}
+		}
+		v, err := readMCS(a, ns, n)
+		if err == nil {
+			err = shares(n, want)(v)
+		}
+		if err != nil {
+			t.Fatalf("restarted while cut: %v", err)
+		}
 	}
 
 	peer.Restore(t)
