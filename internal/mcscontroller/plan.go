@@ -37,9 +37,10 @@ type job struct {
 
 // plan decides what each dirty service should be, and returns the syncs
 // of those with something to write and the notes of every dirty service
-// (those of the syncs are added by them). The services imported before go first, then the new ones by
-// the age of their oldest export and by name: the caps never refuse a
-// service already imported, and admit the oldest new ones.
+// (those of the syncs are added by them). The services imported before go
+// first, then the new ones by the age of their oldest export and by name:
+// the caps never refuse a service already imported, and admit the oldest
+// new ones.
 func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.Key][]*table.Pod,
 	keep map[clusterset.Key]map[string]*kept, outOf map[string]time.Duration, now time.Time) (map[clusterset.Key]job, map[clusterset.Key]notes) {
 	type cand struct {
