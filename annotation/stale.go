@@ -83,6 +83,28 @@ func (s *Service) StalePolicy() string {
 	return s.StaleEndpoints
 }
 
+// DropGrace is the grace after which the entry's policy drops the endpoints
+// of a cluster out of contact, whether only while the consumer has ready
+// endpoints of its own (DropIfLocal), and whether it drops them at all
+// (false: Serve).
+func (s *Service) DropGrace() (grace time.Duration, ifLocal, ok bool) {
+	switch s.StaleEndpoints {
+	case StaleDrop, StaleDropIfLocal:
+		return time.Duration(s.StaleGraceSeconds) * time.Second, s.StaleEndpoints == StaleDropIfLocal, true
+	}
+	return 0, false, false
+}
+
+// DropsStale is the stale policy's rule, the same for DNS answers and for
+// the MCS controller's EndpointSlices: whether the entry's endpoints of a
+// cluster out of contact for outOfContact (0: in contact) are left out.
+// hasLocal says whether the consumer has ready endpoints of the service of
+// its own; it is called only for DropIfLocal, past the grace.
+func (s *Service) DropsStale(outOfContact time.Duration, hasLocal func() bool) bool {
+	grace, ifLocal, ok := s.DropGrace()
+	return ok && outOfContact > grace && (!ifLocal || hasLocal())
+}
+
 // checkStale validates an entry's policy fields.
 func checkStale(s *Service) (string, bool) {
 	switch s.StaleEndpoints {

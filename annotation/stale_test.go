@@ -3,6 +3,7 @@ package annotation
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // The annotation's value reads into the entry's fields and writes back the
@@ -64,5 +65,37 @@ func TestParseStaleEndpoints(t *testing.T) {
 	}
 	if p := (&Service{}).StalePolicy(); p != StaleServe {
 		t.Errorf("default policy %q, want %q", p, StaleServe)
+	}
+}
+
+// The rule's matrix: each policy, in contact, within the grace, at it and
+// past it, with and without local endpoints. hasLocal is asked only when
+// its answer decides.
+func TestDropsStale(t *testing.T) {
+	const grace = 30 * time.Second
+	for _, policy := range []string{"", StaleServe, StaleDrop, StaleDropIfLocal} {
+		for _, out := range []time.Duration{0, grace - time.Second, grace, grace + time.Second} {
+			for _, local := range []bool{false, true} {
+				s := Service{StaleEndpoints: policy}
+				if policy == StaleDrop || policy == StaleDropIfLocal {
+					s.StaleGraceSeconds = int32(grace / time.Second)
+				}
+				asked := false
+				got := s.DropsStale(out, func() bool { asked = true; return local })
+				past := out > grace
+				want := past && (policy == StaleDrop || policy == StaleDropIfLocal && local)
+				if got != want {
+					t.Errorf("%q, out of contact %s, local %t: drops %t, want %t", policy, out, local, got, want)
+				}
+				if asked != (past && policy == StaleDropIfLocal) {
+					t.Errorf("%q, out of contact %s: hasLocal asked %t", policy, out, asked)
+				}
+			}
+		}
+	}
+	// A grace of 0 drops as soon as the cluster is out of contact at all.
+	s := Service{StaleEndpoints: StaleDrop}
+	if s.DropsStale(0, nil) || !s.DropsStale(time.Nanosecond, nil) {
+		t.Errorf("drop-after=0s: in contact %t, out of contact %t", s.DropsStale(0, nil), s.DropsStale(time.Nanosecond, nil))
 	}
 }

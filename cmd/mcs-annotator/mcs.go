@@ -7,10 +7,14 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -155,7 +159,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		if err := s.Start(); err != nil {
 			return nil, err
 		}
-		feeds = append(feeds, s)
+		feeds = append(feeds, feed{s})
 	}
 	go func() {
 		<-ctx.Done()
@@ -163,11 +167,21 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 			_ = s.Stop()
 		}
 	}()
-	ctl := mcscontroller.New(t, feeds, client, dyn, disco, mcscontroller.Config{Expire: o.peerExpire}, mcscontroller.NewMetrics(reg))
+	// Events on the ServiceExports and ServiceImports (conflicts, refusals),
+	// for kubectl describe.
+	bc := record.NewBroadcaster(record.WithContext(ctx))
+	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	rec := bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: mcscontroller.FieldManager})
+	ctl := mcscontroller.New(t, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec}, mcscontroller.NewMetrics(reg))
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, expiry %v", o.cluster, len(o.peers), o.peerExpire)
 	return ctl.RunLoop, nil
 }
+
+// feed is a cluster's source as the controller reads it.
+type feed struct{ *source.Source }
+
+func (f feed) Connected() bool { return f.State() == source.Connected }
 
 // sourceMetrics count what the controller's sources refused.
 type sourceMetrics struct {

@@ -184,10 +184,24 @@ func Merge(exports []Export) Import {
 	slices.SortFunc(im.Spec.Ports, func(a, b mcsv1beta1.ServicePort) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
 	})
+	// Ports not identical in every export are a conflict too (KEP-1645,
+	// "Service Port"; mcs-api's PortConflict): the import has the union,
+	// and each export is told which of its ports the others add.
+	missing := missingPorts(ex, im.Spec.Ports)
 
 	var msg []string
 	for _, r := range conflictOrder {
 		cs, ok := differ[r]
+		if r == mcsv1beta1.ServiceExportReasonPortConflict && len(missing) > 0 {
+			im.Conflicts = append(im.Conflicts, r)
+			m := fmt.Sprintf("%s: the exports' ports differ and the ServiceImport has their union: %s", r, missingMessage(missing))
+			if ok {
+				m += fmt.Sprintf("; %s give a port name another port, protocol or appProtocol than the oldest export (cluster %s), whose value is used",
+					ClusterList(cs), im.Oldest)
+			}
+			msg = append(msg, m)
+			continue
+		}
 		if !ok {
 			continue
 		}
@@ -201,6 +215,59 @@ func Merge(exports []Export) Import {
 		im.Message = strings.Join(msg, "; ")
 	}
 	return im
+}
+
+// lacking is a cluster whose export lacks ports of the union (by name).
+type lacking struct {
+	cluster string
+	ports   []mcsv1beta1.ServicePort
+}
+
+// missingPorts lists, by cluster, the ports of union whose names an export
+// does not have (nil: every export has every name).
+func missingPorts(ex []Export, union []mcsv1beta1.ServicePort) []lacking {
+	var out []lacking
+	for _, e := range ex {
+		var l lacking
+		for _, u := range union {
+			if !slices.ContainsFunc(e.Ports, func(p mcsv1beta1.ServicePort) bool { return p.Name == u.Name }) {
+				l.ports = append(l.ports, u)
+			}
+		}
+		if len(l.ports) > 0 {
+			l.cluster = e.Cluster
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b lacking) int { return cmp.Compare(a.cluster, b.cluster) })
+	return out
+}
+
+// maxNamed bounds the clusters, and the ports of each, that a message
+// names; the others are counted.
+const maxNamed = 5
+
+// missingMessage says which ports each cluster does not export: "cluster
+// a does not export grpc 9000/TCP, metrics 9090/TCP; cluster b does not
+// export grpc 9000/TCP".
+func missingMessage(ls []lacking) string {
+	var parts []string
+	for i, l := range ls {
+		if i == maxNamed {
+			parts = append(parts, fmt.Sprintf("and %d more clusters", len(ls)-maxNamed))
+			break
+		}
+		var ps []string
+		for j, p := range l.ports {
+			if j == maxNamed {
+				ps = append(ps, fmt.Sprintf("and %d more", len(l.ports)-maxNamed))
+				break
+			}
+			ps = append(ps, strings.TrimSpace(fmt.Sprintf("%s %d/%s", p.Name, p.Port, p.Protocol)))
+		}
+		parts = append(parts, fmt.Sprintf("cluster %s does not export %s", l.cluster, strings.Join(ps, ", ")))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // ClusterList names clusters for a message: "cluster a" or "clusters a, b" (sorted).

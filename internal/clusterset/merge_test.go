@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -41,11 +42,29 @@ func TestMerge(t *testing.T) {
 		oldest:    "a",
 		message:   "exported by cluster a without conflicts",
 	}, {
-		name:      "union of ports",
+		name:      "union of ports: a conflict naming what each lacks",
 		exports:   []Export{export("a", time.Hour, http), export("b", 0, http, sctp)},
 		wantType:  mcsv1beta1.ClusterSetIP,
 		wantPorts: []mcsv1beta1.ServicePort{http, sctp},
+		conflicts: []mcsv1beta1.ServiceExportConditionReason{mcsv1beta1.ServiceExportReasonPortConflict},
 		oldest:    "a",
+		message:   "PortConflict: the exports' ports differ and the ServiceImport has their union: cluster a does not export stcp 142/SCTP",
+	}, {
+		name: "union of three port sets",
+		exports: []Export{export("a", time.Hour, http), export("b", 0, http, port("metrics", 9090, corev1.ProtocolTCP)),
+			export("c", 0, http, port("grpc", 9000, corev1.ProtocolTCP))},
+		wantType:  mcsv1beta1.ClusterSetIP,
+		wantPorts: []mcsv1beta1.ServicePort{port("grpc", 9000, corev1.ProtocolTCP), http, port("metrics", 9090, corev1.ProtocolTCP)},
+		conflicts: []mcsv1beta1.ServiceExportConditionReason{mcsv1beta1.ServiceExportReasonPortConflict},
+		oldest:    "a",
+		message:   "cluster a does not export grpc 9000/TCP, metrics 9090/TCP; cluster b does not export grpc 9000/TCP; cluster c does not export metrics 9090/TCP",
+	}, {
+		name:      "the same ports in another order: no conflict",
+		exports:   []Export{export("a", time.Hour, http, sctp), export("b", 0, sctp, http)},
+		wantType:  mcsv1beta1.ClusterSetIP,
+		wantPorts: []mcsv1beta1.ServicePort{http, sctp},
+		oldest:    "a",
+		message:   "exported by clusters a, b without conflicts",
 	}, {
 		name:      "a port name with another number: the oldest's is kept",
 		exports:   []Export{export("b", 0, port("http", 81, corev1.ProtocolTCP)), export("a", time.Hour, http)},
@@ -61,6 +80,7 @@ func TestMerge(t *testing.T) {
 		wantPorts: []mcsv1beta1.ServicePort{http},
 		conflicts: []mcsv1beta1.ServiceExportConditionReason{mcsv1beta1.ServiceExportReasonPortConflict},
 		oldest:    "a",
+		message:   "cluster b does not export http 80/TCP; cluster b give a port name another port",
 	}, {
 		name:      "an unset protocol is TCP",
 		exports:   []Export{export("a", time.Hour, http), export("b", 0, port("http", 80, ""))},
@@ -201,5 +221,30 @@ func TestMergeNoConflictReason(t *testing.T) {
 	// Cluster), which the upstream conformance suite compares.
 	if p := im.Spec.InternalTrafficPolicy; p == nil || *p != corev1.ServiceInternalTrafficPolicyCluster {
 		t.Errorf("internalTrafficPolicy %v, want Cluster (the API's default)", p)
+	}
+}
+
+// A message names at most maxNamed clusters and ports of each, however
+// many differ: a condition's message stays short.
+func TestMergePortMessageBounded(t *testing.T) {
+	var all []mcsv1beta1.ServicePort
+	for i := range 40 {
+		all = append(all, port(fmt.Sprintf("p%02d", i), int32(1000+i), corev1.ProtocolTCP))
+	}
+	ex := []Export{export("a", time.Hour, all...)}
+	for i := range 30 {
+		ex = append(ex, export(fmt.Sprintf("c%02d", i), 0, all[i]))
+	}
+	im := Merge(ex)
+	if !slices.Equal(im.Conflicts, []mcsv1beta1.ServiceExportConditionReason{mcsv1beta1.ServiceExportReasonPortConflict}) {
+		t.Fatalf("conflicts %v", im.Conflicts)
+	}
+	for _, want := range []string{"cluster c00 does not export p01 1001/TCP", "and 34 more", "and 25 more clusters"} {
+		if !strings.Contains(im.Message, want) {
+			t.Errorf("message %q lacks %q", im.Message, want)
+		}
+	}
+	if len(im.Message) > 1024 {
+		t.Errorf("message of %d bytes", len(im.Message))
 	}
 }

@@ -168,6 +168,37 @@ func Slices(key Key, cluster, derived string, im *Import, eps []Endpoint, owner 
 	return out
 }
 
+// Families are the IP families of the endpoint addresses that Slices
+// writes, with those of have (the address types of slices kept as they
+// are), IPv4 first: a Headless import's spec.ipFamilies, which has no
+// derived Service to take them from.
+func Families(eps []Endpoint, have ...discoveryv1.AddressType) []corev1.IPFamily {
+	v4, v6 := false, false
+	for _, t := range have {
+		v4, v6 = v4 || t == discoveryv1.AddressTypeIPv4, v6 || t == discoveryv1.AddressTypeIPv6
+	}
+	for _, ep := range eps {
+		for _, a := range ep.Addresses {
+			if AddressProblem(a) != "" {
+				continue
+			}
+			if a.Is6() && !a.Is4In6() {
+				v6 = true
+			} else {
+				v4 = true
+			}
+		}
+	}
+	var out []corev1.IPFamily
+	if v4 {
+		out = append(out, corev1.IPv4Protocol)
+	}
+	if v6 {
+		out = append(out, corev1.IPv6Protocol)
+	}
+	return out
+}
+
 // sliceName is the name of the n-th slice of a service's endpoints from one
 // cluster with one address family and set of ports (group): the whole
 // service name (an EndpointSlice's name may have 253 characters) and 65 bits

@@ -264,3 +264,34 @@ func TestSlicesLeaveOutRefusedAddresses(t *testing.T) {
 		t.Errorf("endpoints %v, want %v", got, want)
 	}
 }
+
+func TestFamilies(t *testing.T) {
+	ep := func(addrs ...string) Endpoint {
+		var e Endpoint
+		for _, a := range addrs {
+			e.Addresses = append(e.Addresses, netip.MustParseAddr(a))
+		}
+		return e
+	}
+	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
+	for _, tc := range []struct {
+		name string
+		eps  []Endpoint
+		have []discoveryv1.AddressType
+		want []corev1.IPFamily
+	}{
+		{name: "none"},
+		{name: "IPv4", eps: []Endpoint{ep("10.0.0.1"), ep("10.0.0.2")}, want: []corev1.IPFamily{v4}},
+		{name: "IPv6", eps: []Endpoint{ep("fd00::1")}, want: []corev1.IPFamily{v6}},
+		{name: "dual stack, IPv4 first", eps: []Endpoint{ep("fd00::1", "10.0.0.1")}, want: []corev1.IPFamily{v4, v6}},
+		{name: "an IPv4-mapped address is IPv4", eps: []Endpoint{ep("::ffff:10.0.0.1")}, want: []corev1.IPFamily{v4}},
+		{name: "refused addresses count for nothing", eps: []Endpoint{ep("127.0.0.1", "fe80::1"), ep("fd00::1")}, want: []corev1.IPFamily{v6}},
+		{name: "kept slices' types", eps: []Endpoint{ep("fd00::1")}, have: []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4}, want: []corev1.IPFamily{v4, v6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Families(tc.eps, tc.have...); !slices.Equal(got, tc.want) {
+				t.Errorf("Families = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -104,7 +104,7 @@ func TestNoWritesBeforeCRDAndInformers(t *testing.T) {
 	if err := e.ctl.Reconcile(e.ctx); err != nil {
 		t.Errorf("reconcile before the CRD is served: %v", err)
 	}
-	e.ctl.Kick()
+	e.ctl.queue.Add(keyRecords)
 	if w := e.writes(); len(w) > 0 {
 		t.Fatalf("writes before the CRD is served: %v", w)
 	}
@@ -186,7 +186,7 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 
 	// Unreachable at start.
 	e.poll("the informers to fail their lists", func() bool { return failed.Load() >= 6 })
-	e.ctl.Kick()
+	e.ctl.queue.Add(keyRecords)
 	if err := e.ctl.Reconcile(e.ctx); err != nil {
 		t.Errorf("reconcile while unreachable: %v", err)
 	}
@@ -207,7 +207,7 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 	// source has not reached it either.
 	e.poll("a reconcile that finds everything written", func() bool {
 		m := e.mark()
-		e.ctl.markDirty(clusterset.Key{}, true)
+		e.ctl.queue.Add(keyAll)
 		return e.ctl.Reconcile(e.ctx) == nil && len(e.writesSince(m)) == 0
 	})
 	down.Store(true)
@@ -396,7 +396,7 @@ func TestReconcileWritesOnlyWhatChanged(t *testing.T) {
 	e.poll("the informer to see the delete", func() bool { return len(e.ctl.slices.List()) == 1 })
 	step("web's slice deleted by someone else", "patch endpointslices ")
 
-	e.ctl.markDirty(clusterset.Key{}, true)
+	e.ctl.queue.Add(keyAll)
 	step("a full reconcile")
 }
 

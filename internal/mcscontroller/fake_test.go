@@ -13,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,6 +49,7 @@ type fakeSource struct {
 	cluster string
 	synced  atomic.Bool
 	last    atomic.Int64 // unix nanoseconds; 0: never answered
+	cut     atomic.Bool  // not connected
 }
 
 func newSource(cluster string, synced bool, last time.Time) *fakeSource {
@@ -58,6 +61,7 @@ func newSource(cluster string, synced bool, last time.Time) *fakeSource {
 
 func (s *fakeSource) Cluster() string { return s.cluster }
 func (s *fakeSource) HasSynced() bool { return s.synced.Load() }
+func (s *fakeSource) Connected() bool { return !s.cut.Load() }
 func (s *fakeSource) setLast(t time.Time) {
 	if t.IsZero() {
 		s.last.Store(0)
@@ -135,6 +139,9 @@ func newEnv(t testing.TB, cfg Config, sources []*fakeSource, objs ...runtime.Obj
 	}
 	if cfg.Damp == 0 {
 		cfg.Damp = -1 // the tests of damping ask for it
+	}
+	if cfg.LocalCluster == "" {
+		cfg.LocalCluster = "a"
 	}
 	e.ctl = New(e.table, srcs, e.client, e.dyn, e.disco, cfg, e.metrics)
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -267,7 +274,9 @@ func (e *env) reconcile() error {
 	e.t.Helper()
 	err := e.ctl.Reconcile(e.ctx)
 	e.poll("the informers to see the writes", func() bool {
-		return len(e.ctl.slices.List()) == len(e.slices()) && len(e.ctl.services.List()) == len(e.derivedServices())
+		imports, _ := e.ctl.imports.List(labels.Everything())
+		return len(e.ctl.slices.List()) == len(e.slices()) && len(e.ctl.services.List()) == len(e.derivedServices()) &&
+			len(imports) == len(e.serviceImports())
 	})
 	return err
 }
@@ -332,6 +341,20 @@ func (e *env) slicesBy(name string) map[string][]string {
 		}
 	}
 	return out
+}
+
+// serviceImports are the stored ServiceImports of every namespace.
+func (e *env) serviceImports() []runtime.Object {
+	e.t.Helper()
+	l, err := e.dyn.Tracker().List(importsGVR, importsGVR.GroupVersion().WithKind("ServiceImport"), "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	items, err := meta.ExtractList(l)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return items
 }
 
 // serviceImport returns the stored ServiceImport ns/name (nil: none).

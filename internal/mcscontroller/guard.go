@@ -68,6 +68,14 @@ func (c *Controller) report(k clusterset.Key, now notes) {
 		case reasonNoAddress:
 			klog.V(2).Infof("mcs-controller: service %s: %s", k, n.msg)
 			continue
+		case ReasonConflict: // not a refusal: the ServiceExports have it as a condition
+			klog.V(2).Infof("mcs-controller: service %s: %s", k, n.msg)
+			c.eventOnImport(k, corev1.EventTypeWarning, n.reason, n.msg)
+			continue
+		case reasonStaleDropped: // the exporter's choice, not a refusal
+			klog.Infof("mcs-controller: service %s: %s", k, n.msg)
+			c.event(k, corev1.EventTypeNormal, n.reason, n.msg)
+			continue
 		case ReasonNamespaceCap, ReasonClusterCap:
 			// One tenant can have thousands refused: each at -v=2, and a
 			// summary (logCaps) when their number changes.
@@ -79,7 +87,11 @@ func (c *Controller) report(k clusterset.Key, now notes) {
 		c.event(k, corev1.EventTypeWarning, n.reason, n.msg)
 	}
 	for topic, n := range before {
-		if _, ok := now[topic]; !ok && n.reason != reasonNoAddress {
+		switch _, ok := now[topic]; {
+		case ok || n.reason == reasonNoAddress:
+		case n.reason == reasonStaleDropped:
+			klog.Infof("mcs-controller: service %s: no longer: %s", k, n.msg)
+		default:
 			klog.V(2).Infof("mcs-controller: service %s: no longer: %s", k, n.msg)
 		}
 	}
@@ -115,6 +127,7 @@ func (c *Controller) logCaps() {
 
 // event records an Event on the local ServiceExport of k, else on its
 // ServiceImport (one of ours), when the controller has a recorder.
+// (Conflicts go to both: eventOnImport, syncConflicts.)
 func (c *Controller) event(k clusterset.Key, typ, reason, msg string) {
 	if c.cfg.Recorder == nil {
 		return
@@ -122,12 +135,42 @@ func (c *Controller) event(k clusterset.Key, typ, reason, msg string) {
 	var obj runtime.Object
 	if o, err := c.exports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
 		obj = o
-	} else if u := c.storedImport(k); u != nil {
-		obj = u
+	} else {
+		obj = c.importRef(k)
 	}
 	if obj != nil {
 		c.cfg.Recorder.Event(obj, typ, reason, msg)
 	}
+}
+
+// eventOnImport records an Event on the ServiceImport of k that the last
+// sync wrote, when the controller has a recorder.
+func (c *Controller) eventOnImport(k clusterset.Key, typ, reason, msg string) {
+	if c.cfg.Recorder == nil {
+		return
+	}
+	if obj := c.importRef(k); obj != nil {
+		c.cfg.Recorder.Event(obj, typ, reason, msg)
+	}
+}
+
+// importRef is the ServiceImport of k as an Event's object: the one the
+// informer holds, else the one the last sync wrote (nil: none).
+func (c *Controller) importRef(k clusterset.Key) runtime.Object {
+	if u := c.storedImport(k); u != nil {
+		return u
+	}
+	o := c.done[k]
+	if o == nil || o.importUID == "" {
+		return nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(c.importsGVR.GroupVersion().String())
+	u.SetKind("ServiceImport")
+	u.SetNamespace(k.Namespace)
+	u.SetName(k.Name)
+	u.SetUID(o.importUID)
+	return u
 }
 
 // storedImport is the ServiceImport of k that this controller made, as the

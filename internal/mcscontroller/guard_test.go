@@ -465,8 +465,8 @@ func TestDampingAndClusterSetIPKept(t *testing.T) {
 // long for each write within twice the wait, up to DampMax; Damp again
 // after a quiet time.
 func TestDampingInterval(t *testing.T) {
-	c := New(table.New(table.Config{LocalCluster: "a"}), nil, nil, nil, nil, Config{Damp: time.Second, DampMax: 10 * time.Second}, NewMetrics(nil))
-	defer c.later.ShutDown()
+	c := New(table.New(table.Config{LocalCluster: "a"}), nil, nil, nil, nil, Config{LocalCluster: "a", Damp: time.Second, DampMax: 10 * time.Second}, NewMetrics(nil))
+	defer c.queue.ShutDown()
 	k := clusterset.Key{Namespace: "ns", Name: "web"}
 	now := time.Unix(1000, 0)
 	var waits []time.Duration
@@ -488,13 +488,15 @@ func TestDampingInterval(t *testing.T) {
 }
 
 // With a recorder, a conflict between the clusters' exports is recorded as
-// a Warning Event on the local ServiceExport, once while it lasts.
+// a Warning Event on the local ServiceExport and on the ServiceImport, once
+// on each while it lasts.
 func TestConflictEvent(t *testing.T) {
 	se := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": exportsGVR.GroupVersion().String(), "kind": "ServiceExport",
 		"metadata": map[string]any{"namespace": "ns", "name": "web"},
 	}}
 	rec := record.NewFakeRecorder(10)
+	rec.IncludeObject = true
 	e := newEnv(t, Config{Recorder: rec}, []*fakeSource{newSource("a", true, time.Now()), newSource("b", true, time.Now())}, se)
 	e.table.Upsert(exporter("a", "web", "10.0.0.1", annotation.TypeHeadless))
 	e.table.Upsert(exporter("b", "web", "10.0.1.1", annotation.TypeClusterSetIP))
@@ -514,7 +516,9 @@ func TestConflictEvent(t *testing.T) {
 	for ev := range rec.Events {
 		got = append(got, ev)
 	}
-	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+ReasonConflict+" TypeConflict") {
-		t.Errorf("events %q, want one TypeConflict warning", got)
+	slices.Sort(got)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "Warning "+ReasonConflict+" TypeConflict") || !strings.Contains(got[0], "kind=ServiceExport") ||
+		!strings.HasPrefix(got[1], "Warning "+ReasonConflict+" TypeConflict") || !strings.Contains(got[1], "kind=ServiceImport") {
+		t.Errorf("events %q, want one TypeConflict warning on the ServiceExport, one on the ServiceImport", got)
 	}
 }

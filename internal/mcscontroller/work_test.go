@@ -3,7 +3,6 @@ package mcscontroller
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -33,11 +32,30 @@ func in(ns string, p *table.Pod) *table.Pod {
 	return p
 }
 
-// peekDirty is what the next reconcile will take as marked.
+// peekDirty is what the next reconcile will take from the queue: the
+// services, the namespaces, and whether every service. (It takes the keys
+// and puts them back.)
 func (e *env) peekDirty() (dirty map[clusterset.Key]bool, ns map[string]bool, all bool) {
-	e.ctl.dirtyMu.Lock()
-	defer e.ctl.dirtyMu.Unlock()
-	return maps.Clone(e.ctl.dirty), maps.Clone(e.ctl.dirtyNS), e.ctl.all
+	dirty, ns = map[clusterset.Key]bool{}, map[string]bool{}
+	var taken []clusterset.Key
+	for e.ctl.queue.Len() > 0 {
+		k, _ := e.ctl.queue.Get()
+		taken = append(taken, k)
+		switch {
+		case k == keyAll:
+			all = true
+		case k == keyRecords:
+		case k.Name == "":
+			ns[k.Namespace] = true
+		default:
+			dirty[k] = true
+		}
+	}
+	for _, k := range taken {
+		e.ctl.queue.Done(k)
+		e.ctl.queue.Add(k)
+	}
+	return dirty, ns, all
 }
 
 // A Namespace event marks only the services of that namespace, and only
@@ -135,7 +153,7 @@ func TestMetricsFollowPartialReconciles(t *testing.T) {
 	want("b's db gone", 2, 2, 0)
 	e.table.Delete(exporter("b", "web", "10.0.1.1", annotation.TypeClusterSetIP).Key())
 	want("web gone", 1, 1, 0)
-	e.ctl.markDirty(clusterset.Key{}, true)
+	e.ctl.queue.Add(keyAll)
 	want("a full reconcile", 1, 1, 0)
 }
 

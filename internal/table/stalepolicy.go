@@ -104,18 +104,20 @@ func (t *Table) gracesLocked() *graces {
 // stale endpoints, and whether it drops them only while the service has
 // local endpoints (DropIfLocal).
 func dropGrace(p *Pod, sk svcKey) (grace time.Duration, ifLocal, ok bool) {
-	for i := range p.Exports {
-		e := &p.Exports[i]
-		if e.Namespace != sk.Namespace || e.Name != sk.Name {
-			continue
-		}
-		switch e.StaleEndpoints {
-		case annotation.StaleDrop, annotation.StaleDropIfLocal:
-			return time.Duration(e.StaleGraceSeconds) * time.Second, e.StaleEndpoints == annotation.StaleDropIfLocal, true
-		}
-		return 0, false, false
+	if e := entryOf(p, sk); e != nil {
+		return e.DropGrace()
 	}
 	return 0, false, false
+}
+
+// entryOf is p's export entry of sk (nil: none).
+func entryOf(p *Pod, sk svcKey) *annotation.Export {
+	for i := range p.Exports {
+		if e := &p.Exports[i]; e.Namespace == sk.Namespace && e.Name == sk.Name {
+			return e
+		}
+	}
+	return nil
 }
 
 // freshLocked returns the Pods of sk without those its stale policy drops
@@ -139,8 +141,8 @@ func (t *Table) freshLocked(sk svcKey, pods []*Pod) []*Pod {
 	}
 	var out []*Pod
 	for i, p := range pods {
-		g, ifLocal, ok := dropGrace(p, sk)
-		drop := ok && t.staleFor[p.Cluster] > g && (!ifLocal || hasLocal())
+		e := entryOf(p, sk)
+		drop := e != nil && e.DropsStale(t.staleFor[p.Cluster], hasLocal)
 		switch {
 		case drop && out == nil:
 			out = append(make([]*Pod, 0, len(pods)), pods[:i]...)

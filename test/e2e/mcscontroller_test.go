@@ -236,7 +236,13 @@ func TestMCSController(t *testing.T) {
 			}
 		}
 	}
-	wantConditions(t, a, ns, "web", cond{"Conflict", metav1.ConditionFalse, "NoConflicts"}, cond{"Ready", metav1.ConditionTrue, "Exported"})
+	// Ports not the same in every export: the union, and a PortConflict
+	// saying what each cluster lacks.
+	for _, cd := range wantConditions(t, a, ns, "web", cond{"Conflict", metav1.ConditionTrue, "PortConflict"}, cond{"Ready", metav1.ConditionTrue, "Exported"}) {
+		if want := "cluster edge-a does not export grpc 9000/TCP, metrics 9090/TCP"; cd.Type == "Conflict" && !strings.Contains(cd.Message, want) {
+			t.Errorf("web: Conflict message %q, want it to say %q", cd.Message, want)
+		}
+	}
 
 	// Our CoreDNS in edge-a answers the ClusterSetIP the controller
 	// allocated, and SRV in service form, for every port of the union.

@@ -73,6 +73,8 @@ var annotatorClusterGrants = grants(
 	rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterroles"}, Verbs: []string{"bind"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceimports"}, Verbs: []string{"list", "watch", "create", "patch", "delete"}},
 	rbacv1.PolicyRule{APIGroups: []string{serviceExportGroup}, Resources: []string{"serviceimports/status"}, Verbs: []string{"patch"}},
+	// The controller's Events on ServiceExports and ServiceImports.
+	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 )
 
 // annotatorLeaseGrants is what the contract lists in its own namespace.

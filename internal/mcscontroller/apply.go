@@ -1,0 +1,282 @@
+package mcscontroller
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsannotations/mcsannotations/internal/clusterset"
+)
+
+// syncService writes one service's ServiceImport, derived Service (as mode
+// says) and the slices of the clusters whose share is current. What it
+// leaves out goes to out.notes.
+func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clusterset.Import, cur map[string]*share, out *outcome, mode derivedMode) error {
+	// A derived Service held from before (a service turned back from
+	// Headless) gives the import its IPs at once, not after a write without.
+	var ips []string
+	var families []corev1.IPFamily
+	if mode == derivedApply {
+		if svc := c.heldDerived(k); svc != nil && derivedProblem(clusterset.DerivedService(k, im, metav1.OwnerReference{})) == "" {
+			ips, families = svc.Spec.ClusterIPs, svc.Spec.IPFamilies
+		}
+	}
+	si, err := c.applyImport(ctx, k, im, ips, families, out)
+	if err != nil {
+		return err
+	}
+	out.importUID = si.GetUID()
+	owner := metav1.OwnerReference{APIVersion: c.importsGVR.GroupVersion().String(), Kind: "ServiceImport", Name: k.Name, UID: si.GetUID()}
+	derived := ""
+	if mode == derivedApply {
+		want := clusterset.DerivedService(k, im, owner)
+		if p := derivedProblem(want); p != "" {
+			out.notes.add("service", ReasonInvalidService, "no derived Service, so no ClusterSetIP (the API server would refuse it): %s", p)
+		} else {
+			svc, err := c.applyDerived(ctx, k, want, out)
+			if err != nil {
+				return err
+			}
+			if svc != nil {
+				derived = svc.Name
+				out.service = k.Namespace + "/" + derived
+				if len(svc.Spec.ClusterIPs) > 0 && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+					if _, err := c.applyImport(ctx, k, im, svc.Spec.ClusterIPs, svc.Spec.IPFamilies, out); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	var errs []error
+	for cl, s := range cur {
+		entry, _ := json.Marshal(s.entry)
+		for _, sl := range clusterset.Slices(k, cl, derived, im, s.endpoints, owner) {
+			sl.Annotations = map[string]string{AnnotationExport: string(entry)}
+			taken, err := c.applySlice(ctx, sl, out)
+			if taken != "" {
+				out.notes.add("slice/"+sl.Name, ReasonNameTaken, "cluster %s: EndpointSlice %s not written: %s", cl, sl.Name, taken)
+				c.metrics.Foreign.Inc()
+				continue
+			}
+			out.addSlice(sl)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applied returns the hash of obj, and whether the stored object's
+// annotations (nil: none stored) already carry it.
+func applied(stored map[string]string, obj any) (string, bool) {
+	b, _ := json.Marshal(obj)
+	h := fnv.New64a()
+	h.Write(b)
+	sum := hex.EncodeToString(h.Sum(nil))
+	return sum, stored[AnnotationApplied] == sum
+}
+
+// applyImport applies the ServiceImport of k (with ips, when known) and its
+// status, unless the stored one already says the same. It returns the
+// ServiceImport as stored.
+func (c *Controller) applyImport(ctx context.Context, k clusterset.Key, im *clusterset.Import, ips []string, families []corev1.IPFamily, o *outcome) (*unstructured.Unstructured, error) {
+	spec := im.Spec
+	if spec.Type == mcsv1beta1.ClusterSetIP {
+		// A ClusterSetIP import's are its derived Service's; a Headless
+		// one's, the merge's.
+		spec.IPs, spec.IPFamilies = ips, families
+	}
+	var cur map[string]string
+	var stored *unstructured.Unstructured
+	if o, err := c.imports.ByNamespace(k.Namespace).Get(k.Name); err == nil {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			cur, stored = u.GetAnnotations(), u
+			if u.GetLabels()[clusterset.LabelManagedBy] != clusterset.ManagedBy {
+				c.metrics.Foreign.Inc()
+				return nil, fmt.Errorf("a ServiceImport %s exists that this controller did not create: left alone", k)
+			}
+		}
+	}
+	if spec.Type == mcsv1beta1.ClusterSetIP && ips == nil && stored != nil {
+		// Until the derived Service has its IPs, keep what is stored.
+		if old, _, _ := unstructured.NestedStringSlice(stored.Object, "spec", "ips"); len(old) > 0 {
+			return stored, nil
+		}
+	}
+	obj := &mcsv1beta1.ServiceImport{
+		TypeMeta: metav1.TypeMeta{APIVersion: c.importsGVR.GroupVersion().String(), Kind: "ServiceImport"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name,
+			Labels:      merge(im.Labels, map[string]string{clusterset.LabelManagedBy: clusterset.ManagedBy}),
+			Annotations: merge(im.Annotations, nil)},
+		Spec: spec,
+	}
+	for _, cl := range im.Clusters {
+		obj.Status.Clusters = append(obj.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: cl})
+	}
+	sum, same := applied(cur, obj)
+	if same {
+		return stored, nil
+	}
+	// A new ClusterSetIP import is applied for its UID (the derived
+	// Service's owner), then again with the derived Service's IPs: the
+	// first apply leaves out the status and the hash, which the second
+	// writes.
+	first := spec.Type == mcsv1beta1.ClusterSetIP && ips == nil && stored == nil
+	if !first {
+		obj.Annotations[AnnotationApplied] = sum
+	}
+	u, err := toUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	status := u.Object["status"]
+	delete(u.Object, "status")
+	ri := c.dyn.Resource(c.importsGVR).Namespace(k.Namespace)
+	o.wrote = true
+	out, err := ri.Apply(ctx, k.Name, u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	c.metrics.write("serviceimport", err)
+	if err != nil || first {
+		return out, err
+	}
+	st := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": u.GetAPIVersion(), "kind": "ServiceImport",
+		"metadata": map[string]any{"namespace": k.Namespace, "name": k.Name},
+		"status":   status,
+	}}
+	_, err = ri.ApplyStatus(ctx, k.Name, st, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	c.metrics.write("serviceimport_status", err)
+	return out, err
+}
+
+// applyDerived applies want, the derived Service of a ClusterSetIP import,
+// and returns it as stored (with the ClusterIPs the API server allocated).
+// A Service of its name that is not this service's derived Service (not
+// made by this controller, or for another service) is left alone: nil,
+// noted.
+func (c *Controller) applyDerived(ctx context.Context, k clusterset.Key, want *corev1.Service, o *outcome) (*corev1.Service, error) {
+	var cur *corev1.Service
+	if obj, ok, _ := c.services.GetByKey(k.Namespace + "/" + want.Name); ok {
+		cur, _ = obj.(*corev1.Service)
+	} else if s, err := c.client.CoreV1().Services(k.Namespace).Get(ctx, want.Name, metav1.GetOptions{}); err == nil {
+		cur = s
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if cur != nil && (cur.Labels[clusterset.LabelManagedBy] != clusterset.ManagedBy || cur.Labels[mcsv1beta1.LabelServiceName] != k.Name) {
+		c.metrics.Foreign.Inc()
+		o.notes.add("service", ReasonNameTaken, "no derived Service, so no ClusterSetIP: a Service %s exists that this controller did not make for this service (labels %v): left alone",
+			want.Name, cur.Labels)
+		return nil, nil
+	}
+	var stored map[string]string
+	if cur != nil {
+		stored = cur.Annotations
+	}
+	sum, same := applied(stored, want)
+	if same {
+		return cur, nil
+	}
+	want.Annotations = map[string]string{AnnotationApplied: sum}
+	body, err := json.Marshal(want)
+	if err != nil {
+		return nil, err
+	}
+	o.wrote = true
+	out, err := c.client.CoreV1().Services(k.Namespace).Patch(ctx, want.Name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
+	c.metrics.write("service", err)
+	return out, err
+}
+
+// applySlice applies want unless the stored slice already says the same.
+// A slice of its name that is not this service's and cluster's (not made
+// by this controller, or for another service or cluster) is left alone:
+// taken says why.
+func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointSlice, o *outcome) (taken string, err error) {
+	var cur *discoveryv1.EndpointSlice
+	if obj, ok, _ := c.slices.GetByKey(want.Namespace + "/" + want.Name); ok {
+		cur, _ = obj.(*discoveryv1.EndpointSlice)
+	} else if s, err := c.client.DiscoveryV1().EndpointSlices(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{}); err == nil {
+		cur = s
+	} else if !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	var stored map[string]string
+	if cur != nil {
+		for _, l := range []string{discoveryv1.LabelManagedBy, mcsv1beta1.LabelServiceName, mcsv1beta1.LabelSourceCluster} {
+			if cur.Labels[l] != want.Labels[l] {
+				return fmt.Sprintf("a slice of that name exists that this controller did not make for this service and cluster (%s=%q)", l, cur.Labels[l]), nil
+			}
+		}
+		stored = cur.Annotations
+	}
+	sum, same := applied(stored, want)
+	if same {
+		return "", nil
+	}
+	want.Annotations[AnnotationApplied] = sum
+	body, err := json.Marshal(want)
+	if err != nil {
+		return "", err
+	}
+	o.wrote = true
+	_, err = c.client.DiscoveryV1().EndpointSlices(want.Namespace).Patch(ctx, want.Name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
+	c.metrics.write("endpointslice", err)
+	return "", err
+}
+
+// heldDerived is the derived Service of k the informer holds, when it has
+// ClusterIPs (nil: none).
+func (c *Controller) heldDerived(k clusterset.Key) *corev1.Service {
+	o, ok, _ := c.services.GetByKey(k.Namespace + "/" + clusterset.DerivedServiceName(k.Name))
+	svc, _ := o.(*corev1.Service)
+	if !ok || svc == nil || svc.Labels[mcsv1beta1.LabelServiceName] != k.Name || len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil
+	}
+	return svc
+}
+
+// derivedExists says whether a derived Service of k is held (made by this
+// controller, perhaps before a restart).
+func (c *Controller) derivedExists(k clusterset.Key) bool {
+	objs, _ := c.services.ByIndex(indexService, k.String())
+	return len(objs) > 0
+}
+
+func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	return u, nil
+}
+
+func merge(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func ptrTrue() *bool { t := true; return &t }
