@@ -135,6 +135,21 @@ func thenList(added v1.Pod) func(n int, q url.Values, w http.ResponseWriter) {
 	}
 }
 
+// writePages answers a list of all at version 10: one Pod a page when the
+// request asks for pages (limit), the continue token the next one's index.
+func writePages(w http.ResponseWriter, q url.Values, all []v1.Pod) {
+	if q.Get("limit") == "" {
+		writeJSON(w, http.StatusOK, podList("10", "", all...))
+		return
+	}
+	i, _ := strconv.Atoi(q.Get("continue"))
+	cont := ""
+	if i+1 < len(all) {
+		cont = strconv.Itoa(i + 1)
+	}
+	writeJSON(w, http.StatusOK, podList("10", cont, all[i]))
+}
+
 // hang answers a watch with nothing until the client goes.
 func hang(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
@@ -290,16 +305,7 @@ func TestPagedRelist(t *testing.T) {
 	all := []v1.Pod{pod("a", "2"), pod("b", "3"), pod("c", "4")}
 	var replaced []int
 	a := newAPIServer(t, func(n int, q url.Values, w http.ResponseWriter) {
-		if q.Get("limit") == "" {
-			writeJSON(w, http.StatusOK, podList("10", "", all...))
-			return
-		}
-		i, _ := strconv.Atoi(q.Get("continue"))
-		cont := ""
-		if i+1 < len(all) {
-			cont = strconv.Itoa(i + 1)
-		}
-		writeJSON(w, http.StatusOK, podList("10", cont, all[i]))
+		writePages(w, q, all)
 	}, func(n int, r *http.Request, w http.ResponseWriter) {
 		writeJSON(w, http.StatusGone, expiredStatus())
 	})

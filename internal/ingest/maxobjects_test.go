@@ -61,16 +61,10 @@ func TestListOverMaxObjects(t *testing.T) {
 					all = pods(max + 1)
 				}
 				a.mu.Unlock()
-				if !tc.paged || q.Get("limit") == "" {
-					writeJSON(w, http.StatusOK, podList("10", "", all...))
-					return
+				if !tc.paged {
+					q = url.Values{}
 				}
-				i, _ := strconv.Atoi(q.Get("continue"))
-				cont := ""
-				if i+1 < len(all) {
-					cont = strconv.Itoa(i + 1)
-				}
-				writeJSON(w, http.StatusOK, podList("10", cont, all[i]))
+				writePages(w, q, all)
 			}, func(n int, r *http.Request, w http.ResponseWriter) {
 				writeJSON(w, http.StatusGone, expiredStatus())
 			})
