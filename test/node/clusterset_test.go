@@ -32,18 +32,13 @@ func TestClusterset(t *testing.T) {
 	// The switch from the stock add-on to ours, as a Pod sees it: a Pod in
 	// each cluster resolves kubernetes.default every 100 ms from before
 	// the overlay is applied until well after our CoreDNS serves.
-	probes := make([]chan string, len(cs))
+	probes := make([]<-chan string, len(cs))
+	eps := make([]*EndpointLog, len(cs))
 	for i, c := range cs {
 		c.InstallStockDNS(t)
 		c.CreatePod(t, WorkloadPod("default", "prober", c.Name, nil))
-		probes[i] = make(chan string, 1)
-		go func(c *Cluster, ch chan<- string) {
-			out, err := c.Kubectl(5*time.Minute, "exec", "prober", "--", "/workload", "probe", "kubernetes.default.svc.cluster.local", "150s")
-			if err != nil {
-				out += "\n" + err.Error()
-			}
-			ch <- out
-		}(c, probes[i])
+		eps[i] = c.WatchDNSEndpoints()
+		probes[i] = c.StartProbe("default", "prober", "kubernetes.default.svc.cluster.local", 150*time.Second)
 	}
 	InstallClusterset(t, cs)
 	for _, c := range cs {
@@ -65,11 +60,12 @@ func TestClusterset(t *testing.T) {
 			// cause not found yet; more than maxSwitchFailures fails the
 			// test, every failure is logged.
 			out := <-probes[i]
-			var ok, fail int
-			if _, err := fmt.Sscanf(out, "ok=%d fail=%d", &ok, &fail); err != nil || ok == 0 || fail > maxSwitchFailures {
-				t.Errorf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s", out)
+			eps[i].Stop()
+			ok, fail, err := ParseProbe(out)
+			if err != nil || ok == 0 || fail > maxSwitchFailures {
+				t.Errorf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s\nkube-dns endpoints:\n%s", out, eps[i])
 			} else {
-				t.Logf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s", out)
+				t.Logf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s\nkube-dns endpoints:\n%s", out, eps[i])
 			}
 		})
 	}
@@ -257,6 +253,10 @@ func TestClusterset(t *testing.T) {
 			return nil
 		})
 	})
+
+	t.Run("connectivity", func(t *testing.T) { testConnectivity(t, cs) })
+	t.Run(a.Name+"/imports enforce", func(t *testing.T) { testEnforce(t, a, backends[a.Name]) })
+	t.Run(b.Name+"/rollback to the stock add-on loses no cluster.local answer", func(t *testing.T) { testRollback(t, b) })
 }
 
 func equal(got []string, want ...string) bool {
