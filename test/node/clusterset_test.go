@@ -37,6 +37,15 @@ func TestClusterset(t *testing.T) {
 	for i, c := range cs {
 		c.InstallStockDNS(t)
 		c.CreatePod(t, WorkloadPod("default", "prober", c.Name, nil))
+		// kubeadm's DNS add-on, running our image with kubeadm's Corefile,
+		// serves the Pod's own resolver (kubelet-written resolv.conf:
+		// nameserver 10.96.0.10, search list, ndots 5) the kubernetes
+		// Service by its short and full names.
+		for _, name := range []string{"kubernetes.default.svc.cluster.local", "kubernetes.default", "kubernetes"} {
+			if got := c.Lookup(t, "default", "prober", name); !equal(got, "10.96.0.1") {
+				t.Errorf("%s: lookup %s with the stock add-on: %v, want [10.96.0.1]", c.Name, name, got)
+			}
+		}
 		eps[i] = c.WatchDNSEndpoints()
 		probes[i] = c.StartProbe("default", "prober", "kubernetes.default.svc.cluster.local", 150*time.Second)
 	}
@@ -63,9 +72,11 @@ func TestClusterset(t *testing.T) {
 			eps[i].Stop()
 			ok, fail, err := ParseProbe(out)
 			if err != nil || ok == 0 || fail > maxSwitchFailures {
-				t.Errorf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s\nkube-dns endpoints:\n%s", out, eps[i])
+				t.Errorf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s\nkube-dns endpoints:\n%s\nkube-proxy:\n%s",
+					out, eps[i], c.ConntrackCleanups())
 			} else {
-				t.Logf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s\nkube-dns endpoints:\n%s", out, eps[i])
+				t.Logf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s\nkube-dns endpoints:\n%s\nkube-proxy:\n%s",
+					out, eps[i], c.ConntrackCleanups())
 			}
 		})
 	}

@@ -199,9 +199,11 @@ func testRollback(t *testing.T, c *Cluster) {
 	out := <-probe
 	ok, fail, err := ParseProbe(out)
 	if err != nil || ok == 0 || fail > 0 {
-		t.Errorf("kubernetes.default.svc.cluster.local every 100 ms across the rollback: %s\nkube-dns endpoints:\n%s", out, eps)
+		t.Errorf("kubernetes.default.svc.cluster.local every 100 ms across the rollback: %s\nkube-dns endpoints:\n%s\nkube-proxy:\n%s",
+			out, eps, c.ConntrackCleanups())
 	} else {
-		t.Logf("kubernetes.default.svc.cluster.local every 100 ms across the rollback: %s\nkube-dns endpoints:\n%s", out, eps)
+		t.Logf("kubernetes.default.svc.cluster.local every 100 ms across the rollback: %s\nkube-dns endpoints:\n%s\nkube-proxy:\n%s",
+			out, eps, c.ConntrackCleanups())
 	}
 	if got := c.Lookup(t, "default", "prober", "kubernetes.default.svc.cluster.local"); !equal(got, "10.96.0.1") {
 		t.Errorf("kubernetes.default.svc.cluster.local after the rollback: %v, want [10.96.0.1]", got)

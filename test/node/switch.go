@@ -154,3 +154,20 @@ func (c *Cluster) RestoreStockDNS(t harness.T) {
 	c.mustKubectl(t, "replace", "-f", f)
 	c.WaitRollout(t, "kube-system", "coredns")
 }
+
+// ConntrackCleanups are kube-proxy's log lines that report UDP conntrack
+// entries deleted (entries that led to an endpoint no longer serving), with
+// their times.
+func (c *Cluster) ConntrackCleanups() string {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "kube-proxy.log"))
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Finished reconciling conntrack entries") && !strings.Contains(l, "entriesDeleted=0") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
