@@ -178,6 +178,7 @@ func testEnforce(t *testing.T, c *Cluster, backend string) {
 		if !strings.Contains(err.Error(), "no such host") {
 			return fmt.Errorf("%s from other/outsider under imports enforce: %v, want no such host", webName, err)
 		}
+		t.Logf("%s from other/outsider under imports enforce: %v", webName, err)
 		return nil
 	})
 	waitLookup(t, c, "other", "outsider", backendName, backend)

@@ -43,6 +43,7 @@ func TestDualStack(t *testing.T) {
 		if backends[c.Name] = ipv6(ips); backends[c.Name] == "" {
 			t.Fatalf("backend-%s has no IPv6 address: %v", c.Name, ips)
 		}
+		t.Logf("%s: backend-%s's IPs %v", c.Name, c.Name, ips)
 	}
 	for _, c := range cs {
 		t.Run(c.Name+"/AAAA answers", func(t *testing.T) {
@@ -66,6 +67,7 @@ func TestDualStack(t *testing.T) {
 			if ip6 == "" {
 				t.Fatalf("ServiceImport demo/web: ClusterSetIPs %v, none IPv6", ips)
 			}
+			t.Logf("%s: ServiceImport demo/web's ClusterSetIPs %v", c.Name, ips)
 			waitLookup(t, c, "demo", "client", "web.demo.svc.clusterset.local", ips...)
 			client6 := ipv6(c.PodIPs(t, "demo", "client"))
 			url := "http://" + net.JoinHostPort(ip6, "80") + "/"
@@ -86,6 +88,7 @@ func TestDualStack(t *testing.T) {
 					t.Errorf("no answer from %s's web through the IPv6 ClusterSetIP %s: %v", o.Name, ip6, seen)
 				}
 			}
+			t.Logf("%s: answers through %s by cluster: %v", c.Name, url, seen)
 		})
 	}
 }
