@@ -59,10 +59,7 @@ func TestClusterset(t *testing.T) {
 	}
 	InstallClusterset(t, cs)
 	for _, c := range cs {
-		c.ApplyYAML(t, DemoObjects(c.Name))
-		c.WaitPodReady(t, "demo", "backend-"+c.Name)
-		c.WaitPodReady(t, "demo", "web-"+c.Name)
-		c.CreatePod(t, WorkloadPod("demo", "client", c.Name, nil))
+		c.InstallDemo(t)
 	}
 	backends := map[string]string{}
 	for _, c := range cs {

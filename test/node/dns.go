@@ -100,6 +100,16 @@ metadata:
 `, cluster, workloadYAML("demo", "backend-"+cluster, "backend", cluster), workloadYAML("demo", "web-"+cluster, "web", cluster))
 }
 
+// InstallDemo applies DemoObjects and adds Pod demo/client (WorkloadPod),
+// and waits until the backend, web and client Pods are ready.
+func (c *Cluster) InstallDemo(t harness.T) {
+	t.Helper()
+	c.ApplyYAML(t, DemoObjects(c.Name))
+	c.WaitPodReady(t, "demo", "backend-"+c.Name)
+	c.WaitPodReady(t, "demo", "web-"+c.Name)
+	c.CreatePod(t, WorkloadPod("demo", "client", c.Name, nil))
+}
+
 // workloadYAML is WorkloadPod as YAML, for kubectl apply.
 func workloadYAML(ns, name, app, cluster string) string {
 	return fmt.Sprintf(`apiVersion: v1
