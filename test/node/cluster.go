@@ -54,6 +54,12 @@ type Cluster struct {
 	NetNS   string
 	NodeIP  netip.Addr
 	PodCIDR netip.Prefix
+	// On a dual-stack Network: the node's IPv6 address, Pod CIDR and
+	// Service range (invalid otherwise).
+	NodeIP6      netip.Addr
+	PodCIDR6     netip.Prefix
+	ServiceCIDR6 netip.Prefix
+	podNetwork6  netip.Prefix // every cluster's IPv6 Pod CIDR is in it
 
 	Token      string
 	Kubeconfig string // admin, for the test and kubectl
@@ -80,6 +86,10 @@ func StartCluster(t harness.T, n *Network, tools Tools, name string) *Cluster {
 	c := &Cluster{Name: name, tools: tools}
 	c.Dir = filepath.Join(harness.TempDir(t), name)
 	c.NetNS, c.NodeIP, c.PodCIDR = n.AddNode(t, name)
+	if n.DualStack {
+		nd := n.node(name)
+		c.NodeIP6, c.PodCIDR6, c.ServiceCIDR6, c.podNetwork6 = nd.ip6, nd.podCIDR6, n.ServiceCIDR6, n.PodNetwork6
+	}
 	c.cgroupRoot = "/mcs-" + n.ID + "-" + name
 	c.sock = filepath.Join(c.Dir, "containerd", "containerd.sock")
 	t.Cleanup(func() { c.stop(t) })
@@ -98,7 +108,7 @@ func StartCluster(t harness.T, n *Network, tools Tools, name string) *Cluster {
 		"--bind-address", c.NodeIP.String(), "--advertise-address", c.NodeIP.String(),
 		"--secure-port", strconv.Itoa(apiPort),
 		"--tls-cert-file", filepath.Join(pki, "apiserver.crt"), "--tls-private-key-file", filepath.Join(pki, "apiserver.key"),
-		"--service-cluster-ip-range", ServiceCIDR,
+		"--service-cluster-ip-range", c.both(ServiceCIDR, c.ServiceCIDR6),
 		"--token-auth-file", filepath.Join(pki, "tokens.csv"),
 		"--authorization-mode", "RBAC",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
@@ -130,8 +140,9 @@ func StartCluster(t harness.T, n *Network, tools Tools, name string) *Cluster {
 	c.startIn(t, c.mountNS, "kubelet", tools.Kubelet,
 		"--config", filepath.Join(c.Dir, "kubelet", "config.yaml"),
 		"--kubeconfig", kc, "--root-dir", filepath.Join(c.Dir, "kubelet", "root"),
-		"--hostname-override", name, "--node-ip", c.NodeIP.String(), "--v", "1")
-	c.start(t, "kube-proxy", tools.KubeProxy, "--config", filepath.Join(c.Dir, "kube-proxy.yaml"))
+		"--hostname-override", name, "--node-ip", c.both(c.NodeIP.String(), c.NodeIP6), "--v", "1")
+	// -v 4: its conntrack clean-ups are logged (ConntrackCleanups).
+	c.start(t, "kube-proxy", tools.KubeProxy, "--config", filepath.Join(c.Dir, "kube-proxy.yaml"), "--v", "4")
 	c.wait(t, "node Ready", func() error {
 		nd, err := c.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
@@ -164,6 +175,18 @@ func StartCluster(t harness.T, n *Network, tools Tools, name string) *Cluster {
 	t.Logf("node: cluster %s up at %s (node %s, Pod CIDR %s) in %s", name, c.Server(), c.NodeIP, c.PodCIDR,
 		time.Since(start).Round(time.Second))
 	return c
+}
+
+// both is v4, followed by ",v6" when v6 is valid (dual stack): the form of
+// the components' dual-stack flags.
+func (c *Cluster) both(v4 string, v6 interface {
+	IsValid() bool
+	String() string
+}) string {
+	if !v6.IsValid() {
+		return v4
+	}
+	return v4 + "," + v6.String()
 }
 
 // start runs one component in the node's network namespace; a failure later
@@ -374,6 +397,11 @@ state = %[2]q
 // no masquerade (the Pod network is flat across clusters), its own IPAM
 // folder (host-local's default is shared by every node on the machine).
 func (c *Cluster) cniConfig() string {
+	ranges, routes := fmt.Sprintf(`[{"subnet": %q}]`, c.PodCIDR.String()), `{"dst": "0.0.0.0/0"}`
+	if c.PodCIDR6.IsValid() {
+		ranges += fmt.Sprintf(`, [{"subnet": %q}]`, c.PodCIDR6.String())
+		routes += `, {"dst": "::/0"}`
+	}
 	return fmt.Sprintf(`{
   "cniVersion": "0.4.0",
   "name": "mcs-%[1]s",
@@ -385,13 +413,13 @@ func (c *Cluster) cniConfig() string {
     "hairpinMode": true,
     "ipam": {
       "type": "host-local",
-      "ranges": [[{"subnet": %[2]q}]],
-      "routes": [{"dst": "0.0.0.0/0"}],
+      "ranges": [%[2]s],
+      "routes": [%[4]s],
       "dataDir": %[3]q
     }
   }]
 }
-`, c.Name, c.PodCIDR.String(), filepath.Join(c.Dir, "cni", "ipam"))
+`, c.Name, ranges, filepath.Join(c.Dir, "cni", "ipam"), routes)
 }
 
 func (c *Cluster) kubeletConfig() string {
@@ -448,7 +476,7 @@ conntrack:
   tcpCloseWaitTimeout: 0s
 iptables:
   minSyncPeriod: 0s
-`, c.Kubeconfig, c.Name, podNetwork)
+`, c.Kubeconfig, c.Name, c.both(podNetwork, c.podNetwork6))
 }
 
 // makeMountNS makes the node's own mount namespace, shared by containerd and

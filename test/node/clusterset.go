@@ -153,20 +153,42 @@ func (c *Cluster) GetPodIP(t harness.T, ns, name string) string {
 	return p.Status.PodIP
 }
 
+// PodIPs are the Pod's IPs (status.podIPs: the IPv4 one first, then the
+// IPv6 one on a dual-stack node).
+func (c *Cluster) PodIPs(t harness.T, ns, name string) []string {
+	t.Helper()
+	p, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil || len(p.Status.PodIPs) == 0 {
+		t.Fatalf("node %s: Pod %s/%s IPs: %v", c.Name, ns, name, err)
+	}
+	var ips []string
+	for _, ip := range p.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	return ips
+}
+
 // ClusterSetIP waits (bounded) for the ServiceImport of ns/name to have an
-// IP and returns it.
+// IP and returns the first.
 func (c *Cluster) ClusterSetIP(t harness.T, ns, name string) string {
 	t.Helper()
-	var ip string
-	c.waitFor(t, "ServiceImport "+ns+"/"+name+" with a ClusterSetIP", func() error {
-		out, err := c.Kubectl(time.Minute, "-n", ns, "get", "serviceimports.multicluster.x-k8s.io", name, "-o", "jsonpath={.spec.ips[0]}")
+	return c.ClusterSetIPs(t, ns, name, 1)[0]
+}
+
+// ClusterSetIPs waits (bounded) for the ServiceImport of ns/name to have n
+// IPs (one per family) and returns them.
+func (c *Cluster) ClusterSetIPs(t harness.T, ns, name string, n int) []string {
+	t.Helper()
+	var ips []string
+	c.waitFor(t, fmt.Sprintf("ServiceImport %s/%s with %d ClusterSetIPs", ns, name, n), func() error {
+		out, err := c.Kubectl(time.Minute, "-n", ns, "get", "serviceimports.multicluster.x-k8s.io", name, "-o", "jsonpath={.spec.ips[*]}")
 		if err != nil {
 			return err
 		}
-		if ip = strings.TrimSpace(out); ip == "" {
-			return fmt.Errorf("no spec.ips yet")
+		if ips = strings.Fields(out); len(ips) < n {
+			return fmt.Errorf("spec.ips %v", ips)
 		}
 		return nil
 	})
-	return ip
+	return ips
 }

@@ -14,8 +14,17 @@ import (
 )
 
 // maxSwitchFailures bounds the lookups a Pod may lose while the stock add-on
-// is replaced by ours (see TestClusterset).
-const maxSwitchFailures = 2
+// is replaced by ours. Not zero, for a reason in kubeadm's Pods, which the
+// switch cannot change: their readiness probe (every 10 s, three failures)
+// keeps each of them serving through its 5 s lameduck until it exits, so
+// kube-proxy deletes the UDP conntrack entries that lead to it only after
+// the exit. A query sent in between from a source port that an earlier
+// query to that Pod used (one entry per query of the last 30 s) follows its
+// entry to the Pod that is gone, and is lost: the lookup times out. Our
+// Pods leave serving before they exit (manifests/coredns/deployment.yaml):
+// the rollback to the stock add-on (testRollback) loses none. Each of
+// kubeadm's two Pods can cost a lookup or two, so the bound is four.
+const maxSwitchFailures = 4
 
 // TestClusterset: two real single-node clusters with routable Pod CIDRs,
 // kubeadm's DNS add-on first, then the product installed as the README says
@@ -32,25 +41,26 @@ func TestClusterset(t *testing.T) {
 	// The switch from the stock add-on to ours, as a Pod sees it: a Pod in
 	// each cluster resolves kubernetes.default every 100 ms from before
 	// the overlay is applied until well after our CoreDNS serves.
-	probes := make([]chan string, len(cs))
+	probes := make([]<-chan string, len(cs))
+	eps := make([]*EndpointLog, len(cs))
 	for i, c := range cs {
 		c.InstallStockDNS(t)
 		c.CreatePod(t, WorkloadPod("default", "prober", c.Name, nil))
-		probes[i] = make(chan string, 1)
-		go func(c *Cluster, ch chan<- string) {
-			out, err := c.Kubectl(5*time.Minute, "exec", "prober", "--", "/workload", "probe", "kubernetes.default.svc.cluster.local", "150s")
-			if err != nil {
-				out += "\n" + err.Error()
+		// kubeadm's DNS add-on, running our image with kubeadm's Corefile,
+		// serves the Pod's own resolver (kubelet-written resolv.conf:
+		// nameserver 10.96.0.10, search list, ndots 5) the kubernetes
+		// Service by its short and full names.
+		for _, name := range []string{"kubernetes.default.svc.cluster.local", "kubernetes.default", "kubernetes"} {
+			if got := c.Lookup(t, "default", "prober", name); !equal(got, "10.96.0.1") {
+				t.Errorf("%s: lookup %s with the stock add-on: %v, want [10.96.0.1]", c.Name, name, got)
 			}
-			ch <- out
-		}(c, probes[i])
+		}
+		eps[i] = c.WatchDNSEndpoints()
+		probes[i] = c.StartProbe("default", "prober", "kubernetes.default.svc.cluster.local", 150*time.Second)
 	}
 	InstallClusterset(t, cs)
 	for _, c := range cs {
-		c.ApplyYAML(t, DemoObjects(c.Name))
-		c.WaitPodReady(t, "demo", "backend-"+c.Name)
-		c.WaitPodReady(t, "demo", "web-"+c.Name)
-		c.CreatePod(t, WorkloadPod("demo", "client", c.Name, nil))
+		c.InstallDemo(t)
 	}
 	backends := map[string]string{}
 	for _, c := range cs {
@@ -59,17 +69,19 @@ func TestClusterset(t *testing.T) {
 
 	for i, c := range cs {
 		t.Run(c.Name+"/switch from the stock add-on loses no cluster.local answer", func(t *testing.T) {
-			// The target is no failure. Seen on this setup in four runs:
-			// none, or one lookup in about 1,400 per cluster timed out (2 s,
-			// "dial udp 10.96.0.10:53: i/o timeout") during the switch,
-			// cause not found yet; more than maxSwitchFailures fails the
-			// test, every failure is logged.
+			// At most maxSwitchFailures lost (see there); each failure is
+			// logged beside the kube-dns endpoints' states over time and
+			// kube-proxy's conntrack clean-ups, which show the step of the
+			// rollout it fell in.
 			out := <-probes[i]
-			var ok, fail int
-			if _, err := fmt.Sscanf(out, "ok=%d fail=%d", &ok, &fail); err != nil || ok == 0 || fail > maxSwitchFailures {
-				t.Errorf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s", out)
+			eps[i].Stop()
+			ok, fail, err := ParseProbe(out)
+			if err != nil || ok == 0 || fail > maxSwitchFailures {
+				t.Errorf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s\nkube-dns endpoints:\n%s\nkube-proxy:\n%s",
+					out, eps[i], c.ConntrackCleanups())
 			} else {
-				t.Logf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s", out)
+				t.Logf("kubernetes.default.svc.cluster.local every 100 ms across the switch: %s\nkube-dns endpoints:\n%s\nkube-proxy:\n%s",
+					out, eps[i], c.ConntrackCleanups())
 			}
 		})
 	}
@@ -257,6 +269,10 @@ func TestClusterset(t *testing.T) {
 			return nil
 		})
 	})
+
+	t.Run("connectivity", func(t *testing.T) { testConnectivity(t, cs) })
+	t.Run(a.Name+"/imports enforce", func(t *testing.T) { testEnforce(t, a, backends[a.Name]) })
+	t.Run(b.Name+"/rollback to the stock add-on loses no cluster.local answer", func(t *testing.T) { testRollback(t, b) })
 }
 
 func equal(got []string, want ...string) bool {

@@ -48,7 +48,8 @@ func (c *Cluster) LookupErr(ns, pod, name string) ([]string, error) {
 
 // DemoObjects are one cluster's sample workloads (the shape of
 // manifests/examples, with the workload image): backend, a headless Service
-// exported by annotation; web, a ClusterIP Service exported by a
+// exported by annotation, which Pods of namespace other may resolve as well
+// (allowed-namespaces); web, a ClusterIP Service exported by a
 // ServiceExport, which gets a ClusterSetIP.
 func DemoObjects(cluster string) string {
 	return fmt.Sprintf(`apiVersion: v1
@@ -63,6 +64,8 @@ metadata:
   namespace: demo
   annotations:
     multicluster.kubernetes.io/export: "true"
+    # Under imports enforce, Pods of namespace other may resolve it too.
+    multicluster.kubernetes.io/allowed-namespaces: other
 spec:
   clusterIP: None
   selector:
@@ -94,16 +97,26 @@ metadata:
 %[2]s
 ---
 %[3]s
-`, cluster, workloadYAML("backend-"+cluster, "backend", cluster), workloadYAML("web-"+cluster, "web", cluster))
+`, cluster, workloadYAML("demo", "backend-"+cluster, "backend", cluster), workloadYAML("demo", "web-"+cluster, "web", cluster))
+}
+
+// InstallDemo applies DemoObjects and adds Pod demo/client (WorkloadPod),
+// and waits until the backend, web and client Pods are ready.
+func (c *Cluster) InstallDemo(t harness.T) {
+	t.Helper()
+	c.ApplyYAML(t, DemoObjects(c.Name))
+	c.WaitPodReady(t, "demo", "backend-"+c.Name)
+	c.WaitPodReady(t, "demo", "web-"+c.Name)
+	c.CreatePod(t, WorkloadPod("demo", "client", c.Name, nil))
 }
 
 // workloadYAML is WorkloadPod as YAML, for kubectl apply.
-func workloadYAML(name, app, cluster string) string {
+func workloadYAML(ns, name, app, cluster string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: %[1]s
-  namespace: demo
+  namespace: %[5]s
   labels:
     app: %[2]s
 spec:
@@ -127,5 +140,5 @@ spec:
       periodSeconds: 1
       httpGet:
         path: /
-        port: http`, name, app, cluster, WorkloadImage)
+        port: http`, name, app, cluster, WorkloadImage, ns)
 }

@@ -9,7 +9,9 @@
 // kube-scheduler, containerd + runc, kubelet and kube-proxy (iptables mode),
 // with the CNI bridge plugin for Pods. Nodes share a flat network (a bridge
 // in a hub namespace), Pod CIDRs routed between them; the test reaches each
-// API server through a veth into the hub. Images are side-loaded with `ctr
+// API server through a veth into the hub. NewDualStackNetwork adds IPv6
+// (unique local addresses): IPv6 node addresses, Pod CIDRs and Service
+// ranges beside the IPv4 ones. Images are side-loaded with `ctr
 // images import` (no registry): `make image`'s archives and the test images
 // (workload, pause) from `make node-images`.
 //

@@ -29,13 +29,23 @@ type Network struct {
 	Subnet netip.Prefix // the hub's /24
 	HostIP netip.Addr   // our end of the host veth
 	Hub    string       // the hub's namespace
-	nodes  []*netNode
+	// DualStack: every node has an IPv6 address too (in Subnet6), its Pod
+	// CIDR an IPv6 /64 beside the IPv4 one (in PodNetwork6), routed like
+	// the IPv4 ones; the clusters get IPv6 Service CIDRs (ServiceCIDR6).
+	// Unique local addresses (fd00::/8) of this network's own.
+	DualStack    bool
+	Subnet6      netip.Prefix // the hub's IPv6 /64 (nodes only: the test speaks IPv4 to them)
+	PodNetwork6  netip.Prefix // every node's IPv6 Pod CIDR is in it
+	ServiceCIDR6 netip.Prefix // each cluster's IPv6 Service range
+	nodes        []*netNode
 }
 
 type netNode struct {
 	name, netns string
 	ip          netip.Addr
 	podCIDR     netip.Prefix
+	ip6         netip.Addr   // DualStack only
+	podCIDR6    netip.Prefix // DualStack only
 }
 
 const cmdTimeout = 30 * time.Second
@@ -43,12 +53,31 @@ const cmdTimeout = 30 * time.Second
 // NewNetwork makes the hub and the host veth; Close removes them.
 func NewNetwork(t harness.T) *Network {
 	t.Helper()
+	return newNetwork(t, false)
+}
+
+// NewDualStackNetwork is NewNetwork with IPv6 as well (Network.DualStack).
+func NewDualStackNetwork(t harness.T) *Network {
+	t.Helper()
+	return newNetwork(t, true)
+}
+
+func newNetwork(t harness.T, dual bool) *Network {
+	t.Helper()
 	id := make([]byte, 2)
 	if _, err := rand.Read(id); err != nil {
 		t.Fatalf("node: %v", err)
 	}
 	third, _ := rand.Int(rand.Reader, big.NewInt(200))
-	n := &Network{ID: hex.EncodeToString(id)}
+	n := &Network{ID: hex.EncodeToString(id), DualStack: dual}
+	if dual {
+		// fd + 40 bits: "6d63" (mcs) and the network's ID, then 16 bits
+		// of subnet: 0 the hub, 1 the Services, 0x100+ the Pod CIDRs.
+		pre := "fd6d:6300:" + n.ID + ":"
+		n.Subnet6 = netip.MustParsePrefix(pre + ":/64")
+		n.ServiceCIDR6 = netip.MustParsePrefix(pre + "1::/112")
+		n.PodNetwork6 = netip.MustParsePrefix(pre + "100::/56")
+	}
 	n.Subnet = netip.MustParsePrefix(fmt.Sprintf("10.250.%d.0/24", 20+third.Int64()))
 	n.HostIP = nth(n.Subnet, 1)
 	n.Hub = "mcs-" + n.ID + "-hub"
@@ -94,6 +123,12 @@ func (n *Network) AddNode(t harness.T, name string) (netns string, ip netip.Addr
 		ip:      nth(n.Subnet, 10+i),
 		podCIDR: netip.MustParsePrefix(fmt.Sprintf("10.244.%d.0/24", i+1)),
 	}
+	if n.DualStack {
+		nd.ip6 = nth6(n.Subnet6, 0x10+i)
+		a := n.PodNetwork6.Addr().As16()
+		a[7] = byte(i + 1) // the /64 number i+1 of the /56
+		nd.podCIDR6 = netip.PrefixFrom(netip.AddrFrom16(a), 64)
+	}
 	n.nodes = append(n.nodes, nd)
 	nodeSide, hubSide := fmt.Sprintf("mcs%sn%d", n.ID, i), fmt.Sprintf("mcs%sb%d", n.ID, i)
 	ns := []string{"ip", "-n", nd.netns}
@@ -114,18 +149,41 @@ func (n *Network) AddNode(t harness.T, name string) (netns string, ip netip.Addr
 	// Forwarding (Pods, Services) and bridged Pod traffic through iptables
 	// (kube-proxy's DNAT for replies between Pods on one bridge): settings
 	// of the node's own namespace.
-	for _, s := range []string{"net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"} {
+	sysctls := []string{"net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"}
+	if n.DualStack {
+		// No duplicate address detection in the node's namespace: its
+		// addresses are usable at once (nothing else is on this network).
+		sysctls = append(sysctls, "net.ipv6.conf.all.forwarding=1", "net.bridge.bridge-nf-call-ip6tables=1",
+			"net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0", "net.ipv6.conf.eth0.accept_dad=0")
+	}
+	for _, s := range sysctls {
 		if _, err := run(cmdTimeout, nd.netns, "sysctl", "-qw", s); err != nil {
 			t.Fatalf("node: network: %v", err)
 		}
+	}
+	if n.DualStack {
+		n.must(t, append(ns, "-6", "addr", "add", nd.ip6.String()+"/64", "dev", "eth0", "nodad"))
 	}
 	for _, o := range n.nodes[:i] {
 		n.must(t,
 			append(ns, "route", "add", o.podCIDR.String(), "via", o.ip.String()),
 			[]string{"ip", "-n", o.netns, "route", "add", nd.podCIDR.String(), "via", nd.ip.String()},
 		)
+		if n.DualStack {
+			n.must(t,
+				append(ns, "-6", "route", "add", o.podCIDR6.String(), "via", o.ip6.String()),
+				[]string{"ip", "-n", o.netns, "-6", "route", "add", nd.podCIDR6.String(), "via", nd.ip6.String()},
+			)
+		}
 	}
 	return nd.netns, nd.ip, nd.podCIDR
+}
+
+// nth6 is the i-th address of an IPv6 prefix (i < 65536).
+func nth6(p netip.Prefix, i int) netip.Addr {
+	a := p.Addr().As16()
+	a[14], a[15] = byte(i>>8), byte(i)
+	return netip.AddrFrom16(a)
 }
 
 func (n *Network) node(name string) *netNode {
@@ -151,9 +209,13 @@ func (n *Network) cut(t harness.T, a, b, op string) {
 		t.Fatalf("node: cut %s-%s: unknown node", a, b)
 	}
 	for _, p := range [][2]*netNode{{na, nb}, {nb, na}} {
-		for _, dst := range []string{p[1].ip.String(), p[1].podCIDR.String()} {
+		dsts := [][2]string{{"iptables", p[1].ip.String()}, {"iptables", p[1].podCIDR.String()}}
+		if n.DualStack {
+			dsts = append(dsts, [2]string{"ip6tables", p[1].ip6.String()}, [2]string{"ip6tables", p[1].podCIDR6.String()})
+		}
+		for _, dst := range dsts {
 			for _, chain := range []string{"OUTPUT", "FORWARD"} {
-				if _, err := run(cmdTimeout, p[0].netns, "iptables", "-w", "5", op, chain, "-d", dst, "-j", "DROP"); err != nil {
+				if _, err := run(cmdTimeout, p[0].netns, dst[0], "-w", "5", op, chain, "-d", dst[1], "-j", "DROP"); err != nil {
 					t.Fatalf("node: cut %s-%s: %v", a, b, err)
 				}
 			}

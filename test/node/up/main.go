@@ -33,8 +33,7 @@ func main() {
 		}
 		node.InstallClusterset(p, cs)
 		for _, c := range cs {
-			c.ApplyYAML(p, node.DemoObjects(c.Name))
-			c.CreatePod(p, node.WorkloadPod("demo", "client", c.Name, nil))
+			c.InstallDemo(p)
 		}
 		fmt.Println("== up: two clusters, our CoreDNS and the annotator (MCS controller) in each, namespace demo")
 		for _, c := range cs {
