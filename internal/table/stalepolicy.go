@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // Stale policy: the endpoints of a cluster out of contact stay in every
@@ -103,7 +104,7 @@ func (t *Table) gracesLocked() *graces {
 // dropGrace is the grace of p's export entry of sk when its policy drops
 // stale endpoints, and whether it drops them only while the service has
 // local endpoints (DropIfLocal).
-func dropGrace(p *Pod, sk svcKey) (grace time.Duration, ifLocal, ok bool) {
+func dropGrace(p *store.Pod, sk svcKey) (grace time.Duration, ifLocal, ok bool) {
 	for i := range p.Exports {
 		e := &p.Exports[i]
 		if e.Namespace != sk.Namespace || e.Name != sk.Name {
@@ -120,7 +121,7 @@ func dropGrace(p *Pod, sk svcKey) (grace time.Duration, ifLocal, ok bool) {
 
 // freshLocked returns the Pods of sk without those its stale policy drops
 // (pods itself when it drops none).
-func (t *Table) freshLocked(sk svcKey, pods []*Pod) []*Pod {
+func (t *Table) freshLocked(sk svcKey, pods []*store.Pod) []*store.Pod {
 	if len(t.staleFor) == 0 {
 		return pods
 	}
@@ -129,7 +130,7 @@ func (t *Table) freshLocked(sk svcKey, pods []*Pod) []*Pod {
 		if local < 0 {
 			local = 0
 			for _, p := range pods {
-				if p.Cluster == t.cfg.LocalCluster && serves(sk, []*Pod{p}) {
+				if p.Cluster == t.cfg.LocalCluster && serves(sk, []*store.Pod{p}) {
 					local = 1
 					break
 				}
@@ -137,13 +138,13 @@ func (t *Table) freshLocked(sk svcKey, pods []*Pod) []*Pod {
 		}
 		return local == 1
 	}
-	var out []*Pod
+	var out []*store.Pod
 	for i, p := range pods {
 		g, ifLocal, ok := dropGrace(p, sk)
 		drop := ok && t.staleFor[p.Cluster] > g && (!ifLocal || hasLocal())
 		switch {
 		case drop && out == nil:
-			out = append(make([]*Pod, 0, len(pods)), pods[:i]...)
+			out = append(make([]*store.Pod, 0, len(pods)), pods[:i]...)
 		case !drop && out != nil:
 			out = append(out, p)
 		}

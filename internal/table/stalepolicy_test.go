@@ -23,7 +23,7 @@ func TestStalePolicy(t *testing.T) {
 				t.Run(fmt.Sprintf("%q/%s/local=%t", policy, staleFor, local), func(t *testing.T) {
 					c := cfg()
 					c.Locality = Any
-					tb := New(c)
+					tb := newTable(c)
 					peer := export("backend", httpPort)
 					peer.StaleEndpoints = policy
 					if policy == annotation.StaleDrop || policy == annotation.StaleDropIfLocal {
@@ -74,7 +74,7 @@ func TestStalePolicy(t *testing.T) {
 // A change of the time out of contact that crosses no entry's grace renders
 // nothing again: the index stays the same.
 func TestStalePolicyRendersOnlyAtTheGrace(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	e := export("backend", httpPort)
 	e.StaleEndpoints, e.StaleGraceSeconds = annotation.StaleDrop, 30
 	tb.Upsert(pod("edge-b", "default", "b1", "", true, []string{"10.1.0.1"}, e))
