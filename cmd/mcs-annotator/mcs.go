@@ -17,7 +17,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/mcscontroller"
 	"github.com/mcsannotations/mcsannotations/internal/source"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // peerFlags collects -peer NAME=KUBECONFIG, as CoreDNS's `peer` words name
@@ -92,9 +92,9 @@ func checkMCS(o *options) error {
 }
 
 // startMCS starts the MCS controller's sources (the local cluster and every
-// peer, through the plugin's own label-filtered Pod watch into a table) and
-// its informers on every replica, so that a new leader writes at once. It
-// returns the write loop, for the leader to run.
+// peer, through the plugin's own label-filtered Pod watch into a record
+// store) and its informers on every replica, so that a new leader writes at
+// once. It returns the write loop, for the leader to run.
 //
 // Every cluster is read as CoreDNS reads it (ingest.Reader: protobuf,
 // streamed lists, every reply bounded) and, with -verify, under the same
@@ -109,7 +109,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 			klog.Warningf("mcs-controller: refused a reply over its size bound (a broken or hostile API server?), keeping what is held: %v", err)
 		},
 	}
-	t := table.New(table.Config{LocalCluster: o.cluster})
+	records := store.New()
 	events := source.Events{
 		Rejected: func(cluster, ns, name string, rej []annotation.Rejection) {
 			for _, r := range rej {
@@ -138,7 +138,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		return nil, fmt.Errorf("cluster %s: %w", o.cluster, err)
 	}
 	var srcs []*source.Source
-	srcs = append(srcs, source.New(o.cluster, pods, t, events, source.Options{Key: o.keys[o.cluster]}))
+	srcs = append(srcs, source.New(o.cluster, pods, records, events, source.Options{Key: o.keys[o.cluster]}))
 	for _, p := range o.peers {
 		rc, err := ingest.RESTConfig(p.kubeconfig, "")
 		if err != nil {
@@ -148,7 +148,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
-		srcs = append(srcs, source.New(p.name, c, t, events, source.Options{Key: o.keys[p.name], Scoped: true}))
+		srcs = append(srcs, source.New(p.name, c, records, events, source.Options{Key: o.keys[p.name], Scoped: true}))
 	}
 	var feeds []mcscontroller.Source
 	for _, s := range srcs {
@@ -163,7 +163,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 			_ = s.Stop()
 		}
 	}()
-	ctl := mcscontroller.New(t, feeds, client, dyn, disco, mcscontroller.Config{Expire: o.peerExpire}, mcscontroller.NewMetrics(reg))
+	ctl := mcscontroller.New(records, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire}, mcscontroller.NewMetrics(reg))
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, expiry %v", o.cluster, len(o.peers), o.peerExpire)
 	return ctl.RunLoop, nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -57,7 +58,7 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s is not a service name: want [PREFIX.]SERVICE.NAMESPACE.svc.%s", qname, z)
 	}
 
-	pods := map[string][]*table.Pod{}
+	pods := map[string][]*store.Pod{}
 	var imports []table.ClusterSetIP
 	var rejected []rejectedPod
 	from := ""
@@ -90,9 +91,10 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		from = fmt.Sprintf("cluster %s (namespace %s, Pods labelled %s=%s)", *cluster, svcNS, annotation.ExporterLabel, annotation.LabelValue)
 	}
 
-	t := table.New(table.Config{Zone: z, TTL: 5, LocalCluster: *local, Locality: table.PreferLocal})
+	records := store.New()
+	t := table.New(table.Config{Zone: z, TTL: 5, LocalCluster: *local, Locality: table.PreferLocal}, records)
 	for c, ps := range pods {
-		t.ReplaceCluster(c, ps)
+		records.ReplaceCluster(c, ps)
 	}
 	t.SetClusterSetIPs(imports)
 	ix := t.Rebuild()
@@ -149,7 +151,7 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 }
 
 // localReady reports whether a local Pod is a ready endpoint of the service.
-func localReady(pods []*table.Pod, ns, name string) bool {
+func localReady(pods []*store.Pod, ns, name string) bool {
 	for _, p := range pods {
 		if !p.Ready || len(p.IPs) == 0 {
 			continue
@@ -182,7 +184,7 @@ func answerRRs(a table.Answer) []dns.RR {
 // livePods lists the exporting Pods of namespace from a cluster's API server
 // and makes of them what the plugin's source makes: the records, and the
 // rejections of the Pods whose annotation was not accepted whole.
-func livePods(ctx context.Context, kubeconfig, kubecontext, cluster, namespace string, key ed25519.PublicKey) ([]*table.Pod, []rejectedPod, error) {
+func livePods(ctx context.Context, kubeconfig, kubecontext, cluster, namespace string, key ed25519.PublicKey) ([]*store.Pod, []rejectedPod, error) {
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
 		&clientcmd.ConfigOverrides{CurrentContext: kubecontext}).ClientConfig()
@@ -198,13 +200,13 @@ func livePods(ctx context.Context, kubeconfig, kubecontext, cluster, namespace s
 }
 
 // listPods is livePods with a client.
-func listPods(ctx context.Context, client kubernetes.Interface, cluster, namespace string, key ed25519.PublicKey) ([]*table.Pod, []rejectedPod, error) {
+func listPods(ctx context.Context, client kubernetes.Interface, cluster, namespace string, key ed25519.PublicKey) ([]*store.Pod, []rejectedPod, error) {
 	sel := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
 	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, nil, fmt.Errorf("cluster %s: listing Pods: %w", cluster, err)
 	}
-	var pods []*table.Pod
+	var pods []*store.Pod
 	var rejected []rejectedPod
 	for i := range list.Items {
 		p := &list.Items[i]

@@ -1,6 +1,6 @@
 // Package mcscontroller is each cluster's MCS controller (docs/DESIGN.md):
 // from the export annotations of the local cluster and of every peer, read
-// into a table by the plugin's own sources, it keeps in the local cluster a
+// into a record store by the plugin's own sources, it keeps in the local cluster a
 // ServiceImport per exported service, the derived Service whose ClusterIPs
 // are a ClusterSetIP service's ClusterSetIPs, the EndpointSlices of every
 // exporting cluster, and the Conflict condition of the local ServiceExports.
@@ -50,7 +50,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
 
@@ -65,7 +65,7 @@ const AnnotationApplied = "multicluster.mcsannotations.io/applied"
 type Source interface {
 	Cluster() string
 	// HasSynced reports whether a complete list of the cluster's exporter
-	// Pods has reached the table in this process: only then is the table's
+	// Pods has reached the store in this process: only then is the store's
 	// view of the cluster its current share.
 	HasSynced() bool
 	// LastContact is when the cluster's API server last answered.
@@ -74,6 +74,8 @@ type Source interface {
 
 // Config configures a Controller.
 type Config struct {
+	// LocalCluster is the local cluster's ID: its share never expires.
+	LocalCluster string
 	// Expire drops the share of a peer whose API server has not answered
 	// for this long (0: never, the default). The local cluster never expires.
 	Expire time.Duration
@@ -129,7 +131,7 @@ type Config struct {
 // Controller keeps the MCS objects of the local cluster.
 type Controller struct {
 	cfg     Config
-	table   *table.Table
+	records *store.Store
 	sources []Source
 	client  kubernetes.Interface
 	dyn     dynamic.Interface
@@ -169,10 +171,10 @@ type Controller struct {
 	// What the last reconcile saw and did; only Reconcile touches these,
 	// holding reconciling (one reconcile at a time).
 	reconciling sync.Mutex
-	// lastPods are the current clusters' records (the table keeps the
+	// lastPods are the current clusters' records (the store keeps the
 	// pointer of a record that did not change, and holding them keeps a
 	// pointer from being reused), lastCount their number per service.
-	lastPods  map[*table.Pod]struct{}
+	lastPods  map[*store.Pod]struct{}
 	lastCount map[clusterset.Key]int
 	done      map[clusterset.Key]*outcome
 	// nslices and nconflicts total the slices and the conflicts of done,
@@ -237,9 +239,9 @@ func (o *outcome) counts() (slices, conflicts int) {
 	return len(o.slices), conflicts
 }
 
-// New returns a controller over t, which sources feed (one per cluster, the
-// local one included).
-func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dynamic.Interface, disco discovery.DiscoveryInterface, cfg Config, m *Metrics) *Controller {
+// New returns a controller over records, which sources feed (one per
+// cluster, the local one included).
+func New(records *store.Store, sources []Source, client kubernetes.Interface, dyn dynamic.Interface, disco discovery.DiscoveryInterface, cfg Config, m *Metrics) *Controller {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 100 * time.Millisecond
 	}
@@ -277,7 +279,7 @@ func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dyna
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = time.Minute
 	}
-	c := &Controller{cfg: cfg, table: t, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
+	c := &Controller{cfg: cfg, records: records, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
 		kick: make(chan struct{}, 1), ready: make(chan struct{}), dirty: map[clusterset.Key]bool{}, dirtyNS: map[string]bool{}, all: true,
 		done: map[clusterset.Key]*outcome{}, perNS: map[string]int{}, perCluster: map[string]int{}, refused: map[clusterset.Key]bool{},
 		said: map[clusterset.Key]notes{}, damp: map[clusterset.Key]*damping{}, notBefore: map[clusterset.Key]time.Time{},
@@ -287,7 +289,7 @@ func New(t *table.Table, sources []Source, client kubernetes.Interface, dyn dyna
 	for _, ns := range cfg.RefusedNamespaces {
 		c.refusedNS[ns] = true
 	}
-	t.OnPodChange(func(table.Key, *table.Pod) { c.Kick() })
+	records.Subscribe(func([]store.Change) { c.Kick() })
 	m.sources.Store(&sources)
 	return c
 }
@@ -534,7 +536,7 @@ func (c *Controller) logOnce(err error) {
 	c.lastErr = err
 }
 
-// clusterState says, for a source cluster, whether the table holds its
+// clusterState says, for a source cluster, whether the store holds its
 // current share (current), whether it has not answered since the start so
 // that its share is what the local API server holds (stale), or whether its
 // share is gone (neither: a peer past its expiry, or a cluster no longer
@@ -542,7 +544,7 @@ func (c *Controller) logOnce(err error) {
 func (c *Controller) clusterState(now time.Time) (current, stale func(string) bool, sig string) {
 	cur, st := map[string]bool{}, map[string]bool{}
 	var b strings.Builder
-	local := c.table.Config().LocalCluster
+	local := c.cfg.LocalCluster
 	for _, s := range c.sources {
 		last := s.LastContact()
 		if last.IsZero() {
@@ -591,9 +593,9 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 
 	// The current clusters' records by service; a service whose records
 	// are not all the same pointers as last time is dirty.
-	pods := c.table.Pods("")
-	seen := make(map[*table.Pod]struct{}, len(pods))
-	groups := map[clusterset.Key][]*table.Pod{}
+	pods := c.records.Pods("")
+	seen := make(map[*store.Pod]struct{}, len(pods))
+	groups := map[clusterset.Key][]*store.Pod{}
 	for _, p := range pods {
 		if !current(p.Cluster) {
 			continue
@@ -779,7 +781,7 @@ type job struct {
 // by them). The services imported before go first, then the new ones by
 // the age of their oldest export and by name: the caps never refuse a
 // service already imported, and admit the oldest new ones.
-func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.Key][]*table.Pod,
+func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.Key][]*store.Pod,
 	keep map[clusterset.Key]map[string]*kept, now time.Time) ([]job, map[clusterset.Key]notes) {
 	type cand struct {
 		k      clusterset.Key
