@@ -178,7 +178,7 @@ func startScoped(t *testing.T, client *fake.Clientset, opts Options) (*Source, t
 	return s, tb
 }
 
-// A namespace that joins keeps the records the table holds of it until its
+// A namespace that joins keeps the records the store holds of it until its
 // own list arrives: a switch never empties an answer on the way.
 func TestScopedKeepsUnlistedNamespace(t *testing.T) {
 	client := fake.NewClientset(podIn("a", "p", "10.0.1.1"), podIn("b", "p", "10.0.2.1"), listOf("a", "b"))

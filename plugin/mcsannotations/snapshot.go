@@ -127,7 +127,7 @@ func (m *MCS) stopRetry() {
 	}
 }
 
-// holdsNothing: no source has listed and the table holds no record.
+// holdsNothing: no source has listed and the record store holds no record.
 func (m *MCS) holdsNothing() bool {
 	for _, s := range m.sources {
 		if s.HasSynced() {
