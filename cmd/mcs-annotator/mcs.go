@@ -21,7 +21,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/mcscontroller"
 	"github.com/mcsannotations/mcsannotations/internal/source"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // peerFlags collects -peer NAME=KUBECONFIG, as CoreDNS's `peer` words name
@@ -113,7 +113,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 			klog.Warningf("mcs-controller: refused a reply over its size bound (a broken or hostile API server?), keeping what is held: %v", err)
 		},
 	}
-	t := table.New(table.Config{LocalCluster: o.cluster})
+	records := store.New()
 	events := source.Events{
 		Rejected: func(cluster, ns, name string, rej []annotation.Rejection) {
 			for _, r := range rej {
@@ -142,7 +142,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		return nil, fmt.Errorf("cluster %s: %w", o.cluster, err)
 	}
 	var srcs []*source.Source
-	srcs = append(srcs, source.New(o.cluster, pods, t, events, source.Options{Key: o.keys[o.cluster], Ingest: sm.ingestOptions(o.cluster)}))
+	srcs = append(srcs, source.New(o.cluster, pods, records, events, source.Options{Key: o.keys[o.cluster], Ingest: sm.ingestOptions(o.cluster)}))
 	for _, p := range o.peers {
 		rc, err := ingest.RESTConfig(p.kubeconfig, "")
 		if err != nil {
@@ -152,7 +152,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
-		srcs = append(srcs, source.New(p.name, c, t, events, source.Options{Key: o.keys[p.name], Scoped: true, Ingest: sm.ingestOptions(p.name)}))
+		srcs = append(srcs, source.New(p.name, c, records, events, source.Options{Key: o.keys[p.name], Scoped: true, Ingest: sm.ingestOptions(p.name)}))
 	}
 	var feeds []mcscontroller.Source
 	for _, s := range srcs {
@@ -172,7 +172,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 	bc := record.NewBroadcaster(record.WithContext(ctx))
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	rec := bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: mcscontroller.FieldManager})
-	ctl := mcscontroller.New(t, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec}, mcscontroller.NewMetrics(reg))
+	ctl := mcscontroller.New(records, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec}, mcscontroller.NewMetrics(reg))
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, expiry %v", o.cluster, len(o.peers), o.peerExpire)
 	return ctl.RunLoop, nil

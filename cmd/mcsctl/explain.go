@@ -19,6 +19,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -61,7 +62,7 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s is not a service name: want [PREFIX.]SERVICE.NAMESPACE.svc.%s", qname, z)
 	}
 
-	pods := map[string][]*table.Pod{}
+	pods := map[string][]*store.Pod{}
 	metas := map[string]snapshot.Meta{}
 	var imports []table.ClusterSetIP
 	var rejected []rejectedPod
@@ -99,13 +100,14 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 
 	// The table answers as the plugin's would now: an expired cluster's
 	// records dropped, a stale one's as its services' policies say.
-	t := table.New(table.Config{Zone: z, TTL: 5, LocalCluster: *local, Locality: table.PreferLocal})
+	records := store.New()
+	t := table.New(table.Config{Zone: z, TTL: 5, LocalCluster: *local, Locality: table.PreferLocal}, records)
 	states := map[string]string{}
 	ages := map[string]time.Duration{}
 	for c, ps := range pods {
 		states[c], ages[c] = contactState(metas[c], now, *expire)
 		if states[c] != stateExpired {
-			t.ReplaceCluster(c, ps)
+			records.ReplaceCluster(c, ps)
 		}
 	}
 	t.SetClusterSetIPs(imports)
@@ -181,7 +183,7 @@ func runExplain(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 }
 
 // localReady reports whether a local Pod is a ready endpoint of the service.
-func localReady(pods []*table.Pod, ns, name string) bool {
+func localReady(pods []*store.Pod, ns, name string) bool {
 	for _, p := range pods {
 		if !p.Ready || len(p.IPs) == 0 {
 			continue
@@ -214,7 +216,7 @@ func answerRRs(a table.Answer) []dns.RR {
 // livePods lists the exporting Pods of namespace from a cluster's API server
 // and makes of them what the plugin's source makes: the records, and the
 // rejections of the Pods whose annotation was not accepted whole.
-func livePods(ctx context.Context, kubeconfig, kubecontext, cluster, namespace string, key ed25519.PublicKey) ([]*table.Pod, []rejectedPod, error) {
+func livePods(ctx context.Context, kubeconfig, kubecontext, cluster, namespace string, key ed25519.PublicKey) ([]*store.Pod, []rejectedPod, error) {
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
 		&clientcmd.ConfigOverrides{CurrentContext: kubecontext}).ClientConfig()
@@ -230,13 +232,13 @@ func livePods(ctx context.Context, kubeconfig, kubecontext, cluster, namespace s
 }
 
 // listPods is livePods with a client.
-func listPods(ctx context.Context, client kubernetes.Interface, cluster, namespace string, key ed25519.PublicKey) ([]*table.Pod, []rejectedPod, error) {
+func listPods(ctx context.Context, client kubernetes.Interface, cluster, namespace string, key ed25519.PublicKey) ([]*store.Pod, []rejectedPod, error) {
 	sel := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
 	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, nil, fmt.Errorf("cluster %s: listing Pods: %w", cluster, err)
 	}
-	var pods []*table.Pod
+	var pods []*store.Pod
 	var rejected []rejectedPod
 	for i := range list.Items {
 		p := &list.Items[i]

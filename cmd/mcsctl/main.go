@@ -10,7 +10,7 @@
 //
 // Installed on the PATH as kubectl-mcs it is also `kubectl mcs ...`.
 // It uses the plugin's own packages: the annotation parser, the snapshot
-// store and its codecs, the answer table.
+// store and its codecs, the record store and the answer table.
 package main
 
 import (

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/internal/clients"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -26,7 +27,7 @@ type site struct {
 	ClusterSetIPs []clusterSetIP `json:"clusterSetIPs"`
 	Services      []serviceInfo  `json:"services"`
 
-	pods          map[string][]*table.Pod // by cluster, for explain
+	pods          map[string][]*store.Pod // by cluster, for explain
 	metas         map[string]snapshot.Meta
 	clusterSetIPs []table.ClusterSetIP
 }
@@ -147,7 +148,7 @@ func readSite(path string, timeout time.Duration) (*site, error) {
 		return nil, err
 	}
 	defer st.Close()
-	s := &site{File: path, Copied: st.ReadFromCopy(), pods: map[string][]*table.Pod{}, metas: map[string]snapshot.Meta{}}
+	s := &site{File: path, Copied: st.ReadFromCopy(), pods: map[string][]*store.Pod{}, metas: map[string]snapshot.Meta{}}
 	if _, err := st.LoadClients(func(*clients.Client, []netip.Addr) { s.Clients++ }); err != nil {
 		return nil, err
 	}
@@ -194,7 +195,7 @@ func timePtr(t time.Time) *time.Time {
 }
 
 // services groups the records by the services they export, then by cluster.
-func services(pods map[string][]*table.Pod) []serviceInfo {
+func services(pods map[string][]*store.Pod) []serviceInfo {
 	type key struct{ ns, name string }
 	by := map[key]map[string]*clusterInfo{}
 	for cluster, ps := range pods {

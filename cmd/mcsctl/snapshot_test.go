@@ -21,11 +21,12 @@ import (
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
-func pod(cluster, ns, name, svc string, ready bool, ips ...string) *table.Pod {
-	p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: ns,
+func pod(cluster, ns, name, svc string, ready bool, ips ...string) *store.Pod {
+	p := &store.Pod{Common: &store.Common{Cluster: cluster, Namespace: ns,
 		Exports: []annotation.Export{{Name: svc, Namespace: ns, Cluster: cluster, Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}}},
 		Name: name, Ready: ready}
 	for _, ip := range ips {
@@ -44,7 +45,7 @@ func writeSnapshot(t *testing.T) (string, *snapshot.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	put := func(ps ...*table.Pod) map[string][]byte {
+	put := func(ps ...*store.Pod) map[string][]byte {
 		m := map[string][]byte{}
 		for _, p := range ps {
 			b, err := snapshot.EncodePod(p)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // staleGrace is the plugin's: a cluster's records count as current for this
@@ -62,7 +62,7 @@ type staleView struct {
 
 // stalePolicyOf reads the stale policy of the entries of ns/name in pods (a
 // cluster's records): the distinct values, sorted; the first is applied.
-func stalePolicyOf(pods []*table.Pod, ns, name string) []string {
+func stalePolicyOf(pods []*store.Pod, ns, name string) []string {
 	var out []string
 	for _, p := range pods {
 		for _, e := range p.Exports {

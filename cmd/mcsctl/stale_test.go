@@ -10,7 +10,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // Which policy applies to a cluster's endpoints out of contact: the
@@ -72,8 +72,8 @@ func TestContactState(t *testing.T) {
 
 // stalePods is edge-b's Pods of three services, each exported with a
 // policy.
-func stalePods(cluster string, ip byte, policies map[string]string) []*table.Pod {
-	var out []*table.Pod
+func stalePods(cluster string, ip byte, policies map[string]string) []*store.Pod {
+	var out []*store.Pod
 	for svc, v := range policies {
 		p := pod(cluster, "default", svc+"-0", svc, true, "10.0."+string('0'+ip)+".1")
 		if svc == "db" {
@@ -97,7 +97,7 @@ func TestSnapshotStaleStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	put := func(cluster string, meta snapshot.Meta, ps []*table.Pod) {
+	put := func(cluster string, meta snapshot.Meta, ps []*store.Pod) {
 		m := map[string][]byte{}
 		for _, p := range ps {
 			b, err := snapshot.EncodePod(p)

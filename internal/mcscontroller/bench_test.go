@@ -14,7 +14,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 var (
@@ -25,21 +25,21 @@ var (
 // benchPods are the exporter Pods of the benchmark: endpoints Pods over
 // services services (in namespace ns), endpoint j of a service in cluster
 // a, b or c by j mod 3, every service ClusterSetIP.
-func benchPods(services, endpoints int) []*table.Pod {
-	commons := map[string]*table.Common{}
-	var out []*table.Pod
+func benchPods(services, endpoints int) []*store.Pod {
+	commons := map[string]*store.Common{}
+	var out []*store.Pod
 	for n := 0; n < endpoints; n++ {
 		i, j := n%services, n/services
 		cl := string(rune('a' + j%3))
 		name := fmt.Sprintf("svc-%05d", i)
 		c := commons[cl+"/"+name]
 		if c == nil {
-			c = &table.Common{Cluster: cl, Namespace: "ns", Exports: []annotation.Export{{Name: name, Namespace: "ns", Cluster: cl,
+			c = &store.Common{Cluster: cl, Namespace: "ns", Exports: []annotation.Export{{Name: name, Namespace: "ns", Cluster: cl,
 				Ports:   []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}},
 				Service: annotation.Service{Type: annotation.TypeClusterSetIP}}}}
 			commons[cl+"/"+name] = c
 		}
-		out = append(out, &table.Pod{Common: c, Name: fmt.Sprintf("%s-%d", name, j),
+		out = append(out, &store.Pod{Common: c, Name: fmt.Sprintf("%s-%d", name, j),
 			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})}, Ready: true})
 	}
 	return out
@@ -56,7 +56,7 @@ func heapInUse() uint64 {
 
 // BenchmarkControllerMemory is the controller's heap per endpoint in a
 // steady state (-mcs.endpoints, default 100,000, over -mcs.services): the
-// table of records, the informer caches of the objects it wrote and its own
+// store of records, the informer caches of the objects it wrote and its own
 // state, after a reconcile that finds everything written. The objects are
 // first written through fake clientsets by a controller, then handed to the
 // fakes of a new one, so that the API server's copies (the fakes' trackers)

@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // FieldManager is the controller's server-side apply field manager.
@@ -152,7 +152,7 @@ type Controller struct {
 	// lastPods are the current clusters' records (the table keeps the
 	// pointer of a record that did not change, and holding them keeps a
 	// pointer from being reused), lastCount their number per service.
-	lastPods  map[*table.Pod]struct{}
+	lastPods  map[*store.Pod]struct{}
 	lastCount map[clusterset.Key]int
 	done      map[clusterset.Key]*outcome
 	// nslices and nconflicts total the slices and the conflicts of done,

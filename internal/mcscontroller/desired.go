@@ -12,7 +12,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // AnnotationExport on each EndpointSlice the controller writes holds the
@@ -33,8 +33,8 @@ type share struct {
 // entry, as the annotator writes it; while they differ (a Service changed and
 // the annotator is rewriting its Pods) the entry of the Pod that sorts first
 // by name is used, so the choice is stable.
-func shares(pods []*table.Pod) map[clusterset.Key]map[string]*share {
-	slices.SortFunc(pods, func(a, b *table.Pod) int {
+func shares(pods []*store.Pod) map[clusterset.Key]map[string]*share {
+	slices.SortFunc(pods, func(a, b *store.Pod) int {
 		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	out := map[clusterset.Key]map[string]*share{}

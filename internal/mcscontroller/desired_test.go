@@ -12,15 +12,15 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 func entry(name string, typ string, ports ...annotation.Port) annotation.Export {
 	return annotation.Export{Name: name, Namespace: "ns", Ports: ports, Service: annotation.Service{Type: typ}}
 }
 
-func pod(cluster, name, ip string, ready bool, exports ...annotation.Export) *table.Pod {
-	p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: "ns", Exports: exports}, Name: name, Ready: ready}
+func pod(cluster, name, ip string, ready bool, exports ...annotation.Export) *store.Pod {
+	p := &store.Pod{Common: &store.Common{Cluster: cluster, Namespace: "ns", Exports: exports}, Name: name, Ready: ready}
 	if ip != "" {
 		p.IPs = []netip.Addr{netip.MustParseAddr(ip)}
 	}
@@ -31,7 +31,7 @@ func TestShares(t *testing.T) {
 	http := annotation.Port{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}
 	web := entry("web", annotation.TypeClusterSetIP, http)
 	webOld := entry("web", annotation.TypeHeadless, http) // a Pod not rewritten yet
-	got := shares([]*table.Pod{
+	got := shares([]*store.Pod{
 		pod("b", "web-2", "10.0.0.2", false, web),
 		pod("b", "web-1", "10.0.0.1", true, webOld),
 		pod("a", "web-9", "10.1.0.9", true, web, entry("db", "")),

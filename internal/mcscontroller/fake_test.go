@@ -29,7 +29,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/mcsapi"
 )
 
@@ -95,7 +95,7 @@ func (d *servedDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.API
 
 type env struct {
 	t       testing.TB
-	table   *table.Table
+	table   *store.Store // the records the controller reads
 	client  *fake.Clientset
 	dyn     *dynamicfake.FakeDynamicClient
 	disco   *servedDiscovery
@@ -118,7 +118,7 @@ func newEnv(t testing.TB, cfg Config, sources []*fakeSource, objs ...runtime.Obj
 			typed = append(typed, o)
 		}
 	}
-	e := &env{t: t, table: table.New(table.Config{LocalCluster: "a"}), client: fake.NewSimpleClientset(typed...),
+	e := &env{t: t, table: store.New(), client: fake.NewSimpleClientset(typed...),
 		metrics: NewMetrics(nil), sources: map[string]*fakeSource{}}
 	e.client.PrependReactor("patch", "*", typedApplyReactor(e.client.Tracker()))
 	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
@@ -130,6 +130,9 @@ func newEnv(t testing.TB, cfg Config, sources []*fakeSource, objs ...runtime.Obj
 	for _, s := range sources {
 		e.sources[s.cluster] = s
 		srcs = append(srcs, s)
+	}
+	if cfg.LocalCluster == "" {
+		cfg.LocalCluster = "a"
 	}
 	if cfg.CRDPoll == 0 {
 		cfg.CRDPoll = 10 * time.Millisecond
@@ -383,11 +386,11 @@ func importClusters(u *unstructured.Unstructured) []string {
 }
 
 // exporter is a Pod of cluster exporting service name (ClusterSetIP, port http 80 -> 8080).
-func exporter(cluster, name, ip string, typ string) *table.Pod {
+func exporter(cluster, name, ip string, typ string) *store.Pod {
 	e := annotation.Export{Name: name, Namespace: "ns", Cluster: cluster,
 		Ports:   []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}},
 		Service: annotation.Service{Type: typ}}
-	return &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: "ns", Exports: []annotation.Export{e}},
+	return &store.Pod{Common: &store.Common{Cluster: cluster, Namespace: "ns", Exports: []annotation.Export{e}},
 		Name: name + "-" + cluster, IPs: []netip.Addr{netip.MustParseAddr(ip)}, Ready: true}
 }
 

@@ -22,7 +22,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // attempts counts the write requests (failed ones included) that name one
@@ -147,8 +147,8 @@ func TestInvalidDerivedServiceNotWritten(t *testing.T) {
 
 // pending is a Pod of cluster in namespace ns without an IP (never
 // scheduled) exporting services name-0 ... name-(n-1) as ClusterSetIP.
-func pending(cluster, ns, name string, n int) *table.Pod {
-	p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: ns}, Name: name + "-pod"}
+func pending(cluster, ns, name string, n int) *store.Pod {
+	p := &store.Pod{Common: &store.Common{Cluster: cluster, Namespace: ns}, Name: name + "-pod"}
 	for i := range n {
 		p.Exports = append(p.Exports, annotation.Export{Name: fmt.Sprintf("%s-%d", name, i), Namespace: ns, Cluster: cluster,
 			Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}, Service: annotation.Service{Type: annotation.TypeClusterSetIP}})
@@ -465,7 +465,7 @@ func TestDampingAndClusterSetIPKept(t *testing.T) {
 // long for each write within twice the wait, up to DampMax; Damp again
 // after a quiet time.
 func TestDampingInterval(t *testing.T) {
-	c := New(table.New(table.Config{LocalCluster: "a"}), nil, nil, nil, nil, Config{LocalCluster: "a", Damp: time.Second, DampMax: 10 * time.Second}, NewMetrics(nil))
+	c := New(store.New(), nil, nil, nil, nil, Config{LocalCluster: "a", Damp: time.Second, DampMax: 10 * time.Second}, NewMetrics(nil))
 	defer c.queue.ShutDown()
 	k := clusterset.Key{Namespace: "ns", Name: "web"}
 	now := time.Unix(1000, 0)

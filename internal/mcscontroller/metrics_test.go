@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // mcs_controller_cluster_last_contact_seconds has a series per cluster the
@@ -22,7 +22,7 @@ func TestClusterLastContact(t *testing.T) {
 		t.Fatalf("before New: %d series, %v", n, err)
 	}
 	srcs := []Source{newSource("edge-a", true, time.Now()), newSource("edge-b", true, time.Now().Add(-time.Hour)), newSource("edge-c", false, time.Time{})}
-	New(table.New(table.Config{LocalCluster: "edge-a"}), srcs, fake.NewClientset(), nil, nil, Config{}, m)
+	New(store.New(), srcs, fake.NewClientset(), nil, nil, Config{LocalCluster: "edge-a"}, m)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

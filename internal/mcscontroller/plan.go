@@ -13,7 +13,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // derivedMode is what a sync does with a service's derived Service.
@@ -41,7 +41,7 @@ type job struct {
 // first, then the new ones by the age of their oldest export and by name:
 // the caps never refuse a service already imported, and admit the oldest
 // new ones.
-func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.Key][]*table.Pod,
+func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.Key][]*store.Pod,
 	keep map[clusterset.Key]map[string]*kept, outOf map[string]time.Duration, now time.Time) (map[clusterset.Key]job, map[clusterset.Key]notes) {
 	type cand struct {
 		k      clusterset.Key

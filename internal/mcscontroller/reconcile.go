@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // Reconcile syncs, once, every service queued by now (every service the
@@ -71,8 +71,8 @@ func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) err
 	// The current clusters' records by service; a service whose records
 	// are not all the same pointers as last time is dirty.
 	pods := c.records.Pods("")
-	seen := make(map[*table.Pod]struct{}, len(pods))
-	groups := map[clusterset.Key][]*table.Pod{}
+	seen := make(map[*store.Pod]struct{}, len(pods))
+	groups := map[clusterset.Key][]*store.Pod{}
 	for _, p := range pods {
 		if !current(p.Cluster) {
 			continue

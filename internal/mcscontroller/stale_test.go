@@ -10,11 +10,11 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // withPolicy sets the stale policy of p's export entries.
-func withPolicy(p *table.Pod, policy string, grace time.Duration) *table.Pod {
+func withPolicy(p *store.Pod, policy string, grace time.Duration) *store.Pod {
 	for i := range p.Exports {
 		p.Exports[i].StaleEndpoints = policy
 		p.Exports[i].StaleGraceSeconds = int32(grace / time.Second)

@@ -18,14 +18,14 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 var webKey = clusterset.Key{Namespace: "ns", Name: "web"}
 
 // wantWeb is the job plan makes for web from these records (one per
 // cluster), as the controller's outcome holds it.
-func wantWeb(mode derivedMode, pods ...*table.Pod) job {
+func wantWeb(mode derivedMode, pods ...*store.Pod) job {
 	cur := shares(pods)[webKey]
 	var exports []clusterset.Export
 	out := &outcome{}

@@ -19,11 +19,11 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // in moves an exporter record to namespace ns.
-func in(ns string, p *table.Pod) *table.Pod {
+func in(ns string, p *store.Pod) *store.Pod {
 	c := *p.Common
 	c.Namespace = ns
 	c.Exports = []annotation.Export{p.Exports[0]}

@@ -10,17 +10,17 @@ import (
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // roundTable is a table of n endpoints in services of 10, all asked, their
 // IPs n addresses of 10.0.0.0/8 at port.
-func roundTable(n int, port uint16) (*table.Table, []*table.Pod) {
-	tbl := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	pods := make([]*table.Pod, n)
+func roundTable(n int, port uint16) (testTable, []*store.Pod) {
+	tbl := newTable()
+	pods := make([]*store.Pod, n)
 	for i := range pods {
 		name := fmt.Sprintf("svc-%d", i/10)
-		pods[i] = &table.Pod{Common: &table.Common{Cluster: "edge-b", Namespace: "default", Exports: []annotation.Export{{Name: name, Namespace: "default", Cluster: "edge-b",
+		pods[i] = &store.Pod{Common: &store.Common{Cluster: "edge-b", Namespace: "default", Exports: []annotation.Export{{Name: name, Namespace: "default", Cluster: "edge-b",
 			Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: int32(port), Protocol: "TCP"}}}}},
 			Name: fmt.Sprintf("pod-%d", i), Ready: true, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})}}
 	}

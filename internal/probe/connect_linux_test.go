@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // stuck is a listener that never accepts, its backlog full: the SYNs of
@@ -128,8 +128,8 @@ func TestConnectAllStop(t *testing.T) {
 // a listener's endpoint stays up, a closed port's goes down.
 func TestRoundConnects(t *testing.T) {
 	up, down := acceptClose(t), refused(t)
-	tbl := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	pods := []*table.Pod{mkpod("edge-b", "b1", "127.0.0.1", true, "backend"), mkpod("edge-b", "b2", "127.0.0.1", true, "other")}
+	tbl := newTable()
+	pods := []*store.Pod{mkpod("edge-b", "b1", "127.0.0.1", true, "backend"), mkpod("edge-b", "b2", "127.0.0.1", true, "other")}
 	pods[0].Exports[0].Ports[0].TargetPort = int32(up.Port())
 	pods[1].Exports[0].Ports[0].TargetPort = int32(down.Port())
 	tbl.ReplaceCluster("edge-b", pods)
@@ -157,8 +157,8 @@ func TestRoundFailureBlamesNoEndpoint(t *testing.T) {
 	connectRound = func(context.Context, []netip.AddrPort, int, time.Duration, func(int, error)) error {
 		return errors.New("epoll_create1: too many open files")
 	}
-	tbl := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	tbl.ReplaceCluster("edge-b", []*table.Pod{mkpod("edge-b", "b1", "127.0.0.1", true, "backend")})
+	tbl := newTable()
+	tbl.ReplaceCluster("edge-b", []*store.Pod{mkpod("edge-b", "b1", "127.0.0.1", true, "backend")})
 	tbl.TrackDemand()
 	tbl.Rebuild().Service("default", "backend")
 	var failed []error

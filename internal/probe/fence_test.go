@@ -15,7 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 func prefixes(ps ...string) []netip.Prefix {
@@ -143,9 +143,9 @@ func TestRefusedAnswersSameOpenOrClosed(t *testing.T) {
 			if tc.allowed {
 				cfg = onLoopback(cfg)
 			}
-			tbl := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+			tbl := newTable()
 			svcs := map[string]netip.AddrPort{"open": open, "closed": closed}
-			var pods []*table.Pod
+			var pods []*store.Pod
 			for name, ap := range svcs {
 				pod := mkpod("edge-b", name+"-0", ap.Addr().String(), true, name)
 				pod.Exports[0].Ports = []annotation.Port{{Name: "http", Port: 80, TargetPort: int32(ap.Port()), Protocol: "TCP"}}
@@ -223,7 +223,7 @@ func (a *accepts) before(t *testing.T) int {
 // Endpoints sharing an address and port cost one probe a round, whose
 // result they all take.
 func TestOneProbePerAddressPort(t *testing.T) {
-	var pods []*table.Pod
+	var pods []*store.Pod
 	for i := range 1000 {
 		pods = append(pods, mkpod("edge-b", fmt.Sprintf("p%d", i), "10.9.0.1", true, fmt.Sprintf("svc-%d", i%50)))
 	}
@@ -257,12 +257,12 @@ func TestOneProbePerAddressPort(t *testing.T) {
 func TestPortsPerAddress(t *testing.T) {
 	cfg := Defaults(All)
 	cfg.PortsPerAddress = 4
-	mk := func(port int) *table.Pod {
+	mk := func(port int) *store.Pod {
 		pod := mkpod("edge-b", fmt.Sprintf("p%d", port), "10.9.0.1", true, fmt.Sprintf("svc-%d", port))
 		pod.Exports[0].Ports = []annotation.Port{{Name: "http", Port: 80, TargetPort: int32(port), Protocol: "TCP"}}
 		return pod
 	}
-	var pods []*table.Pod
+	var pods []*store.Pod
 	for port := 1010; port < 1030; port++ {
 		pods = append(pods, mk(port))
 	}
@@ -318,7 +318,7 @@ func TestPortsPerAddress(t *testing.T) {
 	if down, _ := e.p.Down(); down["edge-b"] != 1 {
 		t.Fatalf("Down() = %v, want 1013 down", down)
 	}
-	e.tbl.Delete(table.Key{Cluster: "edge-b", Namespace: "default", Name: "p1012"})
+	e.tbl.Delete(store.Key{Cluster: "edge-b", Namespace: "default", Name: "p1012"})
 	e.tbl.Rebuild()
 	e.round()
 	if e.dialer.count("10.9.0.1:1000") != 1 {
@@ -332,7 +332,7 @@ func TestPortsPerAddress(t *testing.T) {
 // Refusal reports are logged at about one a second (bursts of ten); the
 // rest carry Log false and are counted in the next logged one.
 func TestRefusalsRateLimited(t *testing.T) {
-	var pods []*table.Pod
+	var pods []*store.Pod
 	for i := range 30 {
 		pods = append(pods, mkpod("edge-b", fmt.Sprintf("b%02d", i), fmt.Sprintf("127.0.0.%d", i+1), true, "backend"))
 	}

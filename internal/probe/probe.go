@@ -33,7 +33,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // Mode chooses which endpoints are probed.
@@ -98,15 +98,15 @@ type Dialer interface {
 // Table is what the prober needs of internal/table's Table.
 type Table interface {
 	Asked(f func(namespace, name string))
-	Members(namespace, name string) []*table.Pod
-	SetDown(namespace, name string, pod table.Key, down bool)
+	Members(namespace, name string) []*store.Pod
+	SetDown(namespace, name string, pod store.Key, down bool)
 }
 
 // Endpoint is one probed endpoint: a Pod backing a service, and the address
 // probed (its first IP, its first exported TCP target port).
 type Endpoint struct {
 	Namespace, Service string
-	Pod                table.Key
+	Pod                store.Key
 	Addr               netip.AddrPort
 }
 
@@ -186,7 +186,7 @@ type svc struct{ namespace, name string }
 
 type targetID struct {
 	svc
-	pod table.Key
+	pod store.Key
 }
 
 type target struct {
@@ -433,7 +433,7 @@ func (p *Prober) ports(same []*target) map[uint16]bool {
 }
 
 // tcpPort is the first TCP target port of pod's export of s, or 0.
-func tcpPort(pod *table.Pod, s svc) uint16 {
+func tcpPort(pod *store.Pod, s svc) uint16 {
 	for _, e := range pod.Exports {
 		if e.Namespace != s.namespace || e.Name != s.name {
 			continue

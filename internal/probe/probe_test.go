@@ -19,6 +19,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -92,8 +93,20 @@ func (d *fakeDialer) total() int {
 
 var httpPort = annotation.Port{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}
 
-func mkpod(cluster, name, ip string, ready bool, svcs ...string) *table.Pod {
-	p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: "default"}, Name: name, Ready: ready,
+// testTable is a record store and the DNS table over it: a test writes
+// records to the store, the prober reads and marks the table.
+type testTable struct {
+	*table.Table
+	*store.Store
+}
+
+func newTable() testTable {
+	st := store.New()
+	return testTable{table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"}, st), st}
+}
+
+func mkpod(cluster, name, ip string, ready bool, svcs ...string) *store.Pod {
+	p := &store.Pod{Common: &store.Common{Cluster: cluster, Namespace: "default"}, Name: name, Ready: ready,
 		IPs: []netip.Addr{netip.MustParseAddr(ip)}}
 	for _, s := range svcs {
 		p.Exports = append(p.Exports, annotation.Export{Name: s, Namespace: "default", Cluster: cluster, Ports: []annotation.Port{httpPort}})
@@ -104,7 +117,7 @@ func mkpod(cluster, name, ip string, ready bool, svcs ...string) *table.Pod {
 // env is a table, a fake dialer and clock, and a prober over them.
 type env struct {
 	t       *testing.T
-	tbl     *table.Table
+	tbl     testTable
 	dialer  *fakeDialer
 	clk     *testingclock.FakeClock
 	p       *Prober
@@ -112,8 +125,8 @@ type env struct {
 	probes  map[bool]int
 }
 
-func newEnv(t *testing.T, cfg Config, opts Options, pods ...*table.Pod) *env {
-	e := &env{t: t, tbl: table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"}), dialer: newDialer(),
+func newEnv(t *testing.T, cfg Config, opts Options, pods ...*store.Pod) *env {
+	e := &env{t: t, tbl: newTable(), dialer: newDialer(),
 		clk: testingclock.NewFakeClock(time.Unix(1_700_000_000, 0)), probes: map[bool]int{}}
 	for _, p := range pods {
 		e.tbl.Upsert(p)
@@ -337,7 +350,7 @@ func TestWhatIsProbed(t *testing.T) {
 // At most Workers probes run at once, and a stop ends a round without
 // counting its cut-short probes as failures.
 func TestWorkersAndStop(t *testing.T) {
-	var pods []*table.Pod
+	var pods []*store.Pod
 	for i := range 20 {
 		pods = append(pods, mkpod("edge-b", fmt.Sprintf("b%d", i), fmt.Sprintf("10.1.0.%d", i+1), true, "backend"))
 	}
@@ -372,7 +385,7 @@ func TestWorkersAndStop(t *testing.T) {
 func TestChangesRateLimited(t *testing.T) {
 	cfg := Defaults(All)
 	cfg.Fails = 1
-	var pods []*table.Pod
+	var pods []*store.Pod
 	for i := range 30 {
 		pods = append(pods, mkpod("edge-b", fmt.Sprintf("b%02d", i), fmt.Sprintf("10.1.0.%d", i+1), true, "backend"))
 	}

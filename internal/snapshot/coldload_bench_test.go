@@ -9,24 +9,25 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 // benchPods makes n Pods backing n/per services (per endpoints each) in 50
 // namespaces, with one named port, spread over clusters edge-a, edge-b...
-func benchPods(n, per, clusters int) []*table.Pod {
-	pods := make([]*table.Pod, n)
+func benchPods(n, per, clusters int) []*store.Pod {
+	pods := make([]*store.Pod, n)
 	for i := range pods {
 		ns := fmt.Sprintf("ns-%d", (i/per)%50)
 		cl := fmt.Sprintf("edge-%c", 'a'+i%clusters)
-		pods[i] = &table.Pod{Common: &table.Common{Cluster: cl, Namespace: ns, Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/per), Namespace: ns, Cluster: cl,
+		pods[i] = &store.Pod{Common: &store.Common{Cluster: cl, Namespace: ns, Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/per), Namespace: ns, Cluster: cl,
 			Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}}}}}, Name: fmt.Sprintf("pod-%d", i),
 			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})}, Ready: true}
 	}
 	return pods
 }
 
-func encodeAll(b testing.TB, pods []*table.Pod) [][]byte {
+func encodeAll(b testing.TB, pods []*store.Pod) [][]byte {
 	recs := make([][]byte, len(pods))
 	for i, p := range pods {
 		var err error
@@ -38,10 +39,10 @@ func encodeAll(b testing.TB, pods []*table.Pod) [][]byte {
 }
 
 // loadRecords is a cold start's work after the store has read the records: decode every record
-// (sharing common values), load them, build the index.
-func loadRecords(b *testing.B, recs [][]byte) (*table.Table, *table.Index) {
+// (sharing common values), load them into a record store, build the index.
+func loadRecords(b *testing.B, recs [][]byte) (*store.Store, *table.Index) {
 	dec := NewPodDecoder()
-	decoded := make([]*table.Pod, len(recs))
+	decoded := make([]*store.Pod, len(recs))
 	for i, r := range recs {
 		p, err := dec.Decode(r)
 		if err != nil {
@@ -49,15 +50,16 @@ func loadRecords(b *testing.B, recs [][]byte) (*table.Table, *table.Index) {
 		}
 		decoded[i] = p
 	}
-	t := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
+	st := store.New()
+	t := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"}, st)
 	clusters := map[string]bool{}
 	for _, p := range decoded {
 		if !clusters[p.Cluster] {
 			clusters[p.Cluster] = true
-			t.ReplaceCluster(p.Cluster, decoded) // takes that cluster's records
+			st.ReplaceCluster(p.Cluster, decoded) // takes that cluster's records
 		}
 	}
-	return t, t.Rebuild()
+	return st, t.Rebuild()
 }
 
 // BenchmarkColdLoad is a cold start from a snapshot of
@@ -75,7 +77,7 @@ func BenchmarkColdLoad(b *testing.B) {
 }
 
 // BenchmarkIndexHeap reports the heap per endpoint of 100,000 endpoints
-// loaded as from a snapshot: the records, the table and its index
+// loaded as from a snapshot: the records (the store), the table and its index
 // (B/endpoint), then with every service's name asked, so its answers are
 // rendered (B/endpoint-rendered), for services of 10 endpoints and of 1, in
 // one cluster, and of 10 endpoints in two clusters.

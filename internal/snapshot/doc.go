@@ -1,8 +1,8 @@
-// Package snapshot persists the plugin's table in a bbolt file so that the
-// plugin can answer from its last known table when the Kubernetes API is
-// unreachable, including straight after a restart. It is the one home of
-// persistence: the file's layout, the batched writer, and the codecs of
-// what it holds.
+// Package snapshot persists the plugin's records (internal/store) in a bbolt
+// file so that the plugin can answer from its last known records when the
+// Kubernetes API is unreachable, including straight after a restart. It is
+// the one home of persistence: the file's layout, the batched writer, and the
+// codecs of what it holds.
 //
 // # Layout
 //

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // logBuf collects Logf lines; safe for concurrent use.
@@ -140,8 +140,8 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 
 // pod is a record of Pod name in cluster and ns, exporting exports (each
 // given the cluster, and ns when it names no namespace).
-func pod(cluster, ns, name, hostname string, ready bool, ips []string, exports ...annotation.Export) *table.Pod {
-	p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: ns}, Name: name, Hostname: hostname, Ready: ready}
+func pod(cluster, ns, name, hostname string, ready bool, ips []string, exports ...annotation.Export) *store.Pod {
+	p := &store.Pod{Common: &store.Common{Cluster: cluster, Namespace: ns}, Name: name, Hostname: hostname, Ready: ready}
 	for _, s := range ips {
 		p.IPs = append(p.IPs, netip.MustParseAddr(s))
 	}

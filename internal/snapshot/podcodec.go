@@ -11,7 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // A persisted record starts with a version byte: a codec change gets a new
@@ -54,7 +54,7 @@ var protocols = [...]string{annotation.TCP, annotation.UDP, annotation.SCTP}
 // Each record is written in the oldest form that holds it, so that a record
 // without the newer fields stays readable by the versions before them (which
 // skip a record of a form they do not know: the plugin lists it again).
-func EncodePod(p *table.Pod) ([]byte, error) {
+func EncodePod(p *store.Pod) ([]byte, error) {
 	b := make([]byte, 0, 128)
 	version := byte(recordBinary)
 	for _, e := range p.Exports {
@@ -151,7 +151,7 @@ func appendService(b []byte, s *annotation.Service) []byte {
 
 // DecodePod reads a persisted record. It checks the shape, not the content:
 // callers check the record against the source it was stored under.
-func DecodePod(b []byte) (*table.Pod, error) { return (*PodDecoder)(nil).Decode(b) }
+func DecodePod(b []byte) (*store.Pod, error) { return (*PodDecoder)(nil).Decode(b) }
 
 // PodDecoder reads many records and shares what they have in common: a
 // service's Pods carry the same cluster, namespace and exports, so a table
@@ -169,9 +169,9 @@ func DecodePod(b []byte) (*table.Pod, error) { return (*PodDecoder)(nil).Decode(
 // are unaffected.
 type PodDecoder struct {
 	strings map[string]string
-	commons map[string][]*table.Common // by the encoded exports; one per cluster and namespace
+	commons map[string][]*store.Common // by the encoded exports; one per cluster and namespace
 
-	pods  []table.Pod  // unused records of the current chunk
+	pods  []store.Pod  // unused records of the current chunk
 	addrs []netip.Addr // unused addresses
 	text  []byte       // names: appended to, never changed once cut
 }
@@ -182,7 +182,7 @@ const chunkRecords = 256
 
 // NewPodDecoder returns a PodDecoder that shares equal values across records.
 func NewPodDecoder() *PodDecoder {
-	return &PodDecoder{strings: map[string]string{}, commons: map[string][]*table.Common{}}
+	return &PodDecoder{strings: map[string]string{}, commons: map[string][]*store.Common{}}
 }
 
 // PodDecoders share at most this many distinct values of each kind; past it,
@@ -205,12 +205,12 @@ func (s *PodDecoder) str(b []byte) string {
 }
 
 // newPod returns a zero record, cut from the current chunk.
-func (s *PodDecoder) newPod() *table.Pod {
+func (s *PodDecoder) newPod() *store.Pod {
 	if s == nil {
-		return new(table.Pod)
+		return new(store.Pod)
 	}
 	if len(s.pods) == 0 {
-		s.pods = make([]table.Pod, chunkRecords)
+		s.pods = make([]store.Pod, chunkRecords)
 	}
 	p := &s.pods[0]
 	s.pods = s.pods[1:]
@@ -248,11 +248,11 @@ func (s *PodDecoder) addrsFor(n int) []netip.Addr {
 }
 
 // Decode is DecodePod, sharing values with the records decoded before.
-func (s *PodDecoder) Decode(b []byte) (*table.Pod, error) {
+func (s *PodDecoder) Decode(b []byte) (*store.Pod, error) {
 	if len(b) == 0 {
 		return nil, errors.New("empty record")
 	}
-	var p *table.Pod
+	var p *store.Pod
 	switch b[0] {
 	case recordBinary, recordAllowed, recordService, recordStale:
 		d := podReader{reader: reader{b: b[1:]}, shared: s, allowed: b[0] >= recordAllowed, service: b[0] >= recordService, stale: b[0] == recordStale}
@@ -264,7 +264,7 @@ func (s *PodDecoder) Decode(b []byte) (*table.Pod, error) {
 			return nil, errors.New("data after the record")
 		}
 	case recordJSON:
-		p = new(table.Pod)
+		p = new(store.Pod)
 		if err := json.Unmarshal(b[1:], p); err != nil {
 			return nil, err
 		}
@@ -290,7 +290,7 @@ type podReader struct {
 // sharedString reads a string that many records repeat (cluster, namespace).
 func (d *podReader) sharedString() string { return d.shared.str(d.stringBytes()) }
 
-func (d *podReader) pod() *table.Pod {
+func (d *podReader) pod() *store.Pod {
 	cluster, namespace := d.sharedString(), d.sharedString()
 	p := d.shared.newPod()
 	p.Name = d.shared.name(d.stringBytes())
@@ -304,7 +304,7 @@ func (d *podReader) pod() *table.Pod {
 	}
 	start := d.b
 	if d.shared == nil {
-		p.Common = &table.Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
+		p.Common = &store.Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
 		return p
 	}
 	// The exports run to the end of a well-formed record: records with the
@@ -316,7 +316,7 @@ func (d *podReader) pod() *table.Pod {
 			return p
 		}
 	}
-	p.Common = &table.Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
+	p.Common = &store.Common{Cluster: cluster, Namespace: namespace, Exports: d.exports()}
 	if d.err == nil && len(d.b) == 0 && len(d.shared.commons) < maxShared {
 		k := string(start)
 		if cs := d.shared.commons[k]; len(cs) < maxItems {

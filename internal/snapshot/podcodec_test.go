@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // A record round-trips in the smallest form that holds it; older forms
@@ -48,7 +48,7 @@ func TestPodCodec(t *testing.T) {
 			t.Errorf("DecodePod(%q) accepted", x)
 		}
 	}
-	if _, err := EncodePod(&table.Pod{Common: &table.Common{Cluster: "a", Namespace: "b", Exports: []annotation.Export{{Name: "s", Ports: []annotation.Port{{Port: 1, Protocol: "ICMP"}}}}}, Name: "c"}); err == nil {
+	if _, err := EncodePod(&store.Pod{Common: &store.Common{Cluster: "a", Namespace: "b", Exports: []annotation.Export{{Name: "s", Ports: []annotation.Port{{Port: 1, Protocol: "ICMP"}}}}}, Name: "c"}); err == nil {
 		t.Error("EncodePod accepted an unknown protocol")
 	}
 }
@@ -62,8 +62,8 @@ func TestDecoderShares(t *testing.T) {
 	// d's exports encode as b's, but d runs in another namespace.
 	d := pod("edge-a", "other", "d", "", true, []string{"10.0.0.4"}, annotation.Export{Name: "backend", Namespace: "default", Ports: []annotation.Port{httpPort}})
 	dec := NewPodDecoder()
-	var got []*table.Pod
-	for _, p := range []*table.Pod{a, b, c, d} {
+	var got []*store.Pod
+	for _, p := range []*store.Pod{a, b, c, d} {
 		raw, err := EncodePod(p)
 		if err != nil {
 			t.Fatal(err)
@@ -125,7 +125,7 @@ func TestDecoderBounded(t *testing.T) {
 func TestDecoderChunks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	dec := NewPodDecoder()
-	var want, got []*table.Pod
+	var want, got []*store.Pod
 	for i := range 5 * chunkRecords {
 		name := fmt.Sprintf("p-%d-", i) + strings.Repeat("x", rng.IntN(40))
 		if i%97 == 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -58,8 +59,8 @@ func TestSchema2OldCodecOpens(t *testing.T) {
 }
 
 // servicePod is an exporting Pod whose entry carries every Service field.
-func servicePod(name, ip string) *table.Pod {
-	return &table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{
+func servicePod(name, ip string) *store.Pod {
+	return &store.Pod{Common: &store.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{
 		Name: "web", Namespace: "default", Cluster: "edge-a", Allowed: []string{"shop"},
 		Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP", AppProtocol: "kubernetes.io/h2c"},
 			{Name: "dns", Port: 53, TargetPort: 5353, Protocol: "UDP"}},
@@ -73,7 +74,7 @@ func servicePod(name, ip string) *table.Pod {
 // Every Service field of an export survives the snapshot; after a restart
 // from it, the answers are the ones given before.
 func TestServiceFieldsSurviveRestart(t *testing.T) {
-	pods := []*table.Pod{servicePod("web-0", "10.0.0.1"), servicePod("web-1", "10.0.0.2")}
+	pods := []*store.Pod{servicePod("web-0", "10.0.0.1"), servicePod("web-1", "10.0.0.2")}
 	path := dbPath(t)
 	var l logBuf
 	s, _ := mustOpen(t, path, testOptions(&l))
@@ -95,7 +96,7 @@ func TestServiceFieldsSurviveRestart(t *testing.T) {
 	s, _ = mustOpen(t, path, testOptions(&l))
 	defer mustClose(t, s)
 	dec := NewPodDecoder()
-	var back []*table.Pod
+	var back []*store.Pod
 	for _, v := range mustLoad(t, s)["edge-a"].Records {
 		p, err := dec.Decode(v)
 		if err != nil {
@@ -103,7 +104,7 @@ func TestServiceFieldsSurviveRestart(t *testing.T) {
 		}
 		back = append(back, p)
 	}
-	slices.SortFunc(back, func(a, b *table.Pod) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(back, func(a, b *store.Pod) int { return strings.Compare(a.Name, b.Name) })
 	for i := range pods {
 		if !back[i].Equal(pods[i]) {
 			t.Errorf("read back %+v\nwant %+v", back[i].Exports, pods[i].Exports)
@@ -117,9 +118,10 @@ func TestServiceFieldsSurviveRestart(t *testing.T) {
 		t.Fatalf("import state %v, %v", state, err)
 	}
 
-	answers := func(ps []*table.Pod, state table.ImportState) []table.Answer {
-		tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
-		tb.ReplaceCluster("edge-a", ps)
+	answers := func(ps []*store.Pod, state table.ImportState) []table.Answer {
+		st := store.New()
+		tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"}, st)
+		st.ReplaceCluster("edge-a", ps)
 		tb.SetImportState(state)
 		ix := tb.Rebuild()
 		var out []table.Answer

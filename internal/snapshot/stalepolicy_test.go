@@ -11,12 +11,13 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 // stalePod is an exporting Pod of edge-b whose entries are exports.
-func stalePod(name, ip string, exports ...annotation.Export) *table.Pod {
-	return &table.Pod{Common: &table.Common{Cluster: "edge-b", Namespace: "default", Exports: exports},
+func stalePod(name, ip string, exports ...annotation.Export) *store.Pod {
+	return &store.Pod{Common: &store.Common{Cluster: "edge-b", Namespace: "default", Exports: exports},
 		Name: name, IPs: []netip.Addr{netip.MustParseAddr(ip)}, Ready: true}
 }
 
@@ -93,7 +94,7 @@ func TestStalePolicyCodec(t *testing.T) {
 // the service whose entry says drop, and keeps those of the one that says
 // nothing (serve).
 func TestStalePolicySurvivesRestart(t *testing.T) {
-	pods := []*table.Pod{
+	pods := []*store.Pod{
 		stalePod("web-0", "10.1.0.1", staleExport("dropped", annotation.StaleDrop, 30)),
 		stalePod("web-1", "10.1.0.2", staleExport("kept", "", 0)),
 		stalePod("web-2", "10.1.0.3", staleExport("local", annotation.StaleDropIfLocal, 30)),
@@ -115,7 +116,7 @@ func TestStalePolicySurvivesRestart(t *testing.T) {
 	s, _ = mustOpen(t, path, testOptions(&l))
 	defer mustClose(t, s)
 	dec := NewPodDecoder()
-	var back []*table.Pod
+	var back []*store.Pod
 	for _, v := range mustLoad(t, s)["edge-b"].Records {
 		p, err := dec.Decode(v)
 		if err != nil {
@@ -123,7 +124,7 @@ func TestStalePolicySurvivesRestart(t *testing.T) {
 		}
 		back = append(back, p)
 	}
-	slices.SortFunc(back, func(a, b *table.Pod) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(back, func(a, b *store.Pod) int { return strings.Compare(a.Name, b.Name) })
 	if len(back) != len(pods) {
 		t.Fatalf("%d records after the restart, want %d", len(back), len(pods))
 	}
@@ -133,8 +134,9 @@ func TestStalePolicySurvivesRestart(t *testing.T) {
 		}
 	}
 
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: table.Any})
-	tb.ReplaceCluster("edge-b", back)
+	st := store.New()
+	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: table.Any}, st)
+	st.ReplaceCluster("edge-b", back)
 	tb.Rebuild()
 	tb.SetStaleFor("edge-b", time.Minute)
 	ix := tb.Rebuild()

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // Scope is what a source reads: the exported Pods of the namespaces listed,
@@ -50,9 +50,9 @@ type part struct {
 // namespaces and runs one part per namespace, or a cluster-wide one when
 // there is no list.
 //
-// The cluster's records are swapped in one step (table.ReplaceCluster)
+// The cluster's records are swapped in one step (store.ReplaceCluster)
 // whenever a part lists or goes: the listed parts' Pods, and for a part
-// that has not listed yet (just added) what the table holds of its
+// that has not listed yet (just added) what the record store holds of its
 // namespaces, so that a namespace added, or a switch between cluster-wide
 // and per namespace, never empties an answer until its own list arrives. A
 // namespace that leaves the list loses its records at once. Nothing is
@@ -145,7 +145,7 @@ func stopParts(parts []*part) error {
 }
 
 // newStore returns the store of part name: it hands each change to the
-// table, and each complete list to the feed's swap.
+// record store, and each complete list to the feed's swap.
 func (f *feed) newStore(name string) *ingest.Store[*slimPod] {
 	s := f.s
 	st := &ingest.Store[*slimPod]{}
@@ -165,7 +165,7 @@ func (f *feed) newStore(name string) *ingest.Store[*slimPod] {
 		}
 		m[p.Key()] = p
 		if old == nil || !old.rec.Equal(p.rec) {
-			s.table.Upsert(p.rec)
+			s.records.Upsert(p.rec)
 		}
 	}
 	st.Deleted = func(p *slimPod) {
@@ -177,7 +177,7 @@ func (f *feed) newStore(name string) *ingest.Store[*slimPod] {
 			return
 		}
 		delete(m, p.Key())
-		s.table.Delete(p.rec.Key())
+		s.records.Delete(p.rec.Key())
 	}
 	st.Replaced = func(old, pods map[string]*slimPod) {
 		for k, p := range pods {
@@ -207,14 +207,14 @@ func (f *feed) swapLocked() {
 		n += len(m)
 		listed = listed && m != nil
 	}
-	recs := make([]*table.Pod, 0, n)
+	recs := make([]*store.Pod, 0, n)
 	for _, m := range f.items {
 		for _, p := range m {
 			recs = append(recs, p.rec)
 		}
 	}
 	if !listed {
-		for _, r := range f.s.table.Pods(f.s.cluster) {
+		for _, r := range f.s.records.Pods(f.s.cluster) {
 			m, ok := f.items[r.Namespace]
 			if !ok {
 				m, ok = f.items[""]
@@ -224,7 +224,7 @@ func (f *feed) swapLocked() {
 			}
 		}
 	}
-	f.s.table.ReplaceCluster(f.s.cluster, recs)
+	f.s.records.ReplaceCluster(f.s.cluster, recs)
 	if listed {
 		f.s.listed(!f.synced)
 		f.synced = true

@@ -19,7 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // podIn is an exporter of backend in namespace ns.
@@ -59,7 +59,7 @@ func (s *scopes) last() Scope {
 }
 
 // answers is what backend.<ns> answers for each namespace.
-func answers(tb *table.Table, namespaces ...string) map[string][]string {
+func answers(tb testTable, namespaces ...string) map[string][]string {
 	out := map[string][]string{}
 	for _, ns := range namespaces {
 		if a := answer(tb, "backend."+ns+".svc."); a != nil {
@@ -101,12 +101,12 @@ func TestScopedFollowsList(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(podIn("a", "p", "10.0.1.1"), podIn("b", "p", "10.0.2.1"), podIn("c", "p", "10.0.3.1"),
 		listOf("a", "b"))
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	tb := newTable()
 	// A record of c from a snapshot: c does not export any more.
-	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-b", Namespace: "c", Exports: []annotation.Export{{Name: "backend", Namespace: "c", Cluster: "edge-b"}}}, Name: "old", Ready: true,
+	tb.Upsert(&store.Pod{Common: &store.Common{Cluster: "edge-b", Namespace: "c", Exports: []annotation.Export{{Name: "backend", Namespace: "c", Cluster: "edge-b"}}}, Name: "old", Ready: true,
 		IPs: []netip.Addr{netip.MustParseAddr("10.0.3.9")}})
 	var sc scopes
-	s := New("edge-b", client, tb, Events{Scope: sc.add}, Options{Scoped: true})
+	s := New("edge-b", client, tb.Store, Events{Scope: sc.add}, Options{Scoped: true})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -167,10 +167,10 @@ func TestScopedEmptyList(t *testing.T) {
 	}
 }
 
-func startScoped(t *testing.T, client *fake.Clientset, opts Options) (*Source, *table.Table) {
+func startScoped(t *testing.T, client *fake.Clientset, opts Options) (*Source, testTable) {
 	t.Helper()
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	s := New("edge-b", client, tb, Events{}, opts)
+	tb := newTable()
+	s := New("edge-b", client, tb.Store, Events{}, opts)
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func startScoped(t *testing.T, client *fake.Clientset, opts Options) (*Source, *
 	return s, tb
 }
 
-// A namespace that joins keeps the records the table holds of it until its
+// A namespace that joins keeps the records the store holds of it until its
 // own list arrives: a switch never empties an answer on the way.
 func TestScopedKeepsUnlistedNamespace(t *testing.T) {
 	client := fake.NewClientset(podIn("a", "p", "10.0.1.1"), podIn("b", "p", "10.0.2.1"), listOf("a", "b"))
@@ -190,11 +190,11 @@ func TestScopedKeepsUnlistedNamespace(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	tb := newTable()
 	// b's record from a snapshot, not what b's list will hold.
-	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-b", Namespace: "b", Exports: []annotation.Export{{Name: "backend", Namespace: "b", Cluster: "edge-b"}}}, Name: "old", Ready: true,
+	tb.Upsert(&store.Pod{Common: &store.Common{Cluster: "edge-b", Namespace: "b", Exports: []annotation.Export{{Name: "backend", Namespace: "b", Cluster: "edge-b"}}}, Name: "old", Ready: true,
 		IPs: []netip.Addr{netip.MustParseAddr("10.0.2.9")}})
-	s := New("edge-b", client, tb, Events{}, Options{Scoped: true})
+	s := New("edge-b", client, tb.Store, Events{}, Options{Scoped: true})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -226,8 +226,8 @@ func TestScopedForbiddenList(t *testing.T) {
 	})
 	var sc scopes
 	var lost atomic.Int64
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	s := New("edge-b", client, tb, Events{Scope: sc.add, StateChanged: func(_ string, _, to State, _ error) {
+	tb := newTable()
+	s := New("edge-b", client, tb.Store, Events{Scope: sc.add, StateChanged: func(_ string, _, to State, _ error) {
 		if to == Disconnected {
 			lost.Add(1)
 		}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // slimPod is what the store keeps instead of a v1.Pod: its key and version,
@@ -21,7 +21,7 @@ import (
 // keeps about a hundred bytes.
 type slimPod struct {
 	ingest.Meta
-	rec      *table.Pod
+	rec      *store.Pod
 	annoHash uint64 // of the raw export annotation (and signature, when verified), to log each change once
 	rejected []annotation.Rejection
 }
@@ -47,7 +47,7 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 	parsed := newParseCache(cluster)
 	return func(pod *v1.Pod) *slimPod {
 		raw, present := pod.Annotations[annotation.ExportAnnotation]
-		var common *table.Common
+		var common *store.Common
 		var rejected []annotation.Rejection
 		annoHash := hash(raw)
 		if key != nil && present {
@@ -60,7 +60,7 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 		if common == nil {
 			common, rejected = parsed.parse(raw, pod.Namespace)
 		}
-		rec := &table.Pod{
+		rec := &store.Pod{
 			Common:   common,
 			Name:     pod.Name,
 			Hostname: pod.Spec.Hostname,
@@ -78,7 +78,7 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 
 // parseCache remembers the parse of recent export annotations, so that the
 // Pods of one service, which carry the same annotation, share one
-// table.Common (records are immutable) and each annotation is parsed once.
+// store.Common (records are immutable) and each annotation is parsed once.
 // It holds at most maxCachedBytes of annotation text, then starts over.
 type parseCache struct {
 	cluster string
@@ -95,7 +95,7 @@ type parseKey struct {
 }
 
 type parseResult struct {
-	common   *table.Common
+	common   *store.Common
 	rejected []annotation.Rejection
 }
 
@@ -107,7 +107,7 @@ func newParseCache(cluster string) *parseCache {
 
 // parse returns the record part that the annotation raw on a Pod in
 // namespace gives, and what the parse rejected.
-func (c *parseCache) parse(raw, namespace string) (*table.Common, []annotation.Rejection) {
+func (c *parseCache) parse(raw, namespace string) (*store.Common, []annotation.Rejection) {
 	k := parseKey{raw: raw, namespace: namespace}
 	c.mu.Lock()
 	r, ok := c.m[k]
@@ -115,7 +115,7 @@ func (c *parseCache) parse(raw, namespace string) (*table.Common, []annotation.R
 	if ok {
 		return r.common, r.rejected
 	}
-	r.common = &table.Common{Cluster: c.cluster, Namespace: namespace}
+	r.common = &store.Common{Cluster: c.cluster, Namespace: namespace}
 	r.common.Exports, r.rejected = annotation.ParseExports(raw, namespace, c.cluster)
 	c.mu.Lock()
 	c.add(k, r)
@@ -134,13 +134,13 @@ func (c *parseCache) add(k parseKey, r parseResult) {
 
 // none returns the record part of a Pod in namespace that exports nothing
 // (its annotation is refused as a whole), shared like a parse.
-func (c *parseCache) none(namespace string) *table.Common {
+func (c *parseCache) none(namespace string) *store.Common {
 	k := parseKey{namespace: namespace, refused: true}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.m[k]
 	if !ok {
-		r.common = &table.Common{Cluster: c.cluster, Namespace: namespace}
+		r.common = &store.Common{Cluster: c.cluster, Namespace: namespace}
 		c.add(k, r)
 	}
 	return r.common

@@ -1,7 +1,8 @@
-// Package source feeds the table from one cluster's API server: a
-// reflector of the exported Pods (see ingest) whose store holds slim
-// records and hands every change to the table. Each source connects, fails and recovers on its
-// own, and nothing here ever blocks start-up or a DNS answer.
+// Package source feeds the record store (internal/store) from one cluster's
+// API server: a reflector of the exported Pods (see ingest) whose store holds
+// slim records and hands every change to the record store. Each source
+// connects, fails and recovers on its own, and nothing here ever blocks
+// start-up or a DNS answer.
 package source
 
 import (
@@ -17,7 +18,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // State is a source's connection state.
@@ -90,11 +91,11 @@ type Options struct {
 	RecheckList time.Duration
 }
 
-// Source is one cluster's feed into the table.
+// Source is one cluster's feed into the record store.
 type Source struct {
 	cluster string
 	client  kubernetes.Interface
-	table   *table.Table
+	records *store.Store
 	ev      Events
 	opts    Options
 
@@ -112,7 +113,7 @@ type Source struct {
 }
 
 // New returns a source for cluster; Start starts it.
-func New(cluster string, client kubernetes.Interface, t *table.Table, ev Events, opts Options) *Source {
+func New(cluster string, client kubernetes.Interface, records *store.Store, ev Events, opts Options) *Source {
 	if opts.ProbeInterval <= 0 {
 		opts.ProbeInterval = 5 * time.Second
 	}
@@ -128,7 +129,7 @@ func New(cluster string, client kubernetes.Interface, t *table.Table, ev Events,
 	if opts.RecheckList <= 0 {
 		opts.RecheckList = time.Minute
 	}
-	return &Source{cluster: cluster, client: client, table: t, ev: ev, opts: opts}
+	return &Source{cluster: cluster, client: client, records: records, ev: ev, opts: opts}
 }
 
 // Cluster returns the cluster ID of the source.
@@ -183,7 +184,7 @@ func (s *Source) Expired() bool { return s.expired.Load() }
 // Started returns when the reflector was last started (by Start or Expire).
 func (s *Source) Started() time.Time { return time.Unix(0, s.started.Load()) }
 
-// Expire drops every record of the cluster from the table and restarts the
+// Expire drops every record of the cluster from the record store and restarts the
 // reflector with an empty store, so that the next complete list, whenever
 // the API server answers again, restores them.
 //
@@ -196,7 +197,7 @@ func (s *Source) Expire() error {
 		return errors.New("source not started")
 	}
 	err := s.stopRun()
-	s.table.ReplaceCluster(s.cluster, nil)
+	s.records.ReplaceCluster(s.cluster, nil)
 	s.expired.Store(true)
 	s.startRun()
 	return err

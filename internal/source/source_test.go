@@ -28,6 +28,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -86,7 +87,19 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-func answer(tb *table.Table, q string) []string {
+// testTable is a record store, which a source writes to, and the DNS table
+// over it, which a test reads answers from.
+type testTable struct {
+	*store.Store
+	*table.Table
+}
+
+func newTable() testTable {
+	st := store.New()
+	return testTable{st, table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"}, st)}
+}
+
+func answer(tb testTable, q string) []string {
 	a := tb.Rebuild().Lookup(q+zone, dns.TypeA)
 	var out []string
 	for _, r := range a.A {
@@ -99,15 +112,15 @@ func answer(tb *table.Table, q string) []string {
 func TestSourceLifecycle(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(newPod("a", "10.0.0.1", backend, true))
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
+	tb := newTable()
 	// A record of this cluster from an older snapshot: gone from the API.
-	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "stale", Ready: true,
+	tb.Upsert(&store.Pod{Common: &store.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "stale", Ready: true,
 		IPs: []netip.Addr{netip.MustParseAddr("10.9.9.9")}})
 	// A record of another cluster must survive this source's first list.
-	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-b", Namespace: "default", Exports: []annotation.Export{{Name: "peer", Namespace: "default", Cluster: "edge-b"}}}, Name: "peer", Ready: true,
+	tb.Upsert(&store.Pod{Common: &store.Common{Cluster: "edge-b", Namespace: "default", Exports: []annotation.Export{{Name: "peer", Namespace: "default", Cluster: "edge-b"}}}, Name: "peer", Ready: true,
 		IPs: []netip.Addr{netip.MustParseAddr("10.1.0.1")}})
 	rec := &recorder{rejected: map[string][]annotation.Reason{}}
-	s := New("edge-a", client, tb, rec.events(), Options{})
+	s := New("edge-a", client, tb.Store, rec.events(), Options{})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -222,10 +235,10 @@ func TestToSlim(t *testing.T) {
 
 // startSynced starts a source of cluster edge-a over client, stopped at the
 // end of the test, and waits for its first complete list.
-func startSynced(t *testing.T, client kubernetes.Interface) (*Source, *table.Table) {
+func startSynced(t *testing.T, client kubernetes.Interface) (*Source, testTable) {
 	t.Helper()
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	s := New("edge-a", client, tb, Events{}, Options{})
+	tb := newTable()
+	s := New("edge-a", client, tb.Store, Events{}, Options{})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -320,11 +333,11 @@ func TestExpireAndStopArePrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "a", Ready: true,
+	tb := newTable()
+	tb.Upsert(&store.Pod{Common: &store.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "a", Ready: true,
 		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
 	// A long backoff: the reflector sleeps through every stop below.
-	s := New("edge-a", client, tb, Events{}, Options{ProbeInterval: time.Hour,
+	s := New("edge-a", client, tb.Store, Events{}, Options{ProbeInterval: time.Hour,
 		Ingest: ingest.Options{StopWait: 500 * time.Millisecond, Backoff: &wait.Backoff{Duration: time.Minute}}})
 
 	// asleep waits until the reflector has made a request since the count
@@ -355,7 +368,7 @@ func TestExpireAndStopArePrompt(t *testing.T) {
 }
 
 // Pods with the same export annotation in one namespace share one parse (one
-// table.Common); another namespace gets its own (the namespace is part of the
+// store.Common); another namespace gets its own (the namespace is part of the
 // result), and the cache stays bounded.
 func TestToSlimSharesParse(t *testing.T) {
 	f := toSlim("edge-a", nil)

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // The first complete list replaces the records from a snapshot in one step:
@@ -23,11 +23,11 @@ import (
 // its replacement (which the list, applied Pod by Pod, would show for up to
 // 100 ms before the swap).
 func TestFirstListAppliedAtOnce(t *testing.T) {
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	tb.Upsert(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "a", Ready: true,
+	tb := newTable()
+	tb.Upsert(&store.Pod{Common: &store.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: "a", Ready: true,
 		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
 	client := fake.NewClientset(newPod("b", "10.0.0.2", backend, true))
-	s := New("edge-a", client, tb, Events{}, Options{})
+	s := New("edge-a", client, tb.Store, Events{}, Options{})
 
 	var (
 		mixed   atomic.Bool
@@ -69,8 +69,8 @@ func TestCheckCadence(t *testing.T) {
 		calls atomic.Int64
 	)
 	down.Store(true)
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	s := New("edge-a", fake.NewClientset(), tb, Events{}, Options{
+	tb := newTable()
+	s := New("edge-a", fake.NewClientset(), tb.Store, Events{}, Options{
 		ProbeInterval: time.Hour, ReconnectInterval: 10 * time.Millisecond,
 		Check: func(ctx context.Context) error {
 			calls.Add(1)

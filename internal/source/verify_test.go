@@ -15,7 +15,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 func genKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
@@ -87,8 +87,8 @@ func TestSourceVerifiesSignatures(t *testing.T) {
 			}
 			slices.Sort(want)
 			rec := &recorder{rejected: map[string][]annotation.Reason{}}
-			tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-			s := New("edge-a", fake.NewClientset(objs...), tb, rec.events(), Options{Key: tc.key})
+			tb := newTable()
+			s := New("edge-a", fake.NewClientset(objs...), tb.Store, rec.events(), Options{Key: tc.key})
 			if err := s.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -124,8 +124,8 @@ func TestSourceSignatureChanges(t *testing.T) {
 	_, other := genKey(t)
 	client := fake.NewClientset(newPod("a", "10.0.0.1", backend, true))
 	rec := &recorder{rejected: map[string][]annotation.Reason{}}
-	tb := table.New(table.Config{Zone: zone, TTL: 5, LocalCluster: "edge-a"})
-	s := New("edge-a", client, tb, rec.events(), Options{Key: pub})
+	tb := newTable()
+	s := New("edge-a", client, tb.Store, rec.events(), Options{Key: pub})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestSourceSignatureChanges(t *testing.T) {
 func TestToSlimVerifies(t *testing.T) {
 	pub, priv := genKey(t)
 	f := toSlim("edge-a", pub)
-	var commons []*table.Common
+	var commons []*store.Common
 	for _, name := range []string{"a", "b"} {
 		whole := signPod(newPod(name, "10.0.0.1", backend, true), priv, "edge-a")
 		trimmed, err := podproto.Trim(whole, podproto.Plugin)

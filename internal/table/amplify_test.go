@@ -10,12 +10,13 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // amplifyPods is the attack shape of issue 26: pods Pods in namespace ns,
 // each exporting services services with ports named ports, all inside the
 // annotation's limits.
-func amplifyPods(ns string, pods, services, ports int) []*Pod {
+func amplifyPods(ns string, pods, services, ports int) []*store.Pod {
 	exports := make([]annotation.Export, services)
 	for s := range exports {
 		e := annotation.Export{Name: fmt.Sprintf("svc-%d", s), Namespace: ns, Cluster: "edge-a"}
@@ -24,10 +25,10 @@ func amplifyPods(ns string, pods, services, ports int) []*Pod {
 		}
 		exports[s] = e
 	}
-	c := &Common{Cluster: "edge-a", Namespace: ns, Exports: exports}
-	out := make([]*Pod, pods)
+	c := &store.Common{Cluster: "edge-a", Namespace: ns, Exports: exports}
+	out := make([]*store.Pod, pods)
 	for i := range out {
-		out[i] = &Pod{Common: c, Name: fmt.Sprintf("pod-%d", i), Ready: true,
+		out[i] = &store.Pod{Common: c, Name: fmt.Sprintf("pod-%d", i), Ready: true,
 			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})}}
 	}
 	return out
@@ -101,7 +102,7 @@ func askAll(t testing.TB, ix *Index, ns string, services, ports int) (records, l
 // with the A records that fit 65,535 octets, a service of 2,000 endpoints
 // with the SRV records that fit, and every reply packs.
 func TestAnswersFitAReply(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.ReplaceCluster("edge-a", amplifyPods("big", 5000, 1, 1))
 	ix := tb.Rebuild()
 	a := ix.Lookup("svc-0.big.svc."+zone, dns.TypeA)
@@ -126,14 +127,14 @@ func TestNamespaceRecordsCap(t *testing.T) {
 	const limit = 5000
 	c := cfg()
 	c.NamespaceRecords = limit
-	tb := New(c)
+	tb := newTable(c)
 	type report struct{ records, capped int }
 	reports := map[string][]report{}
 	tb.OnCapped(func(ns string, records, capped int) { reports[ns] = append(reports[ns], report{records, capped}) })
 	pods := append(amplifyPods("hostile", 100, 16, 20), amplifyPods("quiet", 10, 2, 2)...)
 	// A small service beside the big ones in the hostile namespace: it
 	// needs less than a share and gets all of it.
-	small := &Pod{Common: &Common{Cluster: "edge-a", Namespace: "hostile", Exports: []annotation.Export{{Name: "small", Namespace: "hostile", Cluster: "edge-a",
+	small := &store.Pod{Common: &store.Common{Cluster: "edge-a", Namespace: "hostile", Exports: []annotation.Export{{Name: "small", Namespace: "hostile", Cluster: "edge-a",
 		Ports: []annotation.Port{{Name: "http", Port: 80, TargetPort: 80, Protocol: "TCP"}}}}}, Name: "small-0", Ready: true, IPs: []netip.Addr{netip.MustParseAddr("10.2.0.1")}}
 	tb.ReplaceCluster("edge-a", append(pods, small))
 	ix := tb.Rebuild()
@@ -171,7 +172,7 @@ func TestNamespaceRecordsCap(t *testing.T) {
 func TestNamespaceGoneReportsUncapped(t *testing.T) {
 	c := cfg()
 	c.NamespaceRecords = 100
-	tb := New(c)
+	tb := newTable(c)
 	reports := map[string][]int{}
 	tb.OnCapped(func(ns string, _, capped int) { reports[ns] = append(reports[ns], capped) })
 	tb.ReplaceCluster("edge-a", append(amplifyPods("hostile", 20, 4, 4), amplifyPods("quiet", 1, 1, 1)...))
@@ -199,7 +200,7 @@ func BenchmarkAmplification(b *testing.B) {
 		b.Run(fmt.Sprintf("namespace-records=%d", limit), func(b *testing.B) {
 			c := cfg()
 			c.NamespaceRecords = limit
-			tb := New(c)
+			tb := newTable(c)
 			pods := amplifyPods("hostile", 400, 64, 20)
 			before := heap()
 			tb.ReplaceCluster("edge-a", pods)

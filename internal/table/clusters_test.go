@@ -15,7 +15,7 @@ func TestAnswerClusters(t *testing.T) {
 	build := func(locality Locality) *Index {
 		c := cfg()
 		c.Locality = locality
-		tb := New(c)
+		tb := newTable(c)
 		tb.Upsert(pod("edge-a", "default", "a1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
 		tb.Upsert(pod("edge-b", "default", "b1", "", true, []string{"10.1.0.1", "fd01::1"}, export("backend", httpPort)))
 		tb.Upsert(pod("edge-c", "default", "c1", "", true, []string{"fd02::1"}, export("backend", httpPort)))

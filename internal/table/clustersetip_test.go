@@ -7,6 +7,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 func vip(ns, name string, ips []string, ports ...ImportPort) ClusterSetIP {
@@ -21,7 +22,7 @@ func vip(ns, name string, ips []string, ports ...ImportPort) ClusterSetIP {
 // its endpoints keep their names; entries without IPs, and a later reset,
 // leave the headless answers as they were.
 func TestClusterSetIPLookup(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
 	tb.SetClusterSetIPs([]ClusterSetIP{
 		vip("default", "backend", []string{"10.96.0.10"}, ImportPort{"http", "TCP", 80}, ImportPort{"", "TCP", 81}),
@@ -76,7 +77,7 @@ func TestClusterSetIPLookup(t *testing.T) {
 
 // A ClusterSetIP service with no endpoint exists, and so does its namespace.
 func TestClusterSetIPWithoutEndpoints(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.SetClusterSetIPs([]ClusterSetIP{vip("web", "vip", []string{"fd00:96::1", "10.96.0.1"})})
 	ix := tb.Rebuild()
 	if a := ix.Lookup("vip.web.svc."+zone, dns.TypeAAAA); a.Kind != KindClusterSetIP || len(a.AAAA) != 1 {
@@ -94,7 +95,7 @@ func TestClusterSetIPWithoutEndpoints(t *testing.T) {
 }
 
 func TestClusterSetIPLookupDoesNotAllocate(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
 	tb.SetClusterSetIPs([]ClusterSetIP{vip("default", "backend", []string{"10.96.0.10"}, ImportPort{"http", "TCP", 80})})
 	ix := tb.Rebuild()
@@ -110,7 +111,7 @@ func TestClusterSetIPLookupDoesNotAllocate(t *testing.T) {
 // older than any, then the lower cluster ID). Deciding it allocates nothing,
 // nor does counting the service's records for the cap.
 func TestExportedClusterSetIP(t *testing.T) {
-	typed := func(cluster, typ, at string) *Pod {
+	typed := func(cluster, typ, at string) *store.Pod {
 		e := export("backend", httpPort)
 		e.Service = annotation.Service{Type: typ, ExportedAt: at}
 		return pod(cluster, "default", "p-"+cluster+typ+at, "", true, []string{"10.0.0.1"}, e)
@@ -120,17 +121,17 @@ func TestExportedClusterSetIP(t *testing.T) {
 	csip, headless := annotation.TypeClusterSetIP, annotation.TypeHeadless
 	for _, c := range []struct {
 		name string
-		pods []*Pod
+		pods []*store.Pod
 		want bool
 	}{
-		{"no entry", []*Pod{pod("edge-a", "default", "x", "", true, nil, export("other"))}, false},
-		{"untyped", []*Pod{typed("edge-a", "", ""), typed("edge-b", "", late)}, false},
-		{"all headless", []*Pod{typed("edge-a", headless, early), typed("edge-b", headless, late)}, false},
-		{"all ClusterSetIP", []*Pod{typed("edge-a", csip, early), typed("edge-b", csip, "")}, true},
-		{"older ClusterSetIP", []*Pod{typed("edge-a", headless, late), typed("edge-b", csip, early)}, true},
-		{"older headless", []*Pod{typed("edge-a", csip, late), typed("edge-b", "", early)}, false},
-		{"no exportedAt is older", []*Pod{typed("edge-a", headless, early), typed("edge-b", csip, "")}, true},
-		{"tie: lower cluster", []*Pod{typed("edge-b", headless, early), typed("edge-a", csip, early)}, true},
+		{"no entry", []*store.Pod{pod("edge-a", "default", "x", "", true, nil, export("other"))}, false},
+		{"untyped", []*store.Pod{typed("edge-a", "", ""), typed("edge-b", "", late)}, false},
+		{"all headless", []*store.Pod{typed("edge-a", headless, early), typed("edge-b", headless, late)}, false},
+		{"all ClusterSetIP", []*store.Pod{typed("edge-a", csip, early), typed("edge-b", csip, "")}, true},
+		{"older ClusterSetIP", []*store.Pod{typed("edge-a", headless, late), typed("edge-b", csip, early)}, true},
+		{"older headless", []*store.Pod{typed("edge-a", csip, late), typed("edge-b", "", early)}, false},
+		{"no exportedAt is older", []*store.Pod{typed("edge-a", headless, early), typed("edge-b", csip, "")}, true},
+		{"tie: lower cluster", []*store.Pod{typed("edge-b", headless, early), typed("edge-a", csip, early)}, true},
 	} {
 		sk := svcKey{Namespace: "default", Name: "backend"}
 		if got := exportedClusterSetIP(sk, c.pods); got != c.want {

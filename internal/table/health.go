@@ -1,6 +1,10 @@
 package table
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/mcsannotations/mcsannotations/internal/store"
+)
 
 // Health: a prober (internal/probe) learns which services are asked from the
 // index, and tells the table which of their endpoints do not respond. A down
@@ -68,18 +72,18 @@ func (t *Table) Asked(f func(namespace, name string)) {
 
 // Members returns the Pods that export the service namespace/name (ready or
 // not), in no order. The records are immutable; the slice is the caller's.
-func (t *Table) Members(namespace, name string) []*Pod {
+func (t *Table) Members(namespace, name string) []*store.Pod {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l := t.bySvc[svcKey{namespace, name}]
-	return append([]*Pod(nil), l.pods...)
+	return append([]*store.Pod(nil), l.pods...)
 }
 
 // SetDown marks the endpoint pod of the service namespace/name down (it
 // leaves the service's answers) or up again, and queues the service's
 // rendering. Marks of records that are gone are harmless; the prober clears
 // the marks it no longer tracks.
-func (t *Table) SetDown(namespace, name string, pod Key, down bool) {
+func (t *Table) SetDown(namespace, name string, pod store.Key, down bool) {
 	sk := svcKey{namespace, name}
 	t.mu.Lock()
 	set := t.down[sk]
@@ -91,9 +95,9 @@ func (t *Table) SetDown(namespace, name string, pod Key, down bool) {
 	if down {
 		if set == nil {
 			if t.down == nil {
-				t.down = make(map[svcKey]map[Key]struct{})
+				t.down = make(map[svcKey]map[store.Key]struct{})
 			}
-			set = make(map[Key]struct{})
+			set = make(map[store.Key]struct{})
 			t.down[sk] = set
 		}
 		set[pod] = struct{}{}
@@ -113,7 +117,7 @@ func (t *Table) SetDown(namespace, name string, pod Key, down bool) {
 // stale policy drops (stalepolicy.go) and without the down ones,
 // or pods itself with failOpen set when every ready endpoint is down (or
 // with nothing down).
-func (t *Table) healthyLocked(sk svcKey, pods []*Pod) (out []*Pod, failOpen bool) {
+func (t *Table) healthyLocked(sk svcKey, pods []*store.Pod) (out []*store.Pod, failOpen bool) {
 	pods = t.freshLocked(sk, pods) // a dropped endpoint is no endpoint, up or down
 	down := t.down[sk]
 	if len(down) == 0 {

@@ -8,12 +8,13 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // A down endpoint leaves the service's A, AAAA and SRV answers and its own
 // name; it returns when marked up; all down answers all of them (fail open).
 func TestSetDown(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	b1 := pod("edge-b", "default", "b1", "", true, []string{"10.1.0.1", "fd00::1"}, export("backend", httpPort))
 	b2 := pod("edge-b", "default", "b2", "", true, []string{"10.1.0.2"}, export("backend", httpPort))
 	tb.Upsert(b1)
@@ -65,7 +66,7 @@ func TestSetDown(t *testing.T) {
 // A down mark of a service's endpoint does not touch the Pod's other
 // services, and a Pod that is not ready stays out whatever its mark.
 func TestSetDownPerService(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	p := pod("edge-b", "default", "p", "", true, []string{"10.1.0.1"}, export("one", httpPort), export("two", httpPort))
 	q := pod("edge-b", "default", "q", "", true, []string{"10.1.0.2"}, export("one", httpPort), export("two", httpPort))
 	tb.Upsert(p)
@@ -95,7 +96,7 @@ func TestSetDownPerService(t *testing.T) {
 // Asked reports each looked-up service once per call, by Lookup and by
 // LookupService; only when tracked.
 func TestAsked(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
 	tb.Upsert(pod("edge-a", "default", "f1", "", true, []string{"10.0.0.2"}, export("front", httpPort)))
 	tb.Upsert(pod("edge-a", "default", "q1", "", true, []string{"10.0.0.3"}, export("quiet", httpPort)))
@@ -133,7 +134,7 @@ func TestAsked(t *testing.T) {
 // Marking is safe against concurrent queries and takes (run with -race), and
 // every asked service is reported at least once.
 func TestAskedConcurrent(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	names := []string{"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"}
 	for i, n := range names {
 		tb.Upsert(pod("edge-a", "default", n, "", true, []string{"10.0.0." + string(rune('1'+i))}, export(n, httpPort)))
@@ -161,7 +162,7 @@ func TestAskedConcurrent(t *testing.T) {
 
 // With demand tracked and an endpoint down, lookups still allocate nothing.
 func TestLookupWithHealthDoesNotAllocate(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	b1 := pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort))
 	tb.Upsert(b1)
 	tb.Upsert(pod("edge-a", "default", "b2", "", true, []string{"10.0.0.2"}, export("backend", httpPort)))
@@ -179,7 +180,7 @@ func TestLookupWithHealthDoesNotAllocate(t *testing.T) {
 }
 
 func TestMembers(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
 	tb.Upsert(pod("edge-b", "default", "b2", "", false, []string{"10.1.0.1"}, export("backend", httpPort)))
 	tb.Rebuild()
@@ -200,7 +201,7 @@ func TestMembers(t *testing.T) {
 // down still counts with its allowedNamespaces (a service allows only what
 // every entry allows), so a probe can never widen access.
 func TestSetDownKeepsAccess(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	open := annotation.Export{Name: "backend", Allowed: []string{"web"}, Ports: []annotation.Port{httpPort}}
 	closed := annotation.Export{Name: "backend", Ports: []annotation.Port{httpPort}}
 	tb.Upsert(pod("edge-a", "default", "a1", "", true, []string{"10.0.0.1"}, open))
@@ -208,7 +209,7 @@ func TestSetDownKeepsAccess(t *testing.T) {
 	if tb.Rebuild().Allowed("default", "backend", "web") {
 		t.Fatalf("allowed with one entry that does not allow web")
 	}
-	tb.SetDown("default", "backend", Key{"edge-a", "default", "a2"}, true)
+	tb.SetDown("default", "backend", store.Key{Cluster: "edge-a", Namespace: "default", Name: "a2"}, true)
 	ix := tb.Rebuild()
 	if got := addrs(ix.Lookup("backend.default.svc."+zone, dns.TypeA)); !slices.Equal(got, []string{"10.0.0.1"}) {
 		t.Fatalf("a2 down: A %v, want only 10.0.0.1", got)

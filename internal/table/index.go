@@ -13,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // Index is an immutable view of the table with every answer precomputed as
@@ -84,8 +85,8 @@ type Service struct {
 	onlyCluster string // the one cluster, when every endpoint is in it
 	split       sync.Once
 	cfg         *Config
-	pods        []*Pod // only until split
-	budget      int    // the entry's, for the split
+	pods        []*store.Pod // only until split
+	budget      int          // the entry's, for the split
 }
 
 // InCluster returns the service's answers limited to cluster's endpoints
@@ -152,10 +153,10 @@ type Host struct {
 type entry struct {
 	cfg    *Config // the table's, shared by every entry
 	sk     svcKey
-	pods   []*Pod // immutable records, at least one of them ready (kept: a new cap renders them again)
-	access access // who else may resolve it
-	cost   int    // the records a full render holds (recordCost)
-	budget int    // the records it may hold; 0: no cap
+	pods   []*store.Pod // immutable records, at least one of them ready (kept: a new cap renders them again)
+	access access       // who else may resolve it
+	cost   int          // the records a full render holds (recordCost)
+	budget int          // the records it may hold; 0: no cap
 	once   sync.Once
 	// flags: entryFailOpen (pods are all of the service's, every ready one
 	// down), set before the index is published; entryQueued (the entry is on
@@ -233,7 +234,7 @@ func maxSRV(fqdnLen int) int { return roomForLen(fqdnLen) / (sizeSRV + 4 + fqdnL
 // most: each ready endpoint's addresses, and its SRV records (one per named
 // port under the bare name and one under the port's name), with each SRV
 // answer at most what fits a reply. It is what the per-namespace cap counts.
-func recordCost(cfg *Config, sk svcKey, pods []*Pod) int {
+func recordCost(cfg *Config, sk svcKey, pods []*store.Pod) int {
 	type portKey struct{ name, protocol string }
 	addrs, eps, named, ports := 0, 0, 0, map[portKey]int{}
 	for _, p := range pods {
@@ -268,7 +269,7 @@ func recordCost(cfg *Config, sk svcKey, pods []*Pod) int {
 
 // serves reports whether any of pods is a ready endpoint of sk: whether the
 // service's names exist.
-func serves(sk svcKey, pods []*Pod) bool {
+func serves(sk svcKey, pods []*store.Pod) bool {
 	for _, p := range pods {
 		if !p.Ready || len(p.IPs) == 0 {
 			continue
@@ -372,7 +373,7 @@ func (a *access) allows(namespace string) bool {
 // accessOf is what every export of sk among pods allows: a service is open
 // to another namespace only when each of its Pods' entries (each cluster's,
 // each writer's) says so. The entries come normalised (annotation.CheckAllowed).
-func accessOf(sk svcKey, pods []*Pod) access {
+func accessOf(sk svcKey, pods []*store.Pod) access {
 	var acc access
 	first := true
 	var last []string // the list seen before: the Pods of a service share it
@@ -450,7 +451,7 @@ type portRef struct {
 
 // buildService renders one service from the Pods that export it; nil when
 // none of them is ready (the name then does not exist).
-func buildService(cfg *Config, sk svcKey, pods []*Pod, budget int) *Service {
+func buildService(cfg *Config, sk svcKey, pods []*store.Pod, budget int) *Service {
 	eps := endpoints(sk, pods, cfg.Zone)
 	if len(eps) == 0 {
 		return nil
@@ -468,7 +469,7 @@ func buildService(cfg *Config, sk svcKey, pods []*Pod, budget int) *Service {
 
 // endpoints lists the ready endpoints of sk among pods, sorted by cluster,
 // hostname and address.
-func endpoints(sk svcKey, pods []*Pod, zone string) []endpoint {
+func endpoints(sk svcKey, pods []*store.Pod, zone string) []endpoint {
 	var eps []endpoint
 	for _, p := range pods {
 		if !p.Ready || len(p.IPs) == 0 {

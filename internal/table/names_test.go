@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // OnUnencodable is called once per new or changed record whose endpoint name
@@ -13,10 +14,10 @@ import (
 // hold up every reader and writer of the table. The callback takes the lock
 // itself (TryLock) to see it free; it fails when reported under the lock.
 func TestUnencodableReportedUnlocked(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	long := strings.Repeat("c", 100) // a cluster ID label of 100 octets
 	var got []string
-	tb.OnUnencodable(func(p *Pod, e annotation.Export) {
+	tb.OnUnencodable(func(p *store.Pod, e annotation.Export) {
 		if !tb.mu.TryLock() {
 			t.Errorf("%s/%s reported with the table's lock held", p.Name, e.Name)
 		} else {
@@ -30,7 +31,7 @@ func TestUnencodableReportedUnlocked(t *testing.T) {
 	// No address and no hostname yet (a Pod just created): no endpoint
 	// name at all, so nothing to report (it was reported as unencodable).
 	tb.Upsert(pod("edge-a", "default", "pending", "", false, nil, export("backend")))
-	tb.ReplaceCluster(long, []*Pod{
+	tb.ReplaceCluster(long, []*store.Pod{
 		pod(long, "default", "far", "", true, []string{"10.0.0.1"}, export("backend")),                // unchanged
 		pod(long, "default", "far2", "", true, []string{"10.0.0.3"}, export("backend"), export("db")), // new: two exports
 	})

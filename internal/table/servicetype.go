@@ -6,6 +6,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // ImportState says whether ServiceImports are read in the local cluster:
@@ -65,7 +66,7 @@ func (ix *Index) ImportState() ImportState { return ix.importState }
 // export that wins KEP-1645's conflict resolution among pods' entries: the
 // oldest (an entry without exportedAt is older than any), the lower cluster ID
 // on a tie. Entries without a type are Headless (annotation.Service).
-func exportedClusterSetIP(sk svcKey, pods []*Pod) bool {
+func exportedClusterSetIP(sk svcKey, pods []*store.Pod) bool {
 	switch exportTypes(sk, pods) {
 	case typesNone, typesHeadless:
 		return false
@@ -104,7 +105,7 @@ const (
 
 // exportTypes reports which types pods' entries for sk give it: when they
 // all agree, no entry's age needs to be read.
-func exportTypes(sk svcKey, pods []*Pod) int {
+func exportTypes(sk svcKey, pods []*store.Pod) int {
 	types := typesNone
 	for _, p := range pods {
 		for i := range p.Exports {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // Stale policy: the endpoints of a cluster out of contact stay in every
@@ -103,7 +104,7 @@ func (t *Table) gracesLocked() *graces {
 // dropGrace is the grace of p's export entry of sk when its policy drops
 // stale endpoints, and whether it drops them only while the service has
 // local endpoints (DropIfLocal).
-func dropGrace(p *Pod, sk svcKey) (grace time.Duration, ifLocal, ok bool) {
+func dropGrace(p *store.Pod, sk svcKey) (grace time.Duration, ifLocal, ok bool) {
 	if e := entryOf(p, sk); e != nil {
 		return e.DropGrace()
 	}
@@ -111,7 +112,7 @@ func dropGrace(p *Pod, sk svcKey) (grace time.Duration, ifLocal, ok bool) {
 }
 
 // entryOf is p's export entry of sk (nil: none).
-func entryOf(p *Pod, sk svcKey) *annotation.Export {
+func entryOf(p *store.Pod, sk svcKey) *annotation.Export {
 	for i := range p.Exports {
 		if e := &p.Exports[i]; e.Namespace == sk.Namespace && e.Name == sk.Name {
 			return e
@@ -122,7 +123,7 @@ func entryOf(p *Pod, sk svcKey) *annotation.Export {
 
 // freshLocked returns the Pods of sk without those its stale policy drops
 // (pods itself when it drops none).
-func (t *Table) freshLocked(sk svcKey, pods []*Pod) []*Pod {
+func (t *Table) freshLocked(sk svcKey, pods []*store.Pod) []*store.Pod {
 	if len(t.staleFor) == 0 {
 		return pods
 	}
@@ -131,7 +132,7 @@ func (t *Table) freshLocked(sk svcKey, pods []*Pod) []*Pod {
 		if local < 0 {
 			local = 0
 			for _, p := range pods {
-				if p.Cluster == t.cfg.LocalCluster && serves(sk, []*Pod{p}) {
+				if p.Cluster == t.cfg.LocalCluster && serves(sk, []*store.Pod{p}) {
 					local = 1
 					break
 				}
@@ -139,13 +140,13 @@ func (t *Table) freshLocked(sk svcKey, pods []*Pod) []*Pod {
 		}
 		return local == 1
 	}
-	var out []*Pod
+	var out []*store.Pod
 	for i, p := range pods {
 		e := entryOf(p, sk)
 		drop := e != nil && e.DropsStale(t.staleFor[p.Cluster], hasLocal)
 		switch {
 		case drop && out == nil:
-			out = append(make([]*Pod, 0, len(pods)), pods[:i]...)
+			out = append(make([]*store.Pod, 0, len(pods)), pods[:i]...)
 		case !drop && out != nil:
 			out = append(out, p)
 		}

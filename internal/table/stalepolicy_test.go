@@ -9,6 +9,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // The policy matrix: each policy of the peer's export entry, with the peer
@@ -23,7 +24,7 @@ func TestStalePolicy(t *testing.T) {
 				t.Run(fmt.Sprintf("%q/%s/local=%t", policy, staleFor, local), func(t *testing.T) {
 					c := cfg()
 					c.Locality = Any
-					tb := New(c)
+					tb := newTable(c)
 					peer := export("backend", httpPort)
 					peer.StaleEndpoints = policy
 					if policy == annotation.StaleDrop || policy == annotation.StaleDropIfLocal {
@@ -74,7 +75,7 @@ func TestStalePolicy(t *testing.T) {
 // A change of the time out of contact that crosses no entry's grace renders
 // nothing again: the index stays the same.
 func TestStalePolicyRendersOnlyAtTheGrace(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	e := export("backend", httpPort)
 	e.StaleEndpoints, e.StaleGraceSeconds = annotation.StaleDrop, 30
 	tb.Upsert(pod("edge-b", "default", "b1", "", true, []string{"10.1.0.1"}, e))
@@ -134,7 +135,7 @@ func TestStalePolicyExpired(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/local=%t", policy, local), func(t *testing.T) {
 				c := cfg()
 				c.Locality = Any
-				tb := New(c)
+				tb := newTable(c)
 				peer := export("backend", httpPort)
 				peer.StaleEndpoints = policy
 				if policy != annotation.StaleServe {
@@ -160,7 +161,7 @@ func TestStalePolicyExpired(t *testing.T) {
 				}
 				// A complete list while still out of contact (the API
 				// server answered the list, not yet the contact check).
-				tb.ReplaceCluster("edge-b", []*Pod{b1})
+				tb.ReplaceCluster("edge-b", []*store.Pod{b1})
 				got = addrs(tb.Rebuild().Lookup("backend.default.svc."+zone, dns.TypeA))
 				dropped := policy == annotation.StaleDrop || (policy == annotation.StaleDropIfLocal && local)
 				if slices.Contains(got, "10.1.0.1") == dropped {

@@ -1,12 +1,16 @@
-// Package table holds the multi-cluster service table: the slim Pod records of
-// every source, grouped into services, and an immutable Index of precomputed
-// DNS answers that readers load with one atomic read.
+// Package table is the DNS answer index of the records a store.Store holds:
+// it follows the store's change feed, keeps each service's exporting records
+// (links to the store's, never copies), and serves an immutable Index of
+// precomputed DNS answers that readers load with one atomic read. The DNS
+// rules live here: which endpoints answer (locality, the stale policy,
+// health), the names that cannot be encoded, the reply sizes and the
+// per-namespace record cap.
 //
-// Writers (informer handlers, the snapshot loader) only record what changed and
-// mark the affected services dirty. A single builder goroutine turns the dirty
-// set into a new Index: it rebuilds only the dirty services, copies the
-// service map by pointer, and swaps the Index in. Bursts coalesce into one
-// rebuild, and readers never wait on writers (the hosts plugin's swap pattern).
+// The feed only records what changed and marks the affected services dirty.
+// A single builder goroutine turns the dirty set into a new Index: it
+// rebuilds only the dirty services, copies the service map by pointer, and
+// swaps the Index in. Bursts coalesce into one rebuild, and readers never
+// wait on writers (the hosts plugin's swap pattern).
 package table
 
 import (
@@ -19,6 +23,7 @@ import (
 	"unsafe"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // Locality chooses which clusters' endpoints a service name answers with.
@@ -57,34 +62,28 @@ type Config struct {
 
 type svcKey struct{ Namespace, Name string }
 
-// svcList is a service's exporting Pods, in no order. An index built from the
-// table holds the same array (up to its length then), and marks it shared: the
-// table only appends to a shared list (past the index's length, so unseen by
-// it) and copies the list before its first change in place.
+// svcList is a service's exporting Pods (the store's records), in no order.
+// An index built from the table holds the same array (up to its length
+// then), and marks it shared: the table only appends to a shared list (past
+// the index's length, so unseen by it) and copies the list before its first
+// change in place.
 type svcList struct {
-	pods   []*Pod
+	pods   []*store.Pod
 	shared bool
 }
-
-// nsKey groups records by cluster and namespace: the records are kept in one
-// podSet per group, keyed by Pod name: smaller per record than one map keyed
-// by Key or a map[string]*Pod per group (BenchmarkIndexHeap, in
-// internal/snapshot).
-type nsKey struct{ Cluster, Namespace string }
 
 // Table is safe for concurrent use.
 type Table struct {
 	cfg Config
 
 	mu    sync.Mutex
-	pods  map[nsKey]*podSet  // by cluster and namespace, then name
-	bySvc map[svcKey]svcList // each service's exporting Pods
+	bySvc map[svcKey]svcList // each service's exporting Pods: all the table holds of the records
 	dirty map[svcKey]struct{}
 	gen   uint64 // bumped by every write, under mu
 
 	// Health (health.go): the endpoints a prober found down, by service,
 	// and the list of asked services indexes record (nil: not tracked).
-	down   map[svcKey]map[Key]struct{}
+	down   map[svcKey]map[store.Key]struct{}
 	demand *demand
 	// staleFor: how long each cluster out of contact has been
 	// (stalepolicy.go); clusters in contact are absent.
@@ -102,23 +101,24 @@ type Table struct {
 	buildMu  sync.Mutex    // one builder at a time
 	cur      atomic.Pointer[Index]
 	onChange func(*Index)
-	onPod    func(Key, *Pod)
-	onName   func(*Pod, annotation.Export)
+	onName   func(*store.Pod, annotation.Export)
 	named    []unencodable // found by checkNames under mu, reported once it is released
 	onCapped func(namespace string, records, capped int)
 	capped   map[string]int // by namespace: records left out by the cap (the builder's)
 }
 
-// New returns an empty table serving an empty index.
-func New(cfg Config) *Table {
+// New returns a table over the records of st, serving an empty index until
+// its first rebuild. It subscribes to st's change feed at once (taking the
+// records st holds already).
+func New(cfg Config, st *store.Store) *Table {
 	t := &Table{
 		cfg:   cfg,
-		pods:  make(map[nsKey]*podSet),
 		bySvc: make(map[svcKey]svcList),
 		dirty: make(map[svcKey]struct{}),
 		kick:  make(chan struct{}, 1),
 	}
 	t.cur.Store(newIndex(cfg, nil, nil, 0))
+	st.Subscribe(t.apply)
 	return t
 }
 
@@ -132,23 +132,18 @@ func (t *Table) Index() *Index { return t.cur.Load() }
 // is swapped in. Set it before Run.
 func (t *Table) OnChange(f func(*Index)) { t.onChange = f }
 
-// OnPodChange registers f to be called for every record that changes, with
-// the new record (nil when deleted): the snapshot's journal. It is called with
-// the table's write lock held, so it must be quick and must not call back
-// into the table. Set it before any write.
-func (t *Table) OnPodChange(f func(Key, *Pod)) { t.onPod = f }
-
 // OnUnencodable registers f to be called once for each new or changed record
 // whose endpoint name under the service of export e cannot be encoded in DNS
 // (EndpointNameFits): that endpoint is left out of SRV answers and has no
 // endpoint name; its addresses still answer the service name. It is called
-// by the writer after the table's lock is released (it logs: a slow log
-// must not hold up the table's readers and writers). Set it before any write.
-func (t *Table) OnUnencodable(f func(p *Pod, e annotation.Export)) { t.onName = f }
+// from the store's feed, after the table's lock is released (it logs: a slow
+// log must not hold up the table's readers and its builder). Set it before
+// the store's first write.
+func (t *Table) OnUnencodable(f func(p *store.Pod, e annotation.Export)) { t.onName = f }
 
 // unencodable is an export of a record whose endpoint name cannot be encoded.
 type unencodable struct {
-	p *Pod
+	p *store.Pod
 	e annotation.Export
 }
 
@@ -160,14 +155,14 @@ func (t *Table) OnCapped(f func(namespace string, records, capped int)) { t.onCa
 
 // checkNames collects p's exports whose endpoint name cannot be encoded, for
 // unlock to report; t.mu is held.
-func (t *Table) checkNames(p *Pod) {
+func (t *Table) checkNames(p *store.Pod) {
 	if t.onName == nil {
 		return
 	}
 	var buf [64]byte
 	host := p.Hostname
 	if host == "" && len(p.IPs) > 0 {
-		b := dashedInto(buf[:0], p.IPs[0])
+		b := store.AppendDashedIP(buf[:0], p.IPs[0])
 		host = unsafe.String(unsafe.SliceData(b), len(b)) // read below only, while buf lives
 	}
 	if host == "" {
@@ -190,138 +185,31 @@ func (t *Table) unlock() {
 	}
 }
 
-// Upsert adds or replaces a Pod record.
-func (t *Table) Upsert(p *Pod) {
+// apply is the table's subscription to its store: it takes each changed
+// record out of its services' lists and puts the new one in, and marks those
+// services dirty. It runs under the store's write lock (store.Subscribe), and
+// reports unencodable names once its own lock is released.
+func (t *Table) apply(changes []store.Change) {
 	t.mu.Lock()
-	t.upsertLocked(p)
+	for _, c := range changes {
+		if c.Old != nil {
+			t.unlinkLocked(c.Old)
+		}
+	}
+	if len(changes) == 1 {
+		if p := changes[0].New; p != nil {
+			t.linkLocked(p)
+		}
+	} else {
+		t.linkAllLocked(changes)
+	}
 	t.gen++
 	t.unlock()
 	t.signal()
 }
 
-// Delete removes a Pod record; deleting an unknown key is a no-op.
-func (t *Table) Delete(k Key) {
-	t.mu.Lock()
-	if t.deleteLocked(k) {
-		t.gen++
-	}
-	t.mu.Unlock()
-	t.signal()
-}
-
-// ReplaceCluster makes pods the complete set of records of cluster: records
-// of that cluster not in pods are deleted, the others upserted, all in one
-// step, so no index ever shows the cluster's surviving endpoints missing.
-// Records of another cluster in pods are ignored.
-func (t *Table) ReplaceCluster(cluster string, pods []*Pod) {
-	// The new groups are built first, sized from a count, outside the lock.
-	counts := make(map[nsKey]int)
-	for _, p := range pods {
-		if p.Cluster == cluster {
-			counts[nsKey{p.Cluster, p.Namespace}]++
-		}
-	}
-	groups := make(map[nsKey]*podSet, len(counts))
-	for nk, n := range counts {
-		groups[nk] = newPodSet(n)
-	}
-	for _, p := range pods {
-		if p.Cluster == cluster {
-			groups[nsKey{p.Cluster, p.Namespace}].put(p) // a later duplicate wins, as with Upsert
-		}
-	}
-
-	t.mu.Lock()
-	// Deleted: the cluster's records that the new groups lack.
-	for nk, old := range t.pods {
-		if nk.Cluster != cluster {
-			continue
-		}
-		g := groups[nk]
-		for op := range old.all {
-			if g.get(op.Name) == nil {
-				t.unlinkLocked(op)
-				if t.onPod != nil {
-					t.onPod(op.Key(), nil)
-				}
-			}
-		}
-		if g == nil {
-			delete(t.pods, nk)
-		}
-	}
-	// Upserted: each group replaces the old one; an unchanged record keeps
-	// its old pointer (the services' lists hold it) and marks nothing.
-	fresh := make([]*Pod, 0, len(pods))
-	for nk, g := range groups {
-		old := t.pods[nk]
-		for p := range g.all {
-			if op := old.get(p.Name); op != nil {
-				if op.Equal(p) {
-					g.put(op)
-					continue
-				}
-				t.unlinkLocked(op)
-			}
-			fresh = append(fresh, p)
-		}
-		t.pods[nk] = g
-	}
-	t.linkAllLocked(fresh)
-	t.gen++
-	t.unlock()
-	t.signal()
-}
-
-// Pods returns the records of cluster (all clusters when cluster is "").
-func (t *Table) Pods(cluster string) []*Pod {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []*Pod
-	for nk, g := range t.pods {
-		if cluster == "" || nk.Cluster == cluster {
-			for p := range g.all {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
-// Len returns the number of Pod records per cluster.
-func (t *Table) Len() map[string]int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[string]int)
-	for nk, g := range t.pods {
-		out[nk.Cluster] += g.len()
-	}
-	return out
-}
-
-func (t *Table) upsertLocked(p *Pod) {
-	nk := nsKey{p.Cluster, p.Namespace}
-	g := t.pods[nk]
-	if g == nil {
-		g = newPodSet(1)
-		t.pods[nk] = g
-	}
-	if old := g.get(p.Name); old != nil {
-		if old.Equal(p) {
-			return // nothing to rebuild or persist
-		}
-		t.unlinkLocked(old)
-	}
-	g.put(p)
-	t.linkLocked(p)
-}
-
-// linkLocked adds the (new or changed) record p to its services' lists and
-// reports it to the journal; the caller has put it in its group.
-func (t *Table) linkLocked(p *Pod) {
-	if t.onPod != nil {
-		t.onPod(p.Key(), p)
-	}
+// linkLocked adds the (new or changed) record p to its services' lists.
+func (t *Table) linkLocked(p *store.Pod) {
 	t.checkNames(p)
 	for _, e := range p.Exports {
 		sk := svcKey{e.Namespace, e.Name}
@@ -332,21 +220,27 @@ func (t *Table) linkLocked(p *Pod) {
 	}
 }
 
-// linkAllLocked links many records at once. The records of one service
-// share a Common (sources and the snapshot's decoder hand them out that way),
-// so they are grouped by it and each group joins its services' lists in one
-// append, rather than hashing two strings three times a record and growing
-// every list from one element by doubling. Records with equal but separate
-// Commons only make smaller groups.
-func (t *Table) linkAllLocked(ps []*Pod) {
+// linkAllLocked links the new records of many changes at once. The records
+// of one service share a Common (sources and the snapshot's decoder hand them
+// out that way), so they are grouped by it and each group joins its
+// services' lists in one append, rather than hashing two strings three times
+// a record and growing every list from one element by doubling. Records with
+// equal but separate Commons only make smaller groups.
+func (t *Table) linkAllLocked(changes []store.Change) {
+	ps := make([]*store.Pod, 0, len(changes))
+	for _, c := range changes {
+		if c.New != nil {
+			ps = append(ps, c.New)
+		}
+	}
 	if len(ps) == 0 {
 		return
 	}
 	// Group by Common: number the Commons, count each one's records, and
 	// lay the records out in one array, a run per Common.
-	group := make(map[*Common]int32, len(ps)/8) // a guess: services have a few endpoints
-	of := make([]int32, len(ps))                // each record's group
-	var start []int                             // each group's count, then where its run starts
+	group := make(map[*store.Common]int32, len(ps)/8) // a guess: services have a few endpoints
+	of := make([]int32, len(ps))                      // each record's group
+	var start []int                                   // each group's count, then where its run starts
 	for i, p := range ps {
 		g, ok := group[p.Common]
 		if !ok {
@@ -372,7 +266,7 @@ func (t *Table) linkAllLocked(ps []*Pod) {
 		t.dirty = make(map[svcKey]struct{}, len(start))
 	}
 	end := slices.Clone(start) // where each run ends, once filled
-	runs := make([]*Pod, len(ps))
+	runs := make([]*store.Pod, len(ps))
 	for i, p := range ps {
 		runs[end[of[i]]] = p
 		end[of[i]]++
@@ -380,9 +274,6 @@ func (t *Table) linkAllLocked(ps []*Pod) {
 	for g, lo := range start {
 		run := runs[lo:end[g]]
 		for _, p := range run {
-			if t.onPod != nil {
-				t.onPod(p.Key(), p)
-			}
 			t.checkNames(p)
 		}
 		for _, e := range run[0].Exports {
@@ -395,29 +286,9 @@ func (t *Table) linkAllLocked(ps []*Pod) {
 	}
 }
 
-func (t *Table) deleteLocked(k Key) bool {
-	nk := nsKey{k.Cluster, k.Namespace}
-	g := t.pods[nk]
-	if g == nil {
-		return false
-	}
-	old := g.remove(k.Name)
-	if old == nil {
-		return false
-	}
-	t.unlinkLocked(old)
-	if g.len() == 0 {
-		delete(t.pods, nk)
-	}
-	if t.onPod != nil {
-		t.onPod(k, nil)
-	}
-	return true
-}
-
 // unlinkLocked removes the record old from its services' lists (a swap with
 // the last element: the lists have no order).
-func (t *Table) unlinkLocked(old *Pod) {
+func (t *Table) unlinkLocked(old *store.Pod) {
 	for _, e := range old.Exports {
 		sk := svcKey{e.Namespace, e.Name}
 		l := t.bySvc[sk]
@@ -441,9 +312,9 @@ func (t *Table) unlinkLocked(old *Pod) {
 
 // healthy is a service's Pods to render (healthyLocked).
 type healthy struct {
-	pods     []*Pod
+	pods     []*store.Pod
 	failOpen bool
-	all      []*Pod // every record of the service: who may resolve it does not depend on health
+	all      []*store.Pod // every record of the service: who may resolve it does not depend on health
 }
 
 func (t *Table) signal() {

@@ -11,19 +11,31 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 const zone = "clusterset.local."
 
 func cfg() Config { return Config{Zone: zone, TTL: 5, LocalCluster: "edge-a", Locality: PreferLocal} }
 
-func pod(cluster, ns, name, hostname string, ready bool, ips []string, exports ...annotation.Export) *Pod {
-	p := &Pod{Common: &Common{Cluster: cluster, Namespace: ns}, Name: name, Hostname: hostname, Ready: ready}
+// testTable is a table over a store of its own: a test writes records to the
+// store and reads answers from the table.
+type testTable struct {
+	*Table
+	*store.Store
+}
+
+func newTable(c Config) testTable {
+	st := store.New()
+	return testTable{New(c, st), st}
+}
+
+func pod(cluster, ns, name, hostname string, ready bool, ips []string, exports ...annotation.Export) *store.Pod {
+	p := &store.Pod{Common: &store.Common{Cluster: cluster, Namespace: ns}, Name: name, Hostname: hostname, Ready: ready}
 	for _, s := range ips {
 		p.IPs = append(p.IPs, netip.MustParseAddr(s))
 	}
@@ -68,7 +80,7 @@ func srvs(a Answer) []string {
 }
 
 func TestLookup(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1", "fd00::1"}, export("backend", httpPort)))
 	tb.Upsert(pod("edge-a", "default", "b2", "web-0", true, []string{"10.0.0.2"}, export("backend", httpPort, annotation.Port{Name: "dns", Port: 53, TargetPort: 5353, Protocol: "UDP"}), export("other")))
 	tb.Upsert(pod("edge-a", "default", "b3", "", false, []string{"10.0.0.3"}, export("backend", httpPort)))
@@ -167,7 +179,7 @@ func TestLookup(t *testing.T) {
 func TestLocalityAny(t *testing.T) {
 	c := cfg()
 	c.Locality = Any
-	tb := New(c)
+	tb := newTable(c)
 	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("backend")))
 	tb.Upsert(pod("edge-b", "default", "b", "", true, []string{"10.1.0.1"}, export("backend")))
 	got := addrs(tb.Rebuild().Lookup("backend.default.svc."+zone, dns.TypeA))
@@ -179,7 +191,7 @@ func TestLocalityAny(t *testing.T) {
 // A and AAAA cover the same endpoint subset: a local IPv4-only endpoint hides
 // a peer's IPv6 endpoint from AAAA too.
 func TestLocalitySameSubsetForAAndAAAA(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("backend")))
 	tb.Upsert(pod("edge-b", "default", "b", "", true, []string{"fd00::2"}, export("backend")))
 	ix := tb.Rebuild()
@@ -189,7 +201,7 @@ func TestLocalitySameSubsetForAAndAAAA(t *testing.T) {
 }
 
 func TestUpdatesAndDeletes(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	q := "backend.default.svc." + zone
 	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("backend")))
 	if got := addrs(tb.Rebuild().Lookup(q, dns.TypeA)); !slices.Equal(got, []string{"10.0.0.1"}) {
@@ -214,8 +226,8 @@ func TestUpdatesAndDeletes(t *testing.T) {
 	if k := tb.Rebuild().Lookup("frontend.default.svc."+zone, dns.TypeA).Kind; k != KindNXDomain {
 		t.Fatalf("not ready: %v", k)
 	}
-	tb.Delete(Key{"edge-a", "default", "a"})
-	tb.Delete(Key{"edge-a", "default", "never-existed"})
+	tb.Delete(store.Key{Cluster: "edge-a", Namespace: "default", Name: "a"})
+	tb.Delete(store.Key{Cluster: "edge-a", Namespace: "default", Name: "never-existed"})
 	ix = tb.Rebuild()
 	if ix.Len() != 0 || len(tb.Pods("")) != 0 {
 		t.Fatalf("after delete: %d services, %d pods", ix.Len(), len(tb.Pods("")))
@@ -226,12 +238,12 @@ func TestUpdatesAndDeletes(t *testing.T) {
 }
 
 func TestReplaceCluster(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-b", "default", "keep", "", true, []string{"10.1.0.1"}, export("backend")))
 	tb.Upsert(pod("edge-b", "default", "gone", "", true, []string{"10.1.0.2"}, export("backend")))
 	tb.Upsert(pod("edge-c", "default", "other", "", true, []string{"10.2.0.1"}, export("backend")))
 	tb.Rebuild()
-	tb.ReplaceCluster("edge-b", []*Pod{
+	tb.ReplaceCluster("edge-b", []*store.Pod{
 		pod("edge-b", "default", "keep", "", true, []string{"10.1.0.1"}, export("backend")),
 		pod("edge-b", "default", "new", "", true, []string{"10.1.0.3"}, export("backend")),
 	})
@@ -244,26 +256,46 @@ func TestReplaceCluster(t *testing.T) {
 	}
 }
 
+// A table made over a store that holds records already takes them at New
+// (the store's feed hands a new subscriber what it holds), and then follows
+// the store's writes.
+func TestNewOverFilledStore(t *testing.T) {
+	st := store.New()
+	st.ReplaceCluster("edge-b", []*store.Pod{
+		pod("edge-b", "default", "b1", "", true, []string{"10.1.0.1"}, export("backend")),
+		pod("edge-b", "default", "b2", "", true, []string{"10.1.0.2"}, export("backend")),
+	})
+	tb := New(cfg(), st)
+	q := "backend.default.svc." + zone
+	if got := addrs(tb.Rebuild().Lookup(q, dns.TypeA)); !slices.Equal(got, []string{"10.1.0.1", "10.1.0.2"}) {
+		t.Errorf("after New: %v", got)
+	}
+	st.Delete(store.Key{Cluster: "edge-b", Namespace: "default", Name: "b1"})
+	if got := addrs(tb.Rebuild().Lookup(q, dns.TypeA)); !slices.Equal(got, []string{"10.1.0.2"}) {
+		t.Errorf("after a delete: %v", got)
+	}
+}
+
 // ReplaceCluster links records in groups of one Common: a group whose
 // records export two services joins both, records with equal but separate
 // Commons join as well, and a second replace keeps, adds and drops records
 // of a shared Common one by one.
 func TestReplaceClusterSharedCommons(t *testing.T) {
-	both := &Common{Cluster: "edge-b", Namespace: "default", Exports: []annotation.Export{
+	both := &store.Common{Cluster: "edge-b", Namespace: "default", Exports: []annotation.Export{
 		{Name: "backend", Namespace: "default", Cluster: "edge-b", Ports: []annotation.Port{httpPort}},
 		{Name: "frontend", Namespace: "default", Cluster: "edge-b", Ports: []annotation.Port{httpPort}},
 	}}
-	rec := func(name, ip string, c *Common) *Pod {
-		return &Pod{Common: c, Name: name, Ready: true, IPs: []netip.Addr{netip.MustParseAddr(ip)}}
+	rec := func(name, ip string, c *store.Common) *store.Pod {
+		return &store.Pod{Common: c, Name: name, Ready: true, IPs: []netip.Addr{netip.MustParseAddr(ip)}}
 	}
-	own := func(name, ip string) *Pod {
+	own := func(name, ip string) *store.Pod {
 		return pod("edge-b", "default", name, "", true, []string{ip}, export("backend", httpPort))
 	}
 	lookup := func(ix *Index, svc string) []string {
 		return addrs(ix.Lookup(svc+".default.svc."+zone, dns.TypeA))
 	}
-	tb := New(cfg())
-	tb.ReplaceCluster("edge-b", []*Pod{
+	tb := newTable(cfg())
+	tb.ReplaceCluster("edge-b", []*store.Pod{
 		rec("s1", "10.1.0.1", both), own("o1", "10.1.0.11"), rec("s2", "10.1.0.2", both),
 		own("o2", "10.1.0.12"), rec("s3", "10.1.0.3", both),
 	})
@@ -275,7 +307,7 @@ func TestReplaceClusterSharedCommons(t *testing.T) {
 		t.Errorf("frontend: %v, want %v", got, want)
 	}
 	// s1 unchanged, s2 moved, s3 gone, s4 new; o1 gone.
-	tb.ReplaceCluster("edge-b", []*Pod{
+	tb.ReplaceCluster("edge-b", []*store.Pod{
 		rec("s1", "10.1.0.1", both), rec("s2", "10.1.0.22", both), rec("s4", "10.1.0.4", both), own("o2", "10.1.0.12"),
 	})
 	ix = tb.Rebuild()
@@ -290,7 +322,7 @@ func TestReplaceClusterSharedCommons(t *testing.T) {
 // While writers churn, every index a reader sees answers with the endpoint
 // that never changes: no reader ever sees the service empty.
 func TestRunNoGapUnderChurn(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	changed := make(chan struct{}, 1)
 	tb.OnChange(func(*Index) {
 		select {
@@ -320,7 +352,7 @@ func TestRunNoGapUnderChurn(t *testing.T) {
 				tb.Delete(p.Key())
 			}
 			if i%500 == 0 {
-				tb.ReplaceCluster("edge-b", []*Pod{stable, p})
+				tb.ReplaceCluster("edge-b", []*store.Pod{stable, p})
 			}
 		}
 	}()
@@ -343,22 +375,8 @@ func TestRunNoGapUnderChurn(t *testing.T) {
 	}
 }
 
-func TestDashedIP(t *testing.T) {
-	for in, want := range map[string]string{
-		"10.244.0.5":      "10-244-0-5",
-		"fd00::5":         "fd00--5",
-		"::1":             "0--1",
-		"fd00::":          "fd00--0",
-		"::ffff:10.0.0.1": "10-0-0-1",
-	} {
-		if got := DashedIP(netip.MustParseAddr(in)); got != want {
-			t.Errorf("%s: got %s, want %s", in, got, want)
-		}
-	}
-}
-
 func TestLookupDoesNotAllocate(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
 	// A name and namespace longer than a short string's room on the stack.
 	const long, longNS = "payments-backend-with-a-long-name", "production-east-with-a-long-name"
@@ -385,7 +403,7 @@ func TestLookupDoesNotAllocate(t *testing.T) {
 }
 
 func FuzzLookup(f *testing.F) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
 	ix := tb.Rebuild()
 	for _, s := range []string{"backend.default.svc." + zone, ".default.svc." + zone, "..svc." + zone, "_.x.svc." + zone, zone, "." + zone} {
@@ -396,26 +414,8 @@ func FuzzLookup(f *testing.F) {
 	})
 }
 
-func TestOnPodChange(t *testing.T) {
-	tb := New(cfg())
-	got := map[Key]*Pod{}
-	tb.OnPodChange(func(k Key, p *Pod) { got[k] = p })
-	a := pod("edge-a", "default", "a", "web-0", true, []string{"10.0.0.1", "fd00::1"}, export("backend", httpPort))
-	tb.Upsert(a)
-	calls := len(got)
-	tb.Upsert(pod("edge-a", "default", "a", "web-0", true, []string{"10.0.0.1", "fd00::1"}, export("backend", httpPort)))
-	if len(got) != calls || got[a.Key()] != a {
-		t.Fatal("an unchanged record must not be journaled again")
-	}
-	tb.Delete(a.Key())
-	if p, ok := got[a.Key()]; !ok || p != nil {
-		t.Fatal("delete not journaled")
-	}
-
-}
-
 func TestLookupServiceInCluster(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
 	tb.Upsert(pod("edge-b", "default", "b", "", true, []string{"10.1.0.1"}, export("backend", httpPort)))
 	tb.Upsert(pod("edge-c", "default", "c", "", true, []string{"10.2.0.1"}, export("backend", httpPort)))
@@ -469,9 +469,10 @@ func TestSplitServiceName(t *testing.T) {
 	}
 }
 
-// Random upserts, deletes and cluster replacements keep the table, its
-// services' lists and the journal (OnPodChange, which the snapshot follows)
-// equal to a plain map of records.
+// Random upserts, deletes and cluster replacements in the store keep the
+// table's services' lists, and so its answers, equal to what a plain map of
+// records gives (the store's own records and feed: internal/store's
+// TestRandomOpsMatchModel).
 func TestRandomOpsMatchModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	clusters := []string{"edge-a", "edge-b"}
@@ -479,8 +480,8 @@ func TestRandomOpsMatchModel(t *testing.T) {
 	// Half the records share their Common with the others of their
 	// service, as sources and the snapshot's decoder hand them out; the
 	// rest have their own.
-	commons := map[string]*Common{}
-	randPod := func(cluster string) *Pod {
+	commons := map[string]*store.Common{}
+	randPod := func(cluster string) *store.Pod {
 		ns := namespaces[rng.IntN(len(namespaces))]
 		name := fmt.Sprintf("p%d", rng.IntN(6))
 		ip := fmt.Sprintf("10.%d.%d.%d", rng.IntN(2), rng.IntN(2), rng.IntN(3))
@@ -496,19 +497,11 @@ func TestRandomOpsMatchModel(t *testing.T) {
 		}
 		return p
 	}
-	tb := New(cfg())
-	model := map[Key]*Pod{}
-	journal := map[Key]*Pod{}
-	tb.OnPodChange(func(k Key, p *Pod) {
-		if p == nil {
-			delete(journal, k)
-		} else {
-			journal[k] = p
-		}
-	})
+	tb := newTable(cfg())
+	model := map[store.Key]*store.Pod{}
 	var pending *Index
-	var pendingModel map[Key]*Pod
-	check := func(step int, ix *Index, model map[Key]*Pod) {
+	var pendingModel map[store.Key]*store.Pod
+	check := func(step int, ix *Index, model map[store.Key]*store.Pod) {
 		t.Helper()
 		for _, ns := range namespaces {
 			for s := range 3 {
@@ -549,7 +542,7 @@ func TestRandomOpsMatchModel(t *testing.T) {
 			tb.Delete(p.Key())
 			delete(model, p.Key())
 		default:
-			var pods []*Pod
+			var pods []*store.Pod
 			for range rng.IntN(8) {
 				pods = append(pods, randPod(cluster))
 			}
@@ -565,25 +558,6 @@ func TestRandomOpsMatchModel(t *testing.T) {
 					model[p.Key()] = p
 				}
 			}
-		}
-		got := map[Key]*Pod{}
-		for _, p := range tb.Pods("") {
-			got[p.Key()] = p
-		}
-		if len(got) != len(model) || len(journal) != len(model) {
-			t.Fatalf("step %d: %d records, %d journaled, model %d", step, len(got), len(journal), len(model))
-		}
-		for k, want := range model {
-			if !got[k].Equal(want) || !journal[k].Equal(want) {
-				t.Fatalf("step %d: %v: table %+v, journal %+v, model %+v", step, k, got[k], journal[k], want)
-			}
-		}
-		n := 0
-		for _, c := range tb.Len() {
-			n += c
-		}
-		if n != len(model) {
-			t.Fatalf("step %d: Len counts %d, model %d", step, n, len(model))
 		}
 		// An index is immutable: one built 25 steps ago, and never asked
 		// until now (its answers are rendered on first use), still answers
@@ -607,7 +581,7 @@ func TestRandomOpsMatchModel(t *testing.T) {
 // next one. One cluster's answers of a multi-cluster service are rendered on
 // first ask, once, whoever asks at the same time.
 func TestRenderSharing(t *testing.T) {
-	tb := New(cfg())
+	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "a", "", true, []string{"10.0.0.1"}, export("web", httpPort)))
 	tb.Upsert(pod("edge-b", "default", "b", "", true, []string{"10.1.0.1"}, export("web", httpPort)))
 	dnsPort := annotation.Port{Name: "dns", Port: 53, TargetPort: 5353, Protocol: "UDP"}
@@ -702,9 +676,9 @@ func TestEndpointNameFits(t *testing.T) {
 // records.
 func TestIncrementalMatchesFresh(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	tb := New(cfg())
+	tb := newTable(cfg())
 	clusters := []string{"edge-a", "edge-b"}
-	random := func(cluster string, i int) *Pod {
+	random := func(cluster string, i int) *store.Pod {
 		var ex []annotation.Export
 		for s := range 3 {
 			if rng.IntN(2) == 0 {
@@ -718,13 +692,13 @@ func TestIncrementalMatchesFresh(t *testing.T) {
 		c := clusters[rng.IntN(2)]
 		switch r := rng.IntN(20); {
 		case r == 0:
-			var ps []*Pod
+			var ps []*store.Pod
 			for i := range rng.IntN(6) {
 				ps = append(ps, random(c, i))
 			}
 			tb.ReplaceCluster(c, ps)
 		case r < 6:
-			tb.Delete(Key{c, "default", fmt.Sprintf("p-%d", rng.IntN(6))})
+			tb.Delete(store.Key{Cluster: c, Namespace: "default", Name: fmt.Sprintf("p-%d", rng.IntN(6))})
 		default:
 			tb.Upsert(random(c, rng.IntN(6)))
 		}
@@ -732,7 +706,7 @@ func TestIncrementalMatchesFresh(t *testing.T) {
 			continue
 		}
 		got := tb.Rebuild()
-		fresh := New(cfg())
+		fresh := newTable(cfg())
 		for _, c := range clusters {
 			fresh.ReplaceCluster(c, tb.Pods(c))
 		}
@@ -748,14 +722,5 @@ func TestIncrementalMatchesFresh(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// A record is what the table holds once per endpoint: keep it in the 80-byte
-// size class (BenchmarkIndexHeap, in internal/snapshot; it was 128 with its
-// cluster, namespace and exports inline).
-func TestPodSize(t *testing.T) {
-	if n := unsafe.Sizeof(Pod{}); n > 80 {
-		t.Errorf("table.Pod is %d bytes, more than 80", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -20,9 +21,9 @@ import (
 // does not: a service allows what all its entries allow), shared/any (allows
 // "*"), and secret/vault (allows nobody else).
 func accessMCS() *MCS {
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: table.Any})
+	tb := newTable(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: table.Any})
 	add := func(cluster, ns, name, ip, svc string, allowed ...string) {
-		tb.Upsert(&table.Pod{Common: &table.Common{Cluster: cluster, Namespace: ns, Exports: []annotation.Export{{Name: svc, Namespace: ns, Cluster: cluster, Allowed: allowed}}},
+		tb.Upsert(&store.Pod{Common: &store.Common{Cluster: cluster, Namespace: ns, Exports: []annotation.Export{{Name: svc, Namespace: ns, Cluster: cluster, Allowed: allowed}}},
 			Name: name, Ready: true, IPs: []netip.Addr{netip.MustParseAddr(ip)}})
 	}
 	add("edge-a", "default", "o1", "10.0.0.1", "open", "web")
@@ -32,7 +33,7 @@ func accessMCS() *MCS {
 	add("edge-a", "shared", "a1", "10.0.1.1", "any", "*")
 	add("edge-a", "secret", "v1", "10.0.2.1", "vault")
 	tb.Rebuild()
-	m := &MCS{zones: []string{"clusterset.local.", "cluster.local."}, table: tb, clients: clients.NewIndex(), enforce: true,
+	m := &MCS{zones: []string{"clusterset.local.", "cluster.local."}, table: tb.Table, records: tb.Store, clients: clients.NewIndex(), enforce: true,
 		Next: test.NextHandler(dns.RcodeRefused, nil)}
 	// web/consumer declares imports of everything: an import grants nothing.
 	m.clients.Set(&clients.Client{Namespace: "web", Name: "consumer", Imports: []annotation.Import{

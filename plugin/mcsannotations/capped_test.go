@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -34,15 +35,15 @@ func cappedSeries(t *testing.T) map[string]float64 {
 }
 
 // capPods returns n ready Pods of ns, each exporting svc with 4 named ports.
-func capPods(ns, svc string, n int) []*table.Pod {
+func capPods(ns, svc string, n int) []*store.Pod {
 	e := annotation.Export{Name: svc, Namespace: ns, Cluster: "edge-a"}
 	for p := range 4 {
 		e.Ports = append(e.Ports, annotation.Port{Name: fmt.Sprintf("p%d", p), Port: int32(80 + p), TargetPort: int32(80 + p), Protocol: "TCP"})
 	}
-	c := &table.Common{Cluster: "edge-a", Namespace: ns, Exports: []annotation.Export{e}}
-	out := make([]*table.Pod, n)
+	c := &store.Common{Cluster: "edge-a", Namespace: ns, Exports: []annotation.Export{e}}
+	out := make([]*store.Pod, n)
 	for i := range out {
-		out[i] = &table.Pod{Common: c, Name: fmt.Sprintf("%s-%d", svc, i), Ready: true, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 3, 0, byte(i)})}}
+		out[i] = &store.Pod{Common: c, Name: fmt.Sprintf("%s-%d", svc, i), Ready: true, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 3, 0, byte(i)})}}
 	}
 	return out
 }
@@ -53,7 +54,7 @@ func capPods(ns, svc string, n int) []*table.Pod {
 // ever capped would grow without bound on a cluster whose namespaces come
 // and go). It fails with the gauge set to 0 instead.
 func TestCappedRecordsSeriesDeleted(t *testing.T) {
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: table.Any, NamespaceRecords: 50})
+	tb := newTable(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: table.Any, NamespaceRecords: 50})
 	tb.OnCapped(logCapped)
 	tb.ReplaceCluster("edge-a", append(capPods("cap-shrinks", "a", 20), capPods("cap-goes", "b", 20)...))
 	tb.Rebuild()

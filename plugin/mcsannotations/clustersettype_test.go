@@ -15,6 +15,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -24,7 +25,7 @@ import (
 // type (Headless); hl, exported as Headless; and mixed, exported as
 // ClusterSetIP by edge-a and as Headless by edge-b, whose export is older.
 func typedMCS() *MCS {
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 30, LocalCluster: "edge-a"})
+	tb := newTable(table.Config{Zone: "clusterset.local.", TTL: 30, LocalCluster: "edge-a"})
 	http := annotation.Port{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}
 	grpc := annotation.Port{Name: "grpc", Port: 9000, TargetPort: 9000, Protocol: "TCP"}
 	typed := func(name, typ, at string, ports ...annotation.Port) annotation.Export {
@@ -38,7 +39,7 @@ func typedMCS() *MCS {
 	addPod(tb, "edge-a", "m1", "", true, []string{"10.0.0.7"}, typed("mixed", annotation.TypeClusterSetIP, "2026-11-25T11:00:00Z", http))
 	addPod(tb, "edge-b", "m2", "", true, []string{"10.1.0.7"}, typed("mixed", annotation.TypeHeadless, "2026-11-25T10:00:00Z", http))
 	tb.Rebuild()
-	return &MCS{zones: []string{"clusterset.local.", "cluster.local."}, table: tb, clients: clients.NewIndex()}
+	return &MCS{zones: []string{"clusterset.local.", "cluster.local."}, table: tb.Table, records: tb.Store, clients: clients.NewIndex()}
 }
 
 const (
@@ -181,7 +182,7 @@ func TestClusterSetIPTypeAfterOfflineRestart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := snapshot.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{
+			b, err := snapshot.EncodePod(&store.Pod{Common: &store.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{
 				Name: "web", Namespace: "default", Cluster: "edge-a",
 				Ports:   []annotation.Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}},
 				Service: annotation.Service{Type: annotation.TypeClusterSetIP}}}},

@@ -13,13 +13,27 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
 const soa = "clusterset.local.	5	IN	SOA	ns.dns.clusterset.local. hostmaster.clusterset.local. 1 7200 1800 86400 5"
 
-func addPod(tb *table.Table, cluster, name, hostname string, ready bool, ips []string, exports ...annotation.Export) {
-	p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: "default"}, Name: name, Hostname: hostname, Ready: ready}
+// testTable is a record store and the DNS table over it, for tests that make
+// an MCS by hand: they write records to the store.
+type testTable struct {
+	*store.Store
+	*table.Table
+}
+
+func newTable(cfg table.Config) testTable {
+	st := store.New()
+	return testTable{st, table.New(cfg, st)}
+}
+
+// addPod writes a record of a Pod in namespace default to w.
+func addPod(w interface{ Upsert(*store.Pod) }, cluster, name, hostname string, ready bool, ips []string, exports ...annotation.Export) {
+	p := &store.Pod{Common: &store.Common{Cluster: cluster, Namespace: "default"}, Name: name, Hostname: hostname, Ready: ready}
 	for _, ip := range ips {
 		p.IPs = append(p.IPs, netip.MustParseAddr(ip))
 	}
@@ -27,14 +41,14 @@ func addPod(tb *table.Table, cluster, name, hostname string, ready bool, ips []s
 		e.Namespace, e.Cluster = "default", cluster
 		p.Exports = append(p.Exports, e)
 	}
-	tb.Upsert(p)
+	w.Upsert(p)
 }
 
 // testMCS is the handler over a table of: backend (two ready Pods in edge-a,
 // one not ready, one in edge-b), db (only in edge-b), and a Pod backing two
 // services.
 func testMCS(next bool) *MCS {
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
+	tb := newTable(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
 	http := annotation.Port{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}
 	addPod(tb, "edge-a", "b1", "", true, []string{"10.0.0.1", "fd00::1"}, annotation.Export{Name: "backend", Ports: []annotation.Port{http}})
 	addPod(tb, "edge-a", "b2", "web-0", true, []string{"10.0.0.2"}, annotation.Export{Name: "backend", Ports: []annotation.Port{http}}, annotation.Export{Name: "metrics"})
@@ -42,7 +56,7 @@ func testMCS(next bool) *MCS {
 	addPod(tb, "edge-b", "b4", "", true, []string{"10.1.0.4"}, annotation.Export{Name: "backend", Ports: []annotation.Port{http}})
 	addPod(tb, "edge-b", "d1", "", true, []string{"10.1.0.9"}, annotation.Export{Name: "db", Ports: []annotation.Port{{Name: "pg", Port: 5432, TargetPort: 5432, Protocol: "TCP"}}})
 	tb.Rebuild()
-	m := &MCS{zones: []string{"clusterset.local.", "cluster.local."}, table: tb, clients: clients.NewIndex()}
+	m := &MCS{zones: []string{"clusterset.local.", "cluster.local."}, table: tb.Table, records: tb.Store, clients: clients.NewIndex()}
 	if next {
 		m.Next = test.NextHandler(dns.RcodeRefused, nil) // marks "passed on"
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -36,7 +37,8 @@ type MCS struct {
 
 	zones   []string // [0] is the clusterset zone
 	fall    fall.F
-	table   *table.Table
+	records *store.Store // what the sources write and the snapshot journals
+	table   *table.Table // the DNS answers of records
 	sources []*source.Source
 
 	expire time.Duration // 0: a source's records are kept however long it is gone
@@ -156,22 +158,23 @@ func newMCS(cfg config) (*MCS, error) {
 		log.Infof("verify %s: export annotations count only when signed with their cluster's key (%d keys)", cfg.verify, len(cfg.keys))
 	}
 
-	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality, NamespaceRecords: cfg.nsRecords})
+	records := store.New()
+	t := table.New(table.Config{Zone: cfg.zones[0], TTL: cfg.ttl, LocalCluster: cluster, Locality: cfg.locality, NamespaceRecords: cfg.nsRecords}, records)
 	t.OnCapped(logCapped)
 	t.OnChange(func(ix *table.Index) {
 		indexBuilds.Inc()
 		services.Set(float64(ix.Len()))
 		serviceImports.Set(float64(ix.ClusterSetIPLen()))
 	})
-	m := &MCS{zones: cfg.zones, fall: cfg.fall, table: t, snapshotPath: cfg.snapshot, expire: cfg.expire,
+	m := &MCS{zones: cfg.zones, fall: cfg.fall, records: records, table: t, snapshotPath: cfg.snapshot, expire: cfg.expire,
 		clients: clients.NewIndex(), enforce: cfg.enforce, allow: cfg.allow, snapshotCheck: snapshotCheckEvery}
 	if remembered {
 		m.checkID = func(ctx context.Context) { checkClusterID(ctx, local, cluster, cfg.snapshot+clusterIDSuffix) }
 	}
-	t.OnPodChange(m.journal)
+	records.Subscribe(m.journal)
 	t.OnUnencodable(logUnencodable)
 	m.clients.OnChange(m.journalClient)
-	m.sources = append(m.sources, source.New(cluster, local, t, m.sourceEvents(cluster),
+	m.sources = append(m.sources, source.New(cluster, local, records, m.sourceEvents(cluster),
 		source.Options{Key: cfg.keys[cluster], Ingest: ingestOptions(clusterInformer(cluster))}))
 	// Importers are local Pods; enforcing needs every local Pod.
 	m.watcher = clients.NewWatcher(local, m.clients, clients.Options{
@@ -197,7 +200,7 @@ func newMCS(cfg config) (*MCS, error) {
 		}
 		// A peer is read in its exporting namespaces only (its credential
 		// need not read more); the local cluster everywhere.
-		m.sources = append(m.sources, source.New(p.name, client, t, m.sourceEvents(p.name),
+		m.sources = append(m.sources, source.New(p.name, client, records, m.sourceEvents(p.name),
 			source.Options{Key: cfg.keys[p.name], Ingest: ingestOptions(clusterInformer(p.name)), Scoped: true}))
 	}
 	m.newProber(cfg.probe)
@@ -227,7 +230,7 @@ func (m *MCS) sourceEvents(cluster string) source.Events {
 			save(cluster)
 			if s := m.sourceFor(cluster); s != nil {
 				log.Infof("cluster %s: complete list applied: %d records, %s after its reflector started",
-					cluster, m.table.Len()[cluster], time.Since(s.Started()).Round(time.Millisecond))
+					cluster, m.records.Len()[cluster], time.Since(s.Started()).Round(time.Millisecond))
 			}
 		},
 		Rejected: logRejected,
@@ -323,14 +326,14 @@ func logCapped(ns string, records, capped int) {
 
 // logUnencodable logs and counts an endpoint whose name cannot be encoded
 // (once per change of its record).
-func logUnencodable(p *table.Pod, e annotation.Export) {
+func logUnencodable(p *store.Pod, e annotation.Export) {
 	unencodableNames.WithLabelValues(p.Cluster).Inc()
 	log.Warningf("cluster %s: Pod %s/%s: its endpoint name under service %s/%s (hostname %q, cluster %q) has a label longer than 63 octets or is longer than 255: "+
 		"left out of SRV answers and without an endpoint name; its addresses still answer the service name", p.Cluster, p.Namespace, p.Name, e.Namespace, e.Name, annotation.Clip(p.EndpointHostname()), annotation.Clip(p.Cluster))
 }
 
 // start runs on CoreDNS start-up (and after a reload): it loads the snapshot
-// into the table, then starts the index builder and the sources in the
+// into the record store, then starts the index builder and the sources in the
 // background and returns.
 func (m *MCS) start() error {
 	m.mu.Lock()

@@ -216,7 +216,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(lastWriteDesc, prometheus.GaugeValue, float64(stats.LastWrite.UnixNano())/1e9)
 			}
 		}
-		counts := m.table.Len()
+		counts := m.records.Len()
 		for _, s := range m.sources {
 			cl := s.Cluster()
 			if seen[cl] {

@@ -189,8 +189,8 @@ func TestServeDNSProbeRefused(t *testing.T) {
 	d.down["127.0.0.1:5432"], d.down["[::ffff:169.254.169.254]:5432"] = true, true // what a probe would find
 	d.mu.Unlock()
 	pg := annotation.Port{Name: "pg", Port: 5432, TargetPort: 5432, Protocol: "TCP"}
-	addPod(m.table, "edge-b", "lo", "", true, []string{"127.0.0.1"}, annotation.Export{Name: "db", Ports: []annotation.Port{pg}})
-	addPod(m.table, "edge-b", "meta", "", true, []string{"::ffff:169.254.169.254"}, annotation.Export{Name: "db", Ports: []annotation.Port{pg}})
+	addPod(m.records, "edge-b", "lo", "", true, []string{"127.0.0.1"}, annotation.Export{Name: "db", Ports: []annotation.Port{pg}})
+	addPod(m.records, "edge-b", "meta", "", true, []string{"::ffff:169.254.169.254"}, annotation.Export{Name: "db", Ports: []annotation.Port{pg}})
 	m.table.Rebuild()
 	before := map[string]float64{}
 	for _, r := range []string{"loopback", "link_local"} {

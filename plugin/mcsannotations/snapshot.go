@@ -16,15 +16,17 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/clients"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
-// The snapshot is a cache of the table on disk: loaded into the table before
+// The snapshot is a cache on disk of what the plugin holds (the record
+// store's records, the DNS clients, the ClusterSetIP services): loaded before
 // any source starts, so names resolve from the first query even when no API
-// server answers, and kept current by journaling every record change.
+// server answers, and kept current by journaling every change (for records,
+// from the record store's feed).
 
 // openSnapshot opens the snapshot file and, when load is true, loads it into
-// the table. Any failure leaves the plugin serving without a snapshot: it
+// the record store. Any failure leaves the plugin serving without a snapshot: it
 // never stops start-up. A file that cannot be opened (a full disk, a
 // permission, a lock another process holds, a directory in its place) is
 // tried again in the background until it opens (retrySnapshot).
@@ -125,14 +127,14 @@ func (m *MCS) stopRetry() {
 	}
 }
 
-// holdsNothing: no source has listed and the table holds no record.
+// holdsNothing: no source has listed and the record store holds no record.
 func (m *MCS) holdsNothing() bool {
 	for _, s := range m.sources {
 		if s.HasSynced() {
 			return false
 		}
 	}
-	for _, n := range m.table.Len() {
+	for _, n := range m.records.Len() {
 		if n > 0 {
 			return false
 		}
@@ -140,7 +142,7 @@ func (m *MCS) holdsNothing() bool {
 	return true
 }
 
-// loadSnapshot fills the table from the store. Records of clusters this
+// loadSnapshot fills the record store from the file. Records of clusters this
 // instance does not watch are dropped from the file; records that do not
 // decode, or that claim another cluster or namespace than the one they were
 // stored under, are skipped and counted.
@@ -164,7 +166,7 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 			snapshotErrors.WithLabelValues("bad_record").Inc()
 			st.Delete(cluster, k)
 		}
-		m.table.ReplaceCluster(cluster, pods)
+		m.records.ReplaceCluster(cluster, pods)
 		s.SeedLastContact(meta.LastContact)
 		s.SeedLastFullSync(meta.LastFullSync)
 		m.staleState().seedLost(cluster, meta.State)
@@ -201,12 +203,12 @@ type rawRecord struct{ k, v []byte }
 // GOMAXPROCS goroutines (each with its own decoder, under the store's fault
 // protection), and returns the good ones and the keys of the bad ones: those
 // that do not decode, or that claim another cluster or key than their own.
-func decodeRecords(st *snapshot.Store, cluster string, n int, records iter.Seq2[[]byte, []byte]) ([]*table.Pod, []string, error) {
+func decodeRecords(st *snapshot.Store, cluster string, n int, records iter.Seq2[[]byte, []byte]) ([]*store.Pod, []string, error) {
 	workers := max(1, min(runtime.GOMAXPROCS(0), n/decodeBatch))
 	var (
 		work = make(chan []rawRecord, 2*workers)
 		free = make(chan []rawRecord, 2*workers)
-		outs = make([][]*table.Pod, workers)
+		outs = make([][]*store.Pod, workers)
 		bads = make([][]string, workers)
 		errs = make([]error, workers)
 		wg   sync.WaitGroup
@@ -215,7 +217,7 @@ func decodeRecords(st *snapshot.Store, cluster string, n int, records iter.Seq2[
 		wg.Go(func() {
 			errs[w] = st.Guard(func() {
 				dec := snapshot.NewPodDecoder() // records share their cluster, namespace and exports
-				out := make([]*table.Pod, 0, n/workers+decodeBatch)
+				out := make([]*store.Pod, 0, n/workers+decodeBatch)
 				for b := range work {
 					for _, r := range b {
 						p, err := dec.Decode(r.v)
@@ -300,10 +302,10 @@ func (mismatchError) Error() string { return "record does not belong where it wa
 var errMismatch = mismatchError{}
 
 // isKey reports whether key is "<namespace>/<name>" of p.
-func isKey(key []byte, p *table.Pod) bool { return snapshot.IsNameKey(key, p.Namespace, p.Name) }
+func isKey(key []byte, p *store.Pod) bool { return snapshot.IsNameKey(key, p.Namespace, p.Name) }
 
 // exportsOwn re-checks the sameness rules on a stored record.
-func exportsOwn(p *table.Pod) bool {
+func exportsOwn(p *store.Pod) bool {
 	for _, e := range p.Exports {
 		if e.Cluster != p.Cluster || e.Namespace != p.Namespace {
 			return false
@@ -351,13 +353,13 @@ func (m *MCS) reopenSnapshot() error {
 // while the API is unreachable, an empty table would wipe a good snapshot),
 // the DNS clients and the ClusterSetIP services.
 func (m *MCS) writeTable(st *snapshot.Store) {
-	held := m.table.Len()
+	held := m.records.Len()
 	for _, s := range m.sources {
 		if !s.HasSynced() && held[s.Cluster()] == 0 {
 			continue
 		}
 		recs := map[string][]byte{}
-		for _, p := range m.table.Pods(s.Cluster()) {
+		for _, p := range m.records.Pods(s.Cluster()) {
 			if b, err := snapshot.EncodePod(p); err == nil {
 				recs[p.Namespace+"/"+p.Name] = b
 			}
@@ -395,24 +397,27 @@ func (m *MCS) watchSnapshot(ctx context.Context) {
 	}
 }
 
-// journal is the table's change hook: it queues the change for the next
-// batch write. It never blocks on the disk.
-func (m *MCS) journal(k table.Key, p *table.Pod) {
+// journal follows the record store's feed: it queues each change for the
+// next batch write. It never blocks on the disk.
+func (m *MCS) journal(changes []store.Change) {
 	st := m.store.Load()
 	if st == nil {
 		return
 	}
-	key := k.Namespace + "/" + k.Name
-	if p == nil {
-		st.Delete(k.Cluster, key)
-		return
+	for _, c := range changes {
+		k := c.Key()
+		key := k.Namespace + "/" + k.Name
+		if c.New == nil {
+			st.Delete(k.Cluster, key)
+			continue
+		}
+		b, err := snapshot.EncodePod(c.New)
+		if err != nil {
+			snapshotErrors.WithLabelValues("encode").Inc()
+			continue
+		}
+		st.Put(k.Cluster, key, b)
 	}
-	b, err := snapshot.EncodePod(p)
-	if err != nil {
-		snapshotErrors.WithLabelValues("encode").Inc()
-		return
-	}
-	st.Put(k.Cluster, key, b)
 }
 
 // contactSaveEvery is how far a connected source's last contact may run ahead

@@ -28,7 +28,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/clients"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 func snapshotCorefile(path string) string {
@@ -321,7 +321,7 @@ func TestSnapshotBadRecordsSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := func(name, ip string) []byte {
-		b, err := snapshot.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: name, Ready: true,
+		b, err := snapshot.EncodePod(&store.Pod{Common: &store.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: "backend", Namespace: "default", Cluster: "edge-a"}}}, Name: name, Ready: true,
 			IPs: []netip.Addr{netip.MustParseAddr(ip)}})
 		if err != nil {
 			t.Fatal(err)
@@ -434,7 +434,7 @@ func TestDecodeRecordsInParallel(t *testing.T) {
 	wantBad := map[string]bool{}
 	for i := range n {
 		name := fmt.Sprintf("p%05d", i)
-		b, err := snapshot.EncodePod(&table.Pod{Common: &table.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/10), Namespace: "default", Cluster: "edge-a"}}}, Name: name, Ready: true,
+		b, err := snapshot.EncodePod(&store.Pod{Common: &store.Common{Cluster: "edge-a", Namespace: "default", Exports: []annotation.Export{{Name: fmt.Sprintf("svc-%d", i/10), Namespace: "default", Cluster: "edge-a"}}}, Name: name, Ready: true,
 			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})}})
 		if err != nil {
 			t.Fatal(err)
@@ -456,7 +456,7 @@ func TestDecodeRecordsInParallel(t *testing.T) {
 	for _, procs := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
 			defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(procs))
-			var pods []*table.Pod
+			var pods []*store.Pod
 			var bad []string
 			err := st.Scan(func(cluster string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
 				var err error

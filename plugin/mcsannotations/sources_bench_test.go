@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -37,15 +38,15 @@ const (
 var benchClusters = []string{"edge-a", "edge-b", "edge-c"}
 
 // sourcePods is one cluster's Pods: services named <prefix>svc-<i>.
-func sourcePods(cluster int, prefix string) []*table.Pod {
+func sourcePods(cluster int, prefix string) []*store.Pod {
 	name := benchClusters[cluster]
 	http := annotation.Port{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}
-	pods := make([]*table.Pod, 0, benchServices*benchPerSvc)
+	pods := make([]*store.Pod, 0, benchServices*benchPerSvc)
 	for s := range benchServices {
 		ns := fmt.Sprintf("ns-%d", s%100)
 		for e := range benchPerSvc {
 			i := s*benchPerSvc + e
-			pods = append(pods, &table.Pod{Common: &table.Common{Cluster: name, Namespace: ns, Exports: []annotation.Export{{Name: fmt.Sprintf("%ssvc-%d", prefix, s), Namespace: ns, Cluster: name,
+			pods = append(pods, &store.Pod{Common: &store.Common{Cluster: name, Namespace: ns, Exports: []annotation.Export{{Name: fmt.Sprintf("%ssvc-%d", prefix, s), Namespace: ns, Cluster: name,
 				Ports: []annotation.Port{http}}}}, Name: fmt.Sprintf("pod-%d", i),
 				IPs:   []netip.Addr{netip.AddrFrom4([4]byte{10, byte(cluster), byte(i >> 8), byte(i)})},
 				Ready: true})
@@ -58,7 +59,7 @@ func sourcePods(cluster int, prefix string) []*table.Pod {
 // cluster exports the same names, else cluster k's are prefixed "c<k>-"
 // (edge-a's have no prefix in both cases).
 func sourcesMCS(sources int, shared bool, loc table.Locality) *MCS {
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: loc})
+	tb := newTable(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: loc})
 	for k := range sources {
 		prefix := ""
 		if k > 0 && !shared {
@@ -67,7 +68,7 @@ func sourcesMCS(sources int, shared bool, loc table.Locality) *MCS {
 		tb.ReplaceCluster(benchClusters[k], sourcePods(k, prefix))
 	}
 	tb.Rebuild()
-	return &MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}
+	return &MCS{zones: []string{"clusterset.local."}, table: tb.Table, records: tb.Store, clients: clients.NewIndex()}
 }
 
 // benchColumn is one configuration compared.

@@ -156,7 +156,7 @@ func TestStaleAnswerMarked(t *testing.T) {
 // EXTRA-TEXT bound, and perPeer addresses in each; every cluster is out of
 // contact.
 func wideMCS(clusters, perPeer int) *MCS {
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "local", Locality: table.Any})
+	tb := newTable(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "local", Locality: table.Any})
 	var cs []*fakeContact
 	for c := range clusters {
 		name := fmt.Sprintf("edge-%02d-with-a-rather-long-cluster-name", c)
@@ -168,7 +168,7 @@ func wideMCS(clusters, perPeer int) *MCS {
 		cs = append(cs, &fakeContact{cluster: name, state: source.Disconnected, last: staleNow.Add(-time.Duration(c+1) * time.Hour), started: staleNow.Add(-48 * time.Hour)})
 	}
 	tb.Rebuild()
-	return withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}, cs...)
+	return withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb.Table, records: tb.Store, clients: clients.NewIndex()}, cs...)
 }
 
 // Many stale clusters: the EXTRA-TEXT names the first few and counts the
@@ -295,10 +295,10 @@ func TestStaleMarkDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// dropAndKeep is a table with edge-b's endpoints of drop30 (drop after
+// dropAndKeep is a store and table with edge-b's endpoints of drop30 (drop after
 // 30 s) and keep (the default).
-func dropAndKeep() *table.Table {
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
+func dropAndKeep() testTable {
+	tb := newTable(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a"})
 	drop := annotation.Export{Name: "drop30"}
 	drop.StaleEndpoints, drop.StaleGraceSeconds = annotation.StaleDrop, 30
 	addPod(tb, "edge-b", "d1", "", true, []string{"10.1.0.1"}, drop)
@@ -315,7 +315,7 @@ func dropAndKeep() *table.Table {
 func TestStalePolicyAnswers(t *testing.T) {
 	tb := dropAndKeep()
 	b := &fakeContact{cluster: "edge-b", state: source.Connected, last: staleNow, started: staleNow.Add(-time.Hour)}
-	m := withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}, b)
+	m := withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb.Table, records: tb.Store, clients: clients.NewIndex()}, b)
 
 	dropA := []dns.RR{test.A("drop30.default.svc.clusterset.local. 5 IN A 10.1.0.1")}
 	keepA := []dns.RR{test.A("keep.default.svc.clusterset.local. 5 IN A 10.1.0.2")}
@@ -378,7 +378,7 @@ func TestStaleAfterRestartWhileCut(t *testing.T) {
 			tb := dropAndKeep()
 			// Started a second ago; the last contact, from the snapshot, 2 minutes ago.
 			b := &fakeContact{cluster: "edge-b", state: source.Syncing, last: staleNow.Add(-2 * time.Minute), started: staleNow.Add(-time.Second)}
-			m := withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}, b)
+			m := withContacts(&MCS{zones: []string{"clusterset.local."}, table: tb.Table, records: tb.Store, clients: clients.NewIndex()}, b)
 			m.staleState().seedLost("edge-b", c.recorded)
 			m.staleState().seedLost("edge-z", "disconnected") // no such source: nothing
 			m.applyStalePolicies(staleNow)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clients"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -31,15 +32,15 @@ func TestUnencodableEndpointNames(t *testing.T) {
 	longSvc := strings.Repeat("s", 63)
 	const longNS = "default"
 	http := annotation.Port{Name: "http", Port: 80, TargetPort: 8080, Protocol: "TCP"}
-	tb := table.New(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: table.Any})
+	tb := newTable(table.Config{Zone: "clusterset.local.", TTL: 5, LocalCluster: "edge-a", Locality: table.Any})
 	var reported []string
-	tb.OnUnencodable(func(p *table.Pod, e annotation.Export) {
+	tb.OnUnencodable(func(p *store.Pod, e annotation.Export) {
 		reported = append(reported, p.Name+"/"+e.Name)
 		logUnencodable(p, e)
 	})
 	before := testutil.ToFloat64(unencodableNames.WithLabelValues(longCluster)) + testutil.ToFloat64(unencodableNames.WithLabelValues(dotted))
 	add := func(cluster, name, hostname, ip, svc string) {
-		p := &table.Pod{Common: &table.Common{Cluster: cluster, Namespace: longNS, Exports: []annotation.Export{
+		p := &store.Pod{Common: &store.Common{Cluster: cluster, Namespace: longNS, Exports: []annotation.Export{
 			{Name: svc, Namespace: longNS, Cluster: cluster, Ports: []annotation.Port{http}}}},
 			Name: name, Hostname: hostname, Ready: true, IPs: []netip.Addr{netip.MustParseAddr(ip)}}
 		tb.Upsert(p)
@@ -49,7 +50,7 @@ func TestUnencodableEndpointNames(t *testing.T) {
 	add("edge-a", "good2", "", "10.0.0.2", longSvc)
 	add(dotted, "long", longHost, "10.0.0.3", longSvc)
 	tb.Rebuild()
-	m := &MCS{zones: []string{"clusterset.local."}, table: tb, clients: clients.NewIndex()}
+	m := &MCS{zones: []string{"clusterset.local."}, table: tb.Table, records: tb.Store, clients: clients.NewIndex()}
 
 	fqdn := longSvc + ".default.svc.clusterset.local."
 	cases := []test.Case{

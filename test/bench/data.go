@@ -21,7 +21,7 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
@@ -78,11 +78,11 @@ func (d dataset) exportService(i int) harness.ExportService {
 	return harness.ExportService{Name: d.service(i), Ports: []harness.ExportPort{{Name: portName, Port: svcPort, TargetPort: targetPort, Protocol: "TCP"}}}
 }
 
-// tablePod is endpoint j of service i as the plugin's table keeps it (for
-// snapshot files written directly).
-func (d dataset) tablePod(i, j int) *table.Pod {
-	p := &table.Pod{
-		Common: &table.Common{Cluster: d.cluster, Namespace: d.namespace(i)}, Name: d.pod(i, j),
+// tablePod is endpoint j of service i as the plugin's record store keeps it
+// (for snapshot files written directly).
+func (d dataset) tablePod(i, j int) *store.Pod {
+	p := &store.Pod{
+		Common: &store.Common{Cluster: d.cluster, Namespace: d.namespace(i)}, Name: d.pod(i, j),
 		IPs: []netip.Addr{d.ip(i, j)}, Ready: true,
 	}
 	e := annotation.Export{Name: d.service(i), Namespace: p.Namespace, Cluster: d.cluster}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
 	"github.com/mcsannotations/mcsannotations/internal/source"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
@@ -90,8 +90,8 @@ func BenchmarkPeerScopeStart(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				tb := table.New(table.Config{Zone: zone, LocalCluster: clusterID})
-				s := source.New(peerID, client, tb, source.Events{}, source.Options{Scoped: bc.scoped})
+				records := store.New()
+				s := source.New(peerID, client, records, source.Events{}, source.Options{Scoped: bc.scoped})
 				if err := s.Start(); err != nil {
 					b.Fatal(err)
 				}
@@ -102,7 +102,7 @@ func BenchmarkPeerScopeStart(b *testing.B) {
 					}
 					time.Sleep(time.Millisecond)
 				}
-				if n := tb.Len()[peerID]; n != namespaces*podsEach {
+				if n := records.Len()[peerID]; n != namespaces*podsEach {
 					b.Fatalf("%d records, want %d", n, namespaces*podsEach)
 				}
 				_ = s.Stop()

@@ -1,4 +1,4 @@
-package table
+package store
 
 import (
 	"net/netip"
@@ -7,12 +7,13 @@ import (
 	"github.com/mcsannotations/mcsannotations/annotation"
 )
 
-// Pod is the slim record of one exporting Pod: only what DNS needs. It is what
-// sources produce, what the table indexes, and what the snapshot persists.
-// A Pod is never modified once handed to the table. (It has no UID: nothing
-// in DNS depends on it, and a record is small because the table holds one
-// per endpoint: 72 bytes (80 when allocated alone; the snapshot's PodDecoder
-// cuts records from chunks), and its name and addresses.)
+// Pod is the slim record of one exporting Pod: only what its readers need
+// (the DNS index, the MCS controller, the snapshot). It is what sources
+// produce, what the store keeps, and what the snapshot persists. A Pod is
+// never modified once handed to the store. (It has no UID: no reader depends
+// on it, and a record is small because the store holds one per endpoint: 72
+// bytes (80 when allocated alone; the snapshot's PodDecoder cuts records from
+// chunks), and its name and addresses.)
 type Pod struct {
 	*Common               // shared with the other Pods of its service; never nil
 	Name     string       `json:"n"`
@@ -67,9 +68,10 @@ func (c *Common) Equal(o *Common) bool {
 	return true
 }
 
-// EndpointHostname is the first label of the Pod's per-endpoint DNS name:
-// spec.hostname when set, else its primary IP with dots (or colons) replaced by
-// dashes, as CoreDNS's kubernetes plugin names endpoints.
+// EndpointHostname is the Pod's endpoint hostname: spec.hostname when set,
+// else its primary IP with dots (or colons) replaced by dashes, as CoreDNS's
+// kubernetes plugin names endpoints. It is the first label of the endpoint's
+// DNS name and the hostname of its EndpointSlice endpoint.
 func (p *Pod) EndpointHostname() string {
 	if p.Hostname != "" {
 		return p.Hostname
@@ -84,11 +86,12 @@ func (p *Pod) EndpointHostname() string {
 // fd00::5 -> fd00--5 (a trailing dash gets a 0 so the label stays valid).
 func DashedIP(a netip.Addr) string {
 	var buf [64]byte
-	return string(dashedInto(buf[:0], a))
+	return string(AppendDashedIP(buf[:0], a))
 }
 
-// dashedInto appends DashedIP(a) to b.
-func dashedInto(b []byte, a netip.Addr) []byte {
+// AppendDashedIP appends DashedIP(a) to b (without allocating when b has
+// room: a caller can build the label on its stack).
+func AppendDashedIP(b []byte, a netip.Addr) []byte {
 	a = a.Unmap().WithZone("")
 	start := len(b)
 	if a.Is6() {

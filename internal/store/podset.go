@@ -1,4 +1,4 @@
-package table
+package store
 
 import (
 	"hash/maphash"
@@ -11,7 +11,7 @@ import (
 // map[string]*Pod spends 24 bytes a slot plus control bytes; at the loads below
 // that was about 40 bytes per record (BenchmarkIndexHeap, in
 // internal/snapshot). The zero podSet is empty and ready to use; it is not
-// safe for concurrent use (the table's lock guards it).
+// safe for concurrent use (the store's lock guards it).
 type podSet struct {
 	slots []*Pod // nil marks a free slot
 	n     int
