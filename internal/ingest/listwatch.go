@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -207,12 +208,16 @@ func (l *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 		}
 		return nil, err
 	}
-	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+	sw := &stoppable{}
+	sw.Interface = watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
 		switch ev.Type {
 		case watch.Error:
 			if err := apierrors.FromObject(ev.Object); isExpired(err) {
 				l.expired()
-			} else if ctx.Err() == nil {
+			} else if ctx.Err() == nil && !sw.stopped.Load() {
+				// After the reflector stopped the watch (an expired one,
+				// say), its decoder's "read on closed response body" is no
+				// failure of the API server's.
 				l.failed(err)
 			}
 		case watch.Added, watch.Modified, watch.Deleted:
@@ -223,7 +228,19 @@ func (l *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 			ev.Object = obj
 		}
 		return ev, true
-	}), nil
+	})
+	return sw, nil
+}
+
+// stoppable is a watch that knows it was stopped.
+type stoppable struct {
+	watch.Interface
+	stopped atomic.Bool
+}
+
+func (s *stoppable) Stop() {
+	s.stopped.Store(true)
+	s.Interface.Stop()
 }
 
 func (l *ListerWatcher) failed(err error) {
