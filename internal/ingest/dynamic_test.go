@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
+	"github.com/mcsannotations/mcsannotations/internal/replytest"
 )
 
 // What eachJSONItem makes of each shape of reply: a list's items one by
@@ -359,37 +360,6 @@ func TestListEachRefused(t *testing.T) {
 	}
 }
 
-// countedBody fails a reply body's reads once more than limit bytes were
-// read from it, and says so in over.
-type countedBody struct {
-	io.ReadCloser
-	n, limit int64
-	over     *atomic.Bool
-}
-
-func (c *countedBody) Read(p []byte) (int, error) {
-	n, err := c.ReadCloser.Read(p)
-	if c.n += int64(n); c.n > c.limit {
-		c.over.Store(true)
-		return n, fmt.Errorf("read %d bytes of the reply, over %d", c.n, c.limit)
-	}
-	return n, err
-}
-
-type countingTransport struct {
-	rt    http.RoundTripper
-	limit int64
-	over  *atomic.Bool
-}
-
-func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := c.rt.RoundTrip(r)
-	if err == nil {
-		resp.Body = &countedBody{ReadCloser: resp.Body, limit: c.limit, over: c.over}
-	}
-	return resp, err
-}
-
 // A list whose metadata (a continue token) or another field but its items
 // is 256 MB is refused as malformed (ErrStream, ErrTooLarge) once
 // MaxListMeta bytes of it are held: ListEach reads a few times MaxListMeta
@@ -426,9 +396,7 @@ func TestListEachMetadataBounded(t *testing.T) {
 			defer srv.Close()
 			var over atomic.Bool
 			limit := int64(4 * podproto.MaxListMeta)
-			d, err := NewDynamic(&rest.Config{Host: srv.URL, WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
-				return countingTransport{rt: rt, limit: limit, over: &over}
-			}})
+			d, err := NewDynamic(&rest.Config{Host: srv.URL, WrapTransport: replytest.Counting(limit, &over)})
 			if err != nil {
 				t.Fatal(err)
 			}

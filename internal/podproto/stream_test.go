@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand"
 	"net/http"
@@ -26,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+
+	"github.com/mcsannotations/mcsannotations/internal/replytest"
 )
 
 // collect lists data with d, returning the Pods handed over.
@@ -255,37 +256,6 @@ func BenchmarkList(b *testing.B) {
 	}
 }
 
-// countedBody fails a reply body's reads once more than limit bytes were
-// read from it, and says so in over.
-type countedBody struct {
-	io.ReadCloser
-	n, limit int64
-	over     *atomic.Bool
-}
-
-func (c *countedBody) Read(p []byte) (int, error) {
-	n, err := c.ReadCloser.Read(p)
-	if c.n += int64(n); c.n > c.limit {
-		c.over.Store(true)
-		return n, fmt.Errorf("read %d bytes of the reply, over %d", c.n, c.limit)
-	}
-	return n, err
-}
-
-type countingTransport struct {
-	rt    http.RoundTripper
-	limit int64
-	over  *atomic.Bool
-}
-
-func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := c.rt.RoundTrip(r)
-	if err == nil {
-		resp.Body = &countedBody{ReadCloser: resp.Body, limit: c.limit, over: c.over}
-	}
-	return resp, err
-}
-
 // TestListMetaBounded: a list of Pods whose metadata (a continue token) or
 // type is longer than MaxListMeta, though under MaxField, is refused as a
 // broken stream: in protobuf by its length, before its bytes are read, in
@@ -355,9 +325,7 @@ func TestListMetaBounded(t *testing.T) {
 				limit = int64(len(tc.head) + tc.pad)
 			}
 			rc := &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf, AcceptContentTypes: runtime.ContentTypeProtobuf},
-				WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
-					return countingTransport{rt: rt, limit: limit, over: &over}
-				}}
+				WrapTransport: replytest.Counting(limit, &over)}
 			cs, err := NewClient(rc, keep)
 			if err != nil {
 				t.Fatal(err)
