@@ -42,11 +42,10 @@ type Store[T Object] struct {
 
 // MaxObjects bounds the objects of one resource a reader holds from one
 // cluster, and the objects of one list (all its pages), so that a broken or
-// hostile API server cannot grow a reader's memory without end. A reader
-// holds about 1.3 KB per Pod (the slim object, the source's record and the
-// table's): 50,000 keep CoreDNS within its shipped 170Mi limit with room for
-// the answers, and are more exporting (or importing) Pods than an edge
-// cluster runs. A list over the bound is refused (the store keeps what it
+// hostile API server cannot grow a reader's memory without end. 50,000 keep
+// CoreDNS within its shipped memory limit however the objects come
+// (test/e2e TestHostilePeerMemory holds both binaries to their limits), and
+// are more exporting (or importing) Pods than an edge cluster runs. A list over the bound is refused (the store keeps what it
 // holds); a watched object that would take a full store past it is dropped.
 // A variable for tests.
 var MaxObjects = 50_000
