@@ -194,8 +194,8 @@ func TestSnapshotSchema1(t *testing.T) {
 
 // TestSnapshotDamaged: a damaged file's lengths and page numbers cannot make
 // mcsctl allocate more than a few times the file's size (a bucket's value
-// length with bit 29 set once took 512 MiB; an inline bucket's page not a
-// leaf made bbolt descend without end): it says the file is unusable, which
+// length with bit 29 set would ask for 512 MiB; an inline bucket's page not
+// a leaf would make bbolt descend without end): it says the file is unusable, which
 // page is damaged, and exits 1, leaving the file as it was.
 func TestSnapshotDamaged(t *testing.T) {
 	path, st := writeSnapshot(t)

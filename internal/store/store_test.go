@@ -371,8 +371,8 @@ func TestConcurrentWritersAndSubscriber(t *testing.T) {
 }
 
 // A record is what the store holds once per endpoint: keep it in the 80-byte
-// size class (BenchmarkIndexHeap, in internal/snapshot; it was 128 with its
-// cluster, namespace and exports inline).
+// size class (BenchmarkIndexHeap, in internal/snapshot, measures the heap it
+// makes), its cluster, namespace and exports shared through Common.
 func TestPodSize(t *testing.T) {
 	if n := unsafe.Sizeof(Pod{}); n > 80 {
 		t.Errorf("store.Pod is %d bytes, more than 80", n)
