@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -290,7 +289,7 @@ func AddressProblem(a netip.Addr) string {
 
 // hostnameOK says whether an endpoint's hostname is one an EndpointSlice may carry.
 func hostnameOK(h string) bool {
-	return len(validation.IsDNS1123Label(h)) == 0 && !strings.Contains(h, ".")
+	return len(validation.IsDNS1123Label(h)) == 0
 }
 
 func trunc(s string, n int) string {

@@ -28,8 +28,12 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	// Headless) gives the import its IPs at once, not after a write without.
 	var ips []string
 	var families []corev1.IPFamily
+	var want *corev1.Service
+	problem := ""
 	if mode == derivedApply {
-		if svc := c.heldDerived(k); svc != nil && derivedProblem(clusterset.DerivedService(k, im, metav1.OwnerReference{})) == "" {
+		want = clusterset.DerivedService(k, im, metav1.OwnerReference{}) // the owner is set once the import is written
+		problem = derivedProblem(want)
+		if svc := c.heldDerived(k); svc != nil && problem == "" {
 			ips, families = svc.Spec.ClusterIPs, svc.Spec.IPFamilies
 		}
 	}
@@ -41,9 +45,9 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	owner := metav1.OwnerReference{APIVersion: c.importsGVR.GroupVersion().String(), Kind: "ServiceImport", Name: k.Name, UID: si.GetUID()}
 	derived := ""
 	if mode == derivedApply {
-		want := clusterset.DerivedService(k, im, owner)
-		if p := derivedProblem(want); p != "" {
-			out.notes.add("service", ReasonInvalidService, "no derived Service, so no ClusterSetIP (the API server would refuse it): %s", p)
+		want.OwnerReferences = []metav1.OwnerReference{owner}
+		if problem != "" {
+			out.notes.add("service", ReasonInvalidService, "no derived Service, so no ClusterSetIP (the API server would refuse it): %s", problem)
 		} else {
 			svc, err := c.applyDerived(ctx, k, want, out)
 			if err != nil {

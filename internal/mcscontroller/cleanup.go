@@ -26,12 +26,15 @@ func (c *Controller) cleanup(ctx context.Context, k clusterset.Key) (bool, error
 	deleted := false
 	var errs []error
 	del := func(kind string, err error) {
-		if apierrors.IsNotFound(err) {
-			err = nil
+		if apierrors.IsNotFound(err) { // gone already: nothing was written
+			return
 		}
 		c.metrics.write(kind+"_delete", err)
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
 		deleted = true
-		errs = append(errs, err)
 	}
 	sls, _ := c.slices.ByIndex(indexService, k.String())
 	for _, o := range sls {

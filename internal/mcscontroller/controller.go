@@ -85,8 +85,7 @@ type Config struct {
 
 	// MaxImportsPerNamespace caps the services imported into one namespace
 	// (default 1000), MaxImportsPerCluster the services one source cluster
-	// takes part in (default 20000: the 10,000 services of the benchmark
-	// with room); negative: no cap. Over a cap, a new service (or a
+	// takes part in (default 20000); negative: no cap. Over a cap, a new service (or a
 	// cluster's new share of one) is refused, never one already imported:
 	// what was imported first stays, and among new ones the oldest export
 	// (then the name) goes first.
