@@ -63,6 +63,9 @@ type Events struct {
 	Failed func(err error)
 	// Full hears of the first new object that a Store holding MaxObjects
 	// dropped, once per spell of being full (a deletion or a list ends it).
+	// The watch then ends at its next event and the objects are listed
+	// again: a list that fits replaces what the store holds, dropped
+	// objects included.
 	Full func(err error)
 }
 
@@ -98,8 +101,13 @@ func Start(lw *ListerWatcher, store cache.ReflectorStore, opts Options) *Run {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	lw = lw.observed(opts.Events)
-	if s, ok := store.(interface{ refuseWith(func(error)) }); ok && opts.Events.Full != nil {
-		s.refuseWith(opts.Events.Full)
+	if s, ok := store.(interface{ refuseWith(func(error)) }); ok {
+		s.refuseWith(func(err error) {
+			lw.relist.Store(true)
+			if opts.Events.Full != nil {
+				opts.Events.Full(err)
+			}
+		})
 	}
 	r := cache.NewReflectorWithOptions(lw, nil, store, cache.ReflectorOptions{Name: opts.Name, Backoff: opts.Backoff})
 	run := &Run{cancel: cancel, ctx: ctx, done: make(chan struct{}), stopWait: opts.StopWait}

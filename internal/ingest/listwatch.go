@@ -37,7 +37,17 @@ type ListerWatcher struct {
 	pageStart time.Time // of the list whose pages are arriving
 	pageObjs  int       // in those pages so far
 	refusals  int       // lists refused in a row (see refused)
+
+	// relist is set when the store dropped an object for being full: the
+	// watch then ends as expired at its next event (or the next watch is
+	// refused as expired), so that the reflector lists again and the store
+	// holds what the server holds, or, if that is still over MaxObjects,
+	// keeps what it holds until a list fits.
+	relist atomic.Bool
 }
+
+// errRelist ends a watch as expired, which makes the reflector list again.
+var errRelist = apierrors.NewResourceExpired("the store dropped objects for holding MaxObjects: listing again")
 
 // RefusedBackoff is the wait before a list that follows lists the API server
 // refused (401, 403, 404, ...: a credential without its grant, a resource
@@ -199,6 +209,9 @@ func (l *ListerWatcher) listed(list *List, start time.Time) {
 // WatchWithContext watches, transforms each object event and reports an
 // expired watch.
 func (l *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if l.relist.Swap(false) {
+		return nil, errRelist
+	}
 	w, err := l.ListWatch.WatchWithContext(ctx, opts)
 	if err != nil {
 		if isExpired(err) {
@@ -210,6 +223,9 @@ func (l *ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 	}
 	sw := &stoppable{}
 	sw.Interface = watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+		if l.relist.Swap(false) {
+			return watch.Event{Type: watch.Error, Object: &errRelist.ErrStatus}, true
+		}
 		switch ev.Type {
 		case watch.Error:
 			if err := apierrors.FromObject(ev.Object); isExpired(err) {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
 	"github.com/mcsannotations/mcsannotations/internal/podproto"
@@ -187,4 +188,29 @@ func TestRefusedListsBackOff(t *testing.T) {
 			t.Errorf("refused(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
+}
+
+// An object a full store dropped is not lost for good: the watch ends (at
+// its next event, or the next watch is refused as expired) and the
+// reflector lists again; once the server's objects fit (here a deletion
+// made room) the list brings the dropped one.
+func TestDroppedObjectComesBackWithRoom(t *testing.T) {
+	withMaxObjects(t, 2)
+	a := newAPIServer(t, func(n int, q url.Values, w http.ResponseWriter) {
+		if n == 1 {
+			writeJSON(w, http.StatusOK, podList("5", "", pod("a", "4"), pod("b", "5")))
+			return
+		}
+		writeJSON(w, http.StatusOK, podList("7", "", pod("b", "5"), pod("c", "6")))
+	}, func(n int, r *http.Request, w http.ResponseWriter) {
+		if n == 1 { // c while a and b fill the store, then a goes
+			c, del := pod("c", "6"), pod("a", "7")
+			writeEvents(w, event(string(watch.Added), &c), event(string(watch.Deleted), &del))
+			return
+		}
+		hang(w, r)
+	})
+	rec := &recorder{}
+	st := start(t, Pods(a.client(t), "", toSlim), rec, nil)
+	eventually(t, "the dropped Pod listed again (ns/b and ns/c)", func() bool { return slices.Equal(keys(st), []string{"ns/b", "ns/c"}) })
 }
