@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_writes_total",
 			Help: "Writes to the local API server, by kind and result (ok or error)."}, []string{"kind", "result"}),
 		Foreign: prometheus.NewCounter(prometheus.CounterOpts{Name: "mcs_controller_foreign_objects_total",
-			Help: "ServiceImports or derived Services that exist but were not made by this controller, left alone."}),
+			Help: "ServiceImports, Services or EndpointSlices of the name it would write that it did not make for that service, left alone."}),
 		Reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mcs_controller_reconcile_seconds",
 			Help: "Time of one reconcile: of the services that changed, or of every exported service (at the start, on the resync, when a cluster's state changes).", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_refused_total",
