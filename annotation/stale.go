@@ -1,6 +1,7 @@
 package annotation
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -103,6 +104,16 @@ func (s *Service) DropGrace() (grace time.Duration, ifLocal, ok bool) {
 func (s *Service) DropsStale(outOfContact time.Duration, hasLocal func() bool) bool {
 	grace, ifLocal, ok := s.DropGrace()
 	return ok && outOfContact > grace && (!ifLocal || hasLocal())
+}
+
+// CheckStale is the error of an entry whose policy fields are not valid
+// (what the parser rejects an entry for), nil if they are: for records read
+// back from elsewhere than an annotation (a snapshot).
+func (s *Service) CheckStale() error {
+	if detail, bad := checkStale(s); bad {
+		return errors.New(detail)
+	}
+	return nil
 }
 
 // checkStale validates an entry's policy fields.

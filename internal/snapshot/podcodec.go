@@ -387,6 +387,9 @@ func (d *podReader) exports() []annotation.Export {
 		if d.stale {
 			e.StaleEndpoints = d.sharedString()
 			e.StaleGraceSeconds = int32(d.uvarint(annotation.MaxStaleGrace))
+			if err := e.Service.CheckStale(); err != nil && d.err == nil {
+				d.fail(err) // a damaged record: never a policy the parser would refuse
+			}
 		}
 		if d.err != nil {
 			break

@@ -208,3 +208,23 @@ func TestMetaState(t *testing.T) {
 		t.Errorf("an older file's meta %+v, want its contact and no state", m)
 	}
 }
+
+// A record whose policy the annotation parser would refuse (a damaged or
+// hand-made file) does not decode: it is never served as "serve" in
+// silence.
+func TestStalePolicyCodecRefusesInvalid(t *testing.T) {
+	for _, e := range []annotation.Export{
+		staleExport("web", "Bogus", 0),
+		staleExport("web", annotation.StaleServe, 30),
+	} {
+		b, err := EncodePod(stalePod("web-0", "10.1.0.1", e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dec := range []*PodDecoder{nil, NewPodDecoder()} {
+			if p, err := dec.Decode(b); err == nil {
+				t.Errorf("policy %q %ds: decoded as %+v, want an error", e.StaleEndpoints, e.StaleGraceSeconds, p.Exports)
+			}
+		}
+	}
+}
