@@ -8,12 +8,12 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
-// staleGrace is the plugin's: a cluster's records count as current for this
-// long after its last contact.
-const staleGrace = 5 * time.Second
+// staleGrace is the plugin's (source.StaleGrace).
+const staleGrace = source.StaleGrace
 
 // The states of a cluster, as the plugin treats its records.
 const (

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/source"
 )
 
 // The exporter's stale policy (annotation.StaleEndpointsAnnotation) applies
@@ -18,7 +19,7 @@ import (
 // staleGrace is how long after its last contact (or the controller's
 // start) a cluster counts as in contact, as CoreDNS's stale mark counts
 // it: one failed check does not drop a service's endpoints.
-const staleGrace = 5 * time.Second
+const staleGrace = source.StaleGrace
 
 // reasonStaleDropped notes a share left out by its stale policy: logged
 // and recorded as a Normal Event, not a refusal.

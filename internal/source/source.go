@@ -55,6 +55,13 @@ type Events struct {
 	Scope func(cluster string, sc Scope)
 }
 
+// StaleGrace is how long a cluster counts as in contact after its source last
+// had contact with its API server (or started, when it never had): one failed
+// check, or a restart about to reconnect, marks no answer stale and drops no
+// endpoint. CoreDNS's stale marks and policies, the MCS controller's slices
+// and mcsctl all count it so.
+const StaleGrace = 5 * time.Second
+
 // Options tune a source; zero values take the defaults.
 type Options struct {
 	// ProbeInterval is how often the API server's /readyz is checked to

@@ -15,11 +15,8 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
-// staleGrace is how long a cluster's records count as current after its
-// source last had contact with its API server (or started, when it never
-// had): one failed check, or a restart that is about to reconnect, does not
-// mark answers.
-const staleGrace = 5 * time.Second
+// staleGrace: see source.StaleGrace.
+const staleGrace = source.StaleGrace
 
 // maxStaleNamed is the most clusters an EXTRA-TEXT names; the others are
 // counted ("+3 more").
