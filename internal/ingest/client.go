@@ -71,10 +71,11 @@ func (r Reader) Pods(rc *rest.Config) (kubernetes.Interface, error) {
 	rc.ContentType = Protobuf
 	rc.AcceptContentTypes = Protobuf + ",application/json"
 	cs, err := podproto.NewClient(rc, podproto.Plugin)
-	if err != nil || r.TooLarge == nil {
+	s, ok := cs.(Streamer)
+	if err != nil || !ok || r.TooLarge == nil {
 		return cs, err
 	}
-	return reporting{cs, cs.(Streamer), r.TooLarge}, nil
+	return reporting{cs, s, r.TooLarge}, nil
 }
 
 // reporting is a Pods client whose streamed lists report a Pod or list
