@@ -1,0 +1,139 @@
+package annotation
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Endpoint statements (docs/DESIGN.md#relay-hubs). The export signature
+// covers what a Pod exports, not where it answers: its addresses and
+// readiness come from Pod status, which a reader trusts because it reads the
+// origin's own API server. A record relayed by a hub has no such backing, so
+// the origin's annotator also states, on each exporting Pod, the addresses,
+// hostname and readiness it saw (EndpointAnnotation), with a sequence number
+// that only grows, and signs that statement together with the export
+// annotation (EndpointSignatureAnnotation). A hub copies both; an edge
+// verifies them with the origin's key, so that a hub can withhold or delay a
+// record, but not forge one, alter it, move it to another namespace or replay
+// an older one over a newer.
+const (
+	EndpointAnnotation          = "multicluster.kubernetes.io/endpoint"
+	EndpointSignatureAnnotation = "multicluster.kubernetes.io/endpoint-signature"
+
+	// EndpointSignatureContext starts the signed message of a statement.
+	EndpointSignatureContext = "mcsannotations endpoint statement v1\n"
+
+	// MaxEndpointBytes bounds a statement's value.
+	MaxEndpointBytes = 1 << 10
+)
+
+// Endpoint is a Pod's endpoint statement: EndpointAnnotation's value, as JSON.
+type Endpoint struct {
+	// IPs are the Pod's addresses (status.podIPs), at most two.
+	IPs []string `json:"ips,omitempty"`
+	// Hostname is spec.hostname; empty means the dashed IP.
+	Hostname string `json:"hostname,omitempty"`
+	// Ready is the Pod's Ready condition (false once it terminates).
+	Ready bool `json:"ready,omitempty"`
+	// Seq orders the statements of one Pod: a later statement has a larger
+	// Seq (the annotator uses the Unix time in milliseconds, or the last Seq
+	// plus one when that is not larger).
+	Seq uint64 `json:"seq"`
+}
+
+// FormatEndpoint is a statement's annotation value.
+func FormatEndpoint(e Endpoint) string {
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
+// ParseEndpoint reads a statement and checks it: bounded, addresses that
+// parse (no zone, at most two, no duplicate), a valid hostname when set, a
+// non-zero Seq. The addresses come back parsed, in their order.
+func ParseEndpoint(raw string) (Endpoint, []netip.Addr, error) {
+	var e Endpoint
+	if len(raw) > MaxEndpointBytes {
+		return e, nil, fmt.Errorf("endpoint statement of %d bytes, over %d", len(raw), MaxEndpointBytes)
+	}
+	d := json.NewDecoder(strings.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&e); err != nil {
+		return Endpoint{}, nil, fmt.Errorf("endpoint statement: %v", err)
+	}
+	if e.Seq == 0 {
+		return Endpoint{}, nil, fmt.Errorf("endpoint statement without seq")
+	}
+	if len(e.IPs) > 2 {
+		return Endpoint{}, nil, fmt.Errorf("endpoint statement with %d addresses, over 2", len(e.IPs))
+	}
+	if e.Hostname != "" && len(validation.IsDNS1123Label(e.Hostname)) > 0 {
+		return Endpoint{}, nil, fmt.Errorf("endpoint statement: hostname %q is not a DNS label", Clip(e.Hostname))
+	}
+	ips := make([]netip.Addr, 0, len(e.IPs))
+	for _, s := range e.IPs {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return Endpoint{}, nil, fmt.Errorf("endpoint statement: %q is not an address", Clip(s))
+		}
+		a = a.Unmap()
+		for _, b := range ips {
+			if a == b {
+				return Endpoint{}, nil, fmt.Errorf("endpoint statement: %s twice", a)
+			}
+		}
+		ips = append(ips, a)
+	}
+	return e, ips, nil
+}
+
+// EndpointSignedMessage is the message an endpoint signature covers: the
+// cluster ID, the Pod's namespace, name and UID, the export annotation and
+// the statement, each preceded by its length (as in SignedMessage).
+func EndpointSignedMessage(cluster, namespace, name, uid, export, endpoint string) []byte {
+	parts := [...]string{cluster, namespace, name, uid, export, endpoint}
+	n := len(EndpointSignatureContext)
+	for _, p := range parts {
+		n += 4 + len(p)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, EndpointSignatureContext...)
+	for _, p := range parts {
+		l := len(p)
+		b = append(b, byte(l>>24), byte(l>>16), byte(l>>8), byte(l))
+		b = append(b, p...)
+	}
+	return b
+}
+
+// SignEndpoint returns EndpointSignatureAnnotation's value for a statement
+// and the export annotation on the Pod namespace/name (uid) in cluster.
+func SignEndpoint(key ed25519.PrivateKey, cluster, namespace, name, uid, export, endpoint string) string {
+	sig := ed25519.Sign(key, EndpointSignedMessage(cluster, namespace, name, uid, export, endpoint))
+	return SignaturePrefix + base64.StdEncoding.EncodeToString(sig)
+}
+
+// VerifyEndpoint checks an endpoint signature; the Rejection says why it
+// fails (Index -1).
+func VerifyEndpoint(key ed25519.PublicKey, sig, cluster, namespace, name, uid, export, endpoint string) (Rejection, bool) {
+	if sig == "" {
+		return Rejection{-1, ReasonUnsigned, "no " + EndpointSignatureAnnotation + ": the endpoint is ignored"}, false
+	}
+	b64, ok := strings.CutPrefix(sig, SignaturePrefix)
+	if !ok {
+		return Rejection{-1, ReasonBadSignature, fmt.Sprintf("%q: not %s<base64>", Clip(sig), SignaturePrefix)}, false
+	}
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(raw) != ed25519.SignatureSize {
+		return Rejection{-1, ReasonBadSignature, fmt.Sprintf("%q: not a base64 ed25519 signature", Clip(sig))}, false
+	}
+	if !ed25519.Verify(key, EndpointSignedMessage(cluster, namespace, name, uid, export, endpoint), raw) {
+		return Rejection{-1, ReasonBadSignature, "endpoint statement does not verify with cluster " + cluster + "'s key: the endpoint is ignored"}, false
+	}
+	return Rejection{}, true
+}

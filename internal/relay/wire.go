@@ -1,0 +1,88 @@
+// Package relay carries the records of many clusters through hubs
+// (docs/DESIGN.md#relay-hubs). A hub is a cluster whose MCS controller writes,
+// on each EndpointSlice it keeps for an exporting cluster (the origin), the
+// origin's own signed bytes for every Pod behind the slice (SliceAnnotation),
+// and one Lease per origin it reads saying when it last heard from it. An
+// edge that reads a hub's slices and Leases instead of every origin gets every
+// origin's records, still tagged with the origin and, under verify, accepted
+// only when the origin's key signed them.
+package relay
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Names of what a hub writes.
+const (
+	// SliceAnnotation on an EndpointSlice a hub's controller writes: a Slice,
+	// as JSON. The slice's namespace and its
+	// multicluster.kubernetes.io/source-cluster label name the origin's
+	// namespace and cluster: a record is accepted only when its signature
+	// covers those two.
+	SliceAnnotation = "multicluster.mcsannotations.io/relay"
+
+	// OriginLabel on a hub's Lease names the origin it reports on; the Lease
+	// is LeasePrefix + origin, in the namespace the hub's controller runs in.
+	// spec.holderIdentity is the hub's cluster ID, spec.renewTime the hub's
+	// last contact with the origin as of the Lease's last write, and
+	// OriginStateAnnotation the origin's state then (syncing, connected,
+	// disconnected). The hub writes a Lease when the origin's state changes,
+	// not on every contact: while the Lease says connected, the origin is as
+	// current as the hub is to its reader.
+	OriginLabel           = "multicluster.mcsannotations.io/relay-origin"
+	OriginStateAnnotation = "multicluster.mcsannotations.io/origin-state"
+	LeasePrefix           = "mcs-origin."
+
+	// MaxSliceBytes bounds SliceAnnotation's value (Kubernetes allows
+	// 256 KiB of annotations per object).
+	MaxSliceBytes = 192 << 10
+)
+
+// Slice is SliceAnnotation's value.
+type Slice struct {
+	// Exports are the distinct export annotations (annotation.ExportAnnotation,
+	// the origin Pods' bytes unchanged) of the Pods below.
+	Exports []string `json:"exports"`
+	Pods    []Pod    `json:"pods"`
+}
+
+// Pod is one origin Pod behind a slice.
+type Pod struct {
+	Name string `json:"name"`
+	UID  string `json:"uid"`
+	// Export indexes Slice.Exports.
+	Export int `json:"export"`
+	// Endpoint is the Pod's annotation.EndpointAnnotation, unchanged. When
+	// the origin states no endpoints (its annotator runs without
+	// --sign-endpoints), the hub writes one from the Pod's status with Seq 1
+	// and no Signature: a reader without verify takes it, one with verify
+	// refuses it.
+	Endpoint string `json:"endpoint"`
+	// Signature is the Pod's annotation.EndpointSignatureAnnotation.
+	Signature string `json:"sig,omitempty"`
+}
+
+// Format returns a Slice's annotation value.
+func Format(s Slice) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// Parse reads a Slice's annotation value, bounded; it checks the structure
+// only (every Export index in range), not the records.
+func Parse(raw string) (Slice, error) {
+	var s Slice
+	if len(raw) > MaxSliceBytes {
+		return s, fmt.Errorf("relay annotation of %d bytes, over %d", len(raw), MaxSliceBytes)
+	}
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		return Slice{}, fmt.Errorf("relay annotation: %v", err)
+	}
+	for i, p := range s.Pods {
+		if p.Export < 0 || p.Export >= len(s.Exports) {
+			return Slice{}, fmt.Errorf("relay annotation: pod %d names export %d of %d", i, p.Export, len(s.Exports))
+		}
+	}
+	return s, nil
+}
