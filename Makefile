@@ -101,7 +101,7 @@ demo: build tools ## Two local clusters, sample workloads, the MCS controller an
 
 # --- benchmarks (issue 6; test/bench) ------------------------------------------
 .PHONY: bench bench-smoke bench-render
-bench: build tools ## Ours vs hosts and in-tree multicluster, probes, offline figures; bench/raw/<time>/results.json and BENCHMARKS.md (~25 min); BENCH_OLD_COREDNS=path/to/old/coredns also runs propagation and resync in turns against that build; includes the last make soak's summary
+bench: build tools ## Ours vs hosts and in-tree multicluster, probes, offline figures; bench/raw/<time>/results.json and BENCHMARKS.md (~25 min); BENCH_OLD_COREDNS=path/to/old/coredns also measures that build in the same run, side by side: heap per endpoint and cold start from a snapshot, propagation and resync in turns, QPS beside hosts; includes the last make soak's summary
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./test/bench $(if $(BENCH_OLD_COREDNS),-compare-coredns $(BENCH_OLD_COREDNS)) $(if $(wildcard $(SOAK_OUT)/soak.md),-soak $(SOAK_OUT)/soak.md) $(BENCH_FLAGS)
 bench-render: ## Render BENCHMARKS.md again from a run's results: make bench-render RESULTS=bench/raw/<time>/results.json
 	$(GO) run ./test/bench -render $(RESULTS) -out $(ROOT)/BENCHMARKS.md

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -66,6 +67,8 @@ const (
 	ours   = "mcsannotations"
 	hosts  = "hosts"
 	intree = "kubernetes multicluster"
+	// oursOld is ours on the build of -compare-coredns.
+	oursOld = ours + ", old build"
 )
 
 // contender is one CoreDNS under test.
@@ -119,21 +122,24 @@ func (c *contender) keepLog(raw, tag string) {
 	}
 }
 
-// wrapper writes a shell script that runs bin/coredns through cmd (exec
-// keeps the PID, so the harness stops CoreDNS, or what runs it, itself) and
-// returns its path.
-func wrapper(t harness.T, dir, name, cmd string) string {
+// wrapper writes a shell script that runs bin (a coredns binary, "" for
+// bin/coredns) through cmd (exec keeps the PID, so the harness stops
+// CoreDNS, or what runs it, itself) and returns its path.
+func wrapper(t harness.T, dir, name, cmd, bin string) string {
+	if bin == "" {
+		bin = harness.FindTools().CoreDNS
+	}
 	path := filepath.Join(dir, name)
-	script := fmt.Sprintf("#!/bin/sh\nexec %s %q \"$@\"\n", cmd, harness.FindTools().CoreDNS)
+	script := fmt.Sprintf("#!/bin/sh\nexec %s %q \"$@\"\n", cmd, bin)
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatalf("%v", err)
 	}
 	return path
 }
 
-// pinWrapper writes a script that runs bin/coredns on CPU 0.
-func pinWrapper(t harness.T, dir string) string {
-	return wrapper(t, dir, "coredns-cpu0", "taskset -c 0")
+// pinWrapper writes a script that runs the contender's binary on CPU 0.
+func (c *contender) pinWrapper(t harness.T, dir string) string {
+	return wrapper(t, dir, "coredns-cpu0-"+strings.NewReplacer(" ", "-", ",", "").Replace(c.Name), "taskset -c 0", c.bin)
 }
 
 // check asks for service i and says what is wrong with the answer, "" if nothing.

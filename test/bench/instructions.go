@@ -211,7 +211,7 @@ func callgrindWrapper(t harness.T, dir, name, out string) string {
 		_ = os.Remove(old)
 	}
 	_ = os.Remove(out)
-	return wrapper(t, dir, "coredns-callgrind-"+name, fmt.Sprintf("env GOGC=off GODEBUG=${GODEBUG:+$GODEBUG,}cpu.rdtscp=off,asyncpreemptoff=1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=%q", out))
+	return wrapper(t, dir, "coredns-callgrind-"+name, fmt.Sprintf("env GOGC=off GODEBUG=${GODEBUG:+$GODEBUG,}cpu.rdtscp=off,asyncpreemptoff=1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=%q", out), "")
 }
 
 // callgrindControl sends a command to the callgrind running as pid and

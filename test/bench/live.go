@@ -84,37 +84,27 @@ func (r liveRun) ResyncRows() []resyncResult {
 }
 
 // liveStage runs the live stage on bin/coredns or, with -compare-coredns,
-// CompareTurns times on each build, new then old; the first new turn is the
-// stage's figures.
+// in turns on each build (see turns); the first new turn is the stage's
+// figures.
 func liveStage(_ context.Context, b *harness.Program, res *results, w *world) {
 	cfg := res.Cfg
 	proxy := harness.StartProxy(b, w.a.APIServerAddr())
 	res.Live = &liveResult{}
-	if cfg.CompareCoreDNS == "" {
-		res.Live.liveRun = liveTurn(b, res, w, proxy, "", "")
-		return
+	ts := turns(cfg)
+	if old := res.Old(); old != nil {
+		res.Live.Compare = &compareResult{Old: old.Path, OldCommit: old.Commit}
 	}
-	old, err := filepath.Abs(cfg.CompareCoreDNS)
-	if err != nil {
-		b.Fatalf("%v", err)
-	}
-	c := &compareResult{Old: old, OldCommit: commitOf(filepath.Dir(old))}
-	res.Live.Compare = c
-	for turn := 1; turn <= cfg.CompareTurns; turn++ {
-		for _, build := range []string{"new", "old"} {
-			b.Logf("turn %d of %d: %s build", turn, cfg.CompareTurns, build)
-			bin, tag := "", fmt.Sprintf("-%d-%s", turn, build)
-			if build == "old" {
-				bin = old
-			} else if turn == 1 {
-				tag = "" // the stage's own figures, named as without -compare-coredns
-			}
-			r := liveTurn(b, res, w, proxy, bin, tag)
-			r.Build, r.Turn = build, turn
+	for _, t := range ts {
+		if len(ts) > 1 {
+			b.Logf("turn %d of %d: %s build", t.N, cfg.CompareTurns, t.Build)
+		}
+		r := liveTurn(b, res, w, proxy, t.Bin, t.Tag)
+		if c := res.Live.Compare; c != nil {
+			r.Build, r.Turn = t.Build, t.N
 			c.Runs = append(c.Runs, r)
-			if tag == "" {
-				res.Live.liveRun = r
-			}
+		}
+		if t.first() {
+			res.Live.liveRun = r
 		}
 	}
 }
@@ -411,61 +401,25 @@ func listedPods(log string) []int {
 	return ns
 }
 
-// compareRow is one figure of the side-by-side table: every turn's value of
-// each build (seconds, or bytes with Bytes).
-type compareRow struct {
-	Name     string
-	Bytes    bool
-	New, Old []float64
-}
-
-// Cell renders one build's values: the median, then every turn's.
-func (c compareRow) Cell(xs []float64) string {
-	if len(xs) == 0 {
-		return "n/a"
-	}
-	show := func(x float64) string { return ms(time.Duration(x * float64(time.Second))) }
-	if c.Bytes {
-		show = func(x float64) string { return mb(int64(x)) }
-	}
-	var each []string
-	for _, x := range xs {
-		each = append(each, show(x))
-	}
-	return fmt.Sprintf("**%s** (%s)", show(percentile(xs, 50)), strings.Join(each, ", "))
-}
-
-// Ratio is the old build's median over the new one's.
-func (c compareRow) Ratio() string {
-	return ratio(percentile(c.Old, 50), percentile(c.New, 50))
-}
-
 // Rows are the figures of the comparison.
 func (c *compareResult) Rows() []compareRow {
-	type figure struct {
-		name  string
-		bytes bool
-		f     func(r liveRun) (float64, bool)
+	bytes := func(name string, f func(r liveRun) int64) figure[liveRun] {
+		return figure[liveRun]{name, "MB", func(r liveRun) (float64, bool) { return float64(f(r)), r.Relist.Probes > 0 && f(r) > 0 }}
 	}
-	dur := func(name string, f func(r liveRun) (time.Duration, bool)) figure {
-		return figure{name, false, func(r liveRun) (float64, bool) { d, ok := f(r); return d.Seconds(), ok }}
-	}
-	bytes := func(name string, f func(r liveRun) int64) figure {
-		return figure{name, true, func(r liveRun) (float64, bool) { return float64(f(r)), r.Relist.Probes > 0 && f(r) > 0 }}
-	}
-	figures := []figure{
-		dur("resync, the watch resumes", func(r liveRun) (time.Duration, bool) { return r.Resync.Took, r.Resync.Probes > 0 }),
-		dur("resync, every Pod listed again", func(r liveRun) (time.Duration, bool) { return r.Relist.Took, r.Relist.Probes > 0 }),
-		dur("of the list, until the first new connection", func(r liveRun) (time.Duration, bool) {
+	figures := []figure[liveRun]{
+		durFigure("resync, the watch resumes", func(r liveRun) (time.Duration, bool) { return r.Resync.Took, r.Resync.Probes > 0 }),
+		durFigure("resync, every Pod listed again", func(r liveRun) (time.Duration, bool) { return r.Relist.Took, r.Relist.Probes > 0 }),
+		durFigure("of the list, until the first new connection", func(r liveRun) (time.Duration, bool) {
 			return r.Relist.Reconnect, r.Relist.Probes > 0 && r.Relist.Reconnect >= 0
 		}),
-		dur("CoreDNS CPU time through the list", func(r liveRun) (time.Duration, bool) { return r.Relist.CPUCoreDNS, r.Relist.Probes > 0 }),
+		durFigure("CoreDNS CPU time through the list", func(r liveRun) (time.Duration, bool) { return r.Relist.CPUCoreDNS, r.Relist.Probes > 0 }),
+		bytes("CoreDNS heap before the list's cut (live sources, the data cluster and the peer)", func(r liveRun) int64 { return r.Relist.Heap }),
 		bytes("CoreDNS peak RSS through the list", func(r liveRun) int64 { return r.Relist.RSSPeak }),
 		bytes("CoreDNS anonymous RSS after the list", func(r liveRun) int64 { return r.Relist.AnonAfter }),
 	}
 	for _, side := range []string{"local", "peer"} {
 		for _, q := range []float64{50, 99} {
-			figures = append(figures, dur(fmt.Sprintf("propagation p%.0f, %s", q, side), func(r liveRun) (time.Duration, bool) {
+			figures = append(figures, durFigure(fmt.Sprintf("propagation p%.0f, %s", q, side), func(r liveRun) (time.Duration, bool) {
 				for _, p := range r.Prop {
 					if p.Source == side && len(p.Lat) > 0 {
 						return pct(p.Lat, q), true
@@ -475,19 +429,7 @@ func (c *compareResult) Rows() []compareRow {
 			}))
 		}
 	}
-	var rows []compareRow
-	for _, fg := range figures {
-		row := compareRow{Name: fg.name, Bytes: fg.bytes}
-		for _, r := range c.Runs {
-			if x, ok := fg.f(r); ok && r.Build == "new" {
-				row.New = append(row.New, x)
-			} else if ok {
-				row.Old = append(row.Old, x)
-			}
-		}
-		rows = append(rows, row)
-	}
-	return rows
+	return compareRows(c.Runs, func(r liveRun) string { return r.Build }, figures)
 }
 
 // Wrong sums the wrong answers of one build's resyncs, and their probes.

@@ -77,9 +77,9 @@ func parseFlags() config {
 	flag.IntVar(&c.ProbeRepeats, "probe-repeats", 5, "failovers measured with the probe defaults")
 	flag.IntVar(&c.ProbeEndpoints, "probe-endpoints", 10000, "asked endpoints probed (10 per service, each a TCP listener on 127.201.0.0/16) in the probe cost stage")
 	flag.DurationVar(&c.ProbeWindow, "probe-window", 30*time.Second, "how long the probing CoreDNS's CPU time is read")
-	flag.StringVar(&c.CompareCoreDNS, "compare-coredns", "", "an older build of bin/coredns: the live stage (propagation, resync) then runs in turns with bin/coredns and it, side by side; its commit is read from its folder's git tree")
+	flag.StringVar(&c.CompareCoreDNS, "compare-coredns", "", "an older build of bin/coredns, compared side by side in the same run: the cold stage (heap per endpoint, cold start) and the live stage (propagation, resync) run in turns on each build, and the dns stage runs it as one more contender (QPS beside hosts); its commit is read from its folder's git tree")
 	flag.StringVar(&c.SoakReport, "soak", "", "include this soak.md (written by make soak, test/soak) in the report as it is")
-	flag.IntVar(&c.CompareTurns, "compare-turns", 3, "turns of each build with -compare-coredns")
+	flag.IntVar(&c.CompareTurns, "compare-turns", 3, "turns of each build in the cold and live stages with -compare-coredns")
 	flag.StringVar(&c.Stages, "stages", "", "run only these parts, comma-separated: gobench, cold, probe (failover, probe cost, QPS with probing), dns (throughput, latency, memory), instr (instructions per answer, under callgrind), live (propagation, resync), mcs (the MCS controller over 3 clusters); default all")
 	flag.StringVar(&c.Out, "out", "", "report file (default BENCHMARKS.md at the repository root; bench/raw/smoke/BENCHMARKS.md with -smoke)")
 	flag.StringVar(&c.Raw, "raw", "", "folder for raw output (default bench/raw/<UTC time>, bench/raw/smoke with -smoke)")
@@ -95,6 +95,11 @@ func parseFlags() config {
 		}
 	}
 	c.Command = "go run ./test/bench " + strings.Join(os.Args[1:], " ")
+	if c.CompareCoreDNS != "" {
+		if abs, err := filepath.Abs(c.CompareCoreDNS); err == nil {
+			c.CompareCoreDNS = abs
+		}
+	}
 	return c
 }
 
@@ -276,6 +281,13 @@ func preflight(b *harness.Program, res *results) {
 		}
 	}
 	res.Machine = machine(res.Root)
+	if old := res.Cfg.CompareCoreDNS; old != "" {
+		if st, err := os.Stat(old); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			b.Fatalf("-compare-coredns %s: not an executable file (%v)", old, err)
+		}
+		res.OldBuild = &oldBuild{Path: old, Commit: commitOf(filepath.Dir(old))}
+		b.Logf("old build: %s (commit %s)", old, res.OldBuild.Commit)
+	}
 	m := res.Machine
 	b.Logf("machine: %d CPUs (%s), load %s, commit %s, %d other test processes", m.CPUs, m.CPUModel, m.LoadStart, m.Commit, len(m.OtherHeavy))
 }

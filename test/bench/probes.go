@@ -119,7 +119,6 @@ func probeCost(ctx context.Context, b *harness.Program, res *results) {
 		if err := ds.writeQueryFile(queries, "A"); err != nil {
 			t.Fatalf("%v", err)
 		}
-		pin := pinWrapper(t, dir)
 		cs := map[string]*contender{}
 		for _, which := range []string{"off", "on"} {
 			extra := ""
@@ -130,7 +129,7 @@ func probeCost(ctx context.Context, b *harness.Program, res *results) {
 			writeSnapshot(t, ds, own)
 			c := &contender{Name: ours + " (probe " + which + ")", tmpl: oursCorefile, vars: map[string]string{
 				"CLUSTER": clusterA, "KUBECONFIG": kc, "EXTRA": extra, "SNAPSHOT": own}}
-			c.start(t, pin, ds, sampleOf(ds, 25), startBound)
+			c.start(t, c.pinWrapper(t, dir), ds, sampleOf(ds, 25), startBound)
 			defer c.keepLog(cfg.Raw, "probe-"+which)
 			defer c.stop(t)
 			for i := 0; i < ds.services; i++ { // every service asked: its endpoints are probed

@@ -12,7 +12,7 @@ import (
 func sample(t *testing.T) *results {
 	raw := t.TempDir()
 	r := &results{
-		Cfg:     config{Services: 10, Endpoints: 2, Namespaces: 2, Runs: 1, Duration: time.Second, Clients: 4, Rate: 1000, LatDur: time.Second, InstrRuns: 1, InstrQueries: 600, Raw: raw, Out: filepath.Join(raw, "BENCHMARKS.md"), Command: "go run ./test/bench -smoke"},
+		Cfg:     config{Services: 10, Endpoints: 2, Namespaces: 2, Runs: 1, ColdRuns: 3, Duration: time.Second, Clients: 4, Rate: 1000, LatDur: time.Second, InstrRuns: 1, InstrQueries: 600, Raw: raw, Out: filepath.Join(raw, "BENCHMARKS.md"), Command: "go run ./test/bench -smoke"},
 		Root:    filepath.Dir(raw),
 		Took:    90 * time.Second,
 		Machine: machineInfo{CPUs: 2, CPUModel: "Test CPU", LoadStart: "1 1 1", LoadEnd: "2 2 2", Date: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC), Commit: "abc123", GoVersion: "go1.26", DNSPerf: "2.10.0"},
@@ -30,9 +30,10 @@ func sample(t *testing.T) *results {
 		},
 		GoBench: []string{"--- PASS: TestLookupDoesNotAllocate (0.00s)", "BenchmarkServeDNS/A-2 100 244.3 ns/op 320 B/op 5 allocs/op"},
 		Cold: &coldResult{Endpoints: 100000, Services: 10000, FileBytes: 41_400_000, WriteTook: 300 * time.Millisecond,
-			HeapEmpty: 3_700_000, HeapLoaded: 21_600_000, HeapRendered: 56_300_000,
+			coldRun: coldRun{HeapEmpty: 3_700_000, HeapLoaded: 21_600_000, HeapRendered: 56_300_000,
+				Runs: []time.Duration{80 * time.Millisecond, 90 * time.Millisecond, 85 * time.Millisecond}, EmptyRuns: []time.Duration{20 * time.Millisecond, 21 * time.Millisecond, 19 * time.Millisecond}},
 			Mems: []memPoint{{Contender: ours + " (cold)", When: "no API server, every service asked once", Heap: 9_000_000, RSS: 100_000_000, Top: "heap-top-listing"}},
-			Runs: []time.Duration{80 * time.Millisecond, 90 * time.Millisecond, 85 * time.Millisecond}, EmptyRuns: []time.Duration{20 * time.Millisecond, 21 * time.Millisecond, 19 * time.Millisecond}, Perf: "perf-listing"},
+			Perf: "perf-listing"},
 		Live: &liveResult{liveRun: liveRun{
 			Prop:   []propResult{{Source: "local", Lat: []time.Duration{3 * time.Millisecond, 30 * time.Millisecond}, API: []time.Duration{2 * time.Millisecond}}},
 			Resync: resyncResult{Endpoints: 30001, CutFor: 10 * time.Second, Took: 41 * time.Millisecond, Received: 12700, Probes: 5261},
@@ -44,12 +45,29 @@ func sample(t *testing.T) *results {
 		MCS: &mcsResult{Services: 10, Pods: 20, Lat: []time.Duration{300 * time.Millisecond}, Writes: map[string]float64{"endpointslice": 1}, SliceEvents: 1,
 			GoBench: []string{"BenchmarkControllerMemory 3 1234567 ns/op 321 heap-B/endpoint"}, HeapPerEndpoint: 321, Reconcile: 1234567},
 	}
+	r.OldBuild = &oldBuild{Path: "/x/old/bin/coredns", Commit: "ae347de"}
 	r.Live.Compare = &compareResult{Old: "/x/old/bin/coredns", OldCommit: "ae347de", Runs: []liveRun{
-		{Build: "new", Turn: 1, Resync: resyncResult{Took: 60 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 5 * time.Second, Probes: 10, ProbeWrong: 2}},
-		{Build: "old", Turn: 1, Resync: resyncResult{Took: 40 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 6 * time.Second, Probes: 10}},
+		{Build: "new", Turn: 1, Resync: resyncResult{Took: 60 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 5 * time.Second, Probes: 10, ProbeWrong: 2, Heap: 30_000_000}},
+		{Build: "old", Turn: 1, Resync: resyncResult{Took: 40 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 6 * time.Second, Probes: 10, Heap: 33_000_000}},
 		{Build: "new", Turn: 2, Resync: resyncResult{Took: 80 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 5 * time.Second, Probes: 10}},
 		{Build: "old", Turn: 2, Resync: resyncResult{Took: 50 * time.Millisecond, Probes: 10}, Relist: resyncResult{Took: 6 * time.Second, Probes: 10}},
 	}}
+	ms := func(xs ...int) []time.Duration {
+		var ds []time.Duration
+		for _, x := range xs {
+			ds = append(ds, time.Duration(x)*time.Millisecond)
+		}
+		return ds
+	}
+	r.Cold.Compare = &coldCompare{Runs: []coldRun{
+		{Build: "new", Turn: 1, HeapEmpty: 3_700_000, HeapLoaded: 21_600_000, HeapRendered: 56_300_000, Runs: ms(80, 90, 85), EmptyRuns: ms(20, 21, 19)},
+		{Build: "old", Turn: 1, HeapEmpty: 3_600_000, HeapLoaded: 23_600_000, HeapRendered: 58_300_000, Runs: ms(100, 110, 105), EmptyRuns: ms(20, 20, 20)},
+		{Build: "new", Turn: 2, HeapEmpty: 3_700_000, HeapLoaded: 21_700_000, HeapRendered: 56_400_000, Runs: ms(82, 88, 86), EmptyRuns: ms(21, 20, 22)},
+		{Build: "old", Turn: 2, HeapEmpty: 3_600_000, HeapLoaded: 23_800_000, HeapRendered: 58_500_000, Runs: ms(96, 120, 104), EmptyRuns: ms(19, 21, 20)},
+	}}
+	r.DNS.Mems = append(r.DNS.Mems,
+		memPoint{Contender: oursOld, When: "loaded", Heap: 3_200_000, RSS: 81_000_000},
+		memPoint{Contender: oursOld + " (empty)", When: "loaded", Heap: 2_100_000, RSS: 71_000_000})
 	for i, qps := range []float64{50000, 49000, 52000, 51000} {
 		p := perf{QPS: qps, Completed: 1000, CPU: 20 * time.Millisecond, Took: time.Second}
 		if i%2 == 0 {
@@ -70,6 +88,9 @@ func sample(t *testing.T) *results {
 					continue
 				}
 				r.DNS.add(mode, q, c, perf{QPS: float64(78000 - 10000*i), Completed: 1000, Rcodes: "NOERROR 1000 (100.00%)", CPU: 10 * time.Millisecond, Took: time.Second})
+				if c == ours {
+					r.DNS.add(mode, q, oursOld, perf{QPS: 74100, Completed: 1000, Rcodes: "NOERROR 1000 (100.00%)", CPU: 10 * time.Millisecond, Took: time.Second})
+				}
 				r.DNS.Latency[q+"/"+c] = perf{Latencies: []float64{50e-6, 60e-6, 250e-6}}
 				if mode == "pinned" {
 					r.Instr = append(r.Instr, instrPoint{Contender: c, QType: q, Run: 1, Instr: int64(84000+40000*i) * 600, Answers: 600, StackGrowth: 48000 * 600, AllocBytes: 1900 * 600, Allocs: 31 * 600, Top: "callgrind-top-" + c, Dump: "/x/callgrind-ours.out.1"})
@@ -130,7 +151,16 @@ func TestRender(t *testing.T) {
 		"| QPS with `probe all` / without >= 0.95 (A, pinned, 10000 asked endpoints probed) | 0.98 | met |",
 		"| `probe all` | 1500.0 ms | **5.0%** | 140000 | 14.0 | 2142.9 ms | **100.0 ms** |",
 		"without probing 50000, 52000; with `probe all` 49000, 51000; medians' ratio **0.98**. CoreDNS's CPU per answer (as in the throughput table): without probing 20.0 µs (busy 2%), with 20.0 µs (busy 2%).",
-		"(old: commit ae347de)", "| resync, the watch resumes | **60.0 ms** (60.0 ms, 80.0 ms) | **40.0 ms** (40.0 ms, 50.0 ms) | 0.67 |",
+		"## In turns against the old build", "(old: commit ae347de)", "| resync, the watch resumes | **60.0 ms** (60.0 ms, 80.0 ms) | **40.0 ms** (40.0 ms, 50.0 ms) | 0.67 |",
+		"| CoreDNS heap before the list's cut (live sources, the data cluster and the peer) | **30.0 MB** (30.0 MB) | **33.0 MB** (33.0 MB) | 1.10 |",
+		"| heap per endpoint, snapshot loaded | **179 B** (179 B, 180 B) | **200 B** (200 B, 202 B) | 1.12 |",
+		"| heap per endpoint, every service asked once | **526 B** (526 B, 527 B) | **547 B** (547 B, 549 B) | 1.04 |",
+		"| cold start (median of the turn's starts) | **85.0 ms** (85.0 ms, 86.0 ms) | **104.0 ms** (105.0 ms, 104.0 ms) | 1.22 |",
+		"| the snapshot's share (median of the pairs' differences) | **64.0 ms** (66.0 ms, 64.0 ms) | **84.0 ms** (85.0 ms, 84.0 ms) | 1.31 |",
+		"| pinned | A | **78000** (78000) | **74100** (74100) | 68000 | 1.15 | 1.09 | 0.95 |",
+		"| unpinned | SRV | **78000** (78000) | **74100** (74100) | n/a | n/a | n/a | 0.95 |",
+		"new **50000 B**, old **55000 B**; old/new 1.10",
+		"| mcsannotations, old build | loaded | 3.2 MB | 81.0 MB |",
 		"| propagation p50, local | n/a | n/a | n/a |", "| wrong answers during the resyncs, of the prober's queries | 2 of 40 | 0 of 40 | |", "BenchmarkServeDNS/A-2", "- mcsannotations, pinned: 1.2s",
 		"## MCS controller", "**321 B per endpoint**", "takes 1.2 ms (ns/op)", "| 1 | 300.0 ms | 300.0 ms | 300.0 ms |",
 		"## Soak (`make soak`)", "its summary `soak.md` as written on", "| 6370 | 0 |",

@@ -17,17 +17,17 @@ func TestSnapshotShare(t *testing.T) {
 		}
 		return ds
 	}
-	c := coldResult{Runs: ms(300, 250, 400), EmptyRuns: ms(100, 60, 190)}
+	c := coldRun{Runs: ms(300, 250, 400), EmptyRuns: ms(100, 60, 190)}
 	// Pairs differ by 200, 190, 210: median 200.
 	if d, ok := c.snapshotShare(); !ok || d != 200*time.Millisecond {
 		t.Errorf("share %v, %v; want 200ms", d, ok)
 	}
-	c = coldResult{Runs: ms(300, 260, 400), EmptyRuns: ms(150, 60, 200)}
+	c = coldRun{Runs: ms(300, 260, 400), EmptyRuns: ms(150, 60, 200)}
 	// Pairs: 150, 200, 200 -> 200; medians: 300 - 150 = 150.
 	if d, ok := c.snapshotShare(); !ok || d != 200*time.Millisecond {
 		t.Errorf("share %v, %v; want 200ms (the median of the pairs)", d, ok)
 	}
-	for _, c := range []coldResult{{}, {Runs: ms(300, 250), EmptyRuns: ms(100)}} {
+	for _, c := range []coldRun{{}, {Runs: ms(300, 250), EmptyRuns: ms(100)}} {
 		if d, ok := c.snapshotShare(); ok {
 			t.Errorf("%+v: share %v from unpaired runs", c, d)
 		}

@@ -22,6 +22,7 @@ type results struct {
 	Machine  machineInfo
 	Stages   []stageTime
 	Failures []string
+	OldBuild *oldBuild `json:",omitempty"` // -compare-coredns
 
 	GoBench []string     // the Go benchmarks' result lines
 	Cold    *coldResult  // cold start from a snapshot
@@ -98,11 +99,16 @@ func (d *dnsResult) LatencyOf(qtype, name string) *perf {
 // LivePerEndpoint is our plugin's heap per endpoint with live sources: the
 // heap with the data less the heap watching an empty cluster; NaN when not
 // measured.
-func (r *results) LivePerEndpoint() float64 {
+func (r *results) LivePerEndpoint() float64 { return r.livePerEndpoint(ours) }
+
+// OldLivePerEndpoint is LivePerEndpoint of the old build (-compare-coredns).
+func (r *results) OldLivePerEndpoint() float64 { return r.livePerEndpoint(oursOld) }
+
+func (r *results) livePerEndpoint(name string) float64 {
 	if r.Data == nil || r.Data.Pods == 0 {
 		return math.NaN()
 	}
-	a, e := r.Mem(ours, "loaded"), r.Mem(ours+" (empty)", "loaded")
+	a, e := r.Mem(name, "loaded"), r.Mem(name+" (empty)", "loaded")
 	if a == nil || e == nil {
 		return math.NaN()
 	}
@@ -245,9 +251,29 @@ func checkSane(r *results) {
 				bad("no heap/RSS for %s", c)
 			}
 		}
+		if r.Cfg.CompareCoreDNS != "" {
+			qs := d.CompareQPS()
+			for _, q := range qs {
+				checkRuns(q.Mode+" "+q.QType+" "+oursOld, q.Old)
+			}
+			if len(qs) != 4 || math.IsNaN(r.OldLivePerEndpoint()) {
+				bad("dns compared: %d of 4 points of %s, its heap per endpoint %s", len(qs), oursOld, num(r.OldLivePerEndpoint()))
+			}
+		}
 	}
 	if c := r.Cold; c == nil || len(c.Runs) != r.Cfg.ColdRuns || len(c.EmptyRuns) != r.Cfg.ColdRuns || c.HeapLoaded <= c.HeapEmpty {
 		bad("cold start: incomplete")
+	}
+	if c := r.Cold; c != nil && r.Cfg.CompareCoreDNS != "" {
+		if c.Compare == nil || len(c.Compare.Runs) != 2*r.Cfg.CompareTurns {
+			bad("cold start compared: not %d turns", 2*r.Cfg.CompareTurns)
+		} else {
+			for _, run := range c.Compare.Runs {
+				if len(run.Runs) != r.Cfg.ColdRuns || len(run.EmptyRuns) != r.Cfg.ColdRuns || run.HeapLoaded <= run.HeapEmpty || run.Loaded != c.Endpoints {
+					bad("cold start compared, %s build turn %d: incomplete", run.Build, run.Turn)
+				}
+			}
+		}
 	}
 	if l := r.Live; l == nil || len(l.Prop) != 2 {
 		bad("propagation: not measured from both sources")

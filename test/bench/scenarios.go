@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +28,6 @@ type world struct {
 	hostsFile string
 	queries   map[string]string // qtype -> dnsperf file
 	sample    []int
-	wrapper   string
 	added     int // Pods the live stage added to a, each an endpoint
 }
 
@@ -63,19 +63,24 @@ func setup(b *harness.Program, res *results) *world {
 		w.queries[q] = path
 	}
 	w.sample = sampleOf(w.ds, 25)
-	w.wrapper = pinWrapper(b, w.dir)
 	return w
 }
 
 // contenders are the three servers over the world's data.
 func (w *world) contenders(b *harness.Program) []*contender {
 	return []*contender{
-		{Name: ours, SRV: true, tmpl: oursCorefile, vars: map[string]string{
-			"CLUSTER": clusterA, "KUBECONFIG": w.a.Kubeconfig, "EXTRA": "",
-			"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}},
+		w.ours(b, ours, ""),
 		{Name: hosts, tmpl: hostsCorefile, vars: map[string]string{"HOSTS": w.hostsFile}},
 		{Name: intree, SRV: true, tmpl: intreeCorefile, vars: map[string]string{"KUBECONFIG": w.a.Kubeconfig}},
 	}
+}
+
+// ours is our plugin on bin (a coredns binary, "" for bin/coredns) over
+// the world's data.
+func (w *world) ours(b *harness.Program, name, bin string) *contender {
+	return &contender{Name: name, SRV: true, bin: bin, tmpl: oursCorefile, vars: map[string]string{
+		"CLUSTER": clusterA, "KUBECONFIG": w.a.Kubeconfig, "EXTRA": "",
+		"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
 }
 
 // dnsStage runs the three contenders side by side, pinned then unpinned.
@@ -88,8 +93,10 @@ func dnsStage(ctx context.Context, b *harness.Program, res *results, w *world) {
 // throughput runs the dnsperf points of one mode: the three contenders
 // started side by side, each point run for A and SRV, Runs times, with the
 // contenders' order rotated every run. Pinned: CoreDNS on CPU 0, dnsperf on
-// CPU 1, and then the fixed-rate latency runs and a CPU profile of ours.
-// Unpinned: also the heap and RSS of each.
+// CPU 1, and then the fixed-rate latency runs and a CPU profile of each.
+// Unpinned: also the heap and RSS of each. With -compare-coredns, ours on
+// the old build is a fourth contender of the rotated runs and of the memory
+// points (not of the latency runs and profiles).
 func throughput(ctx context.Context, b *harness.Program, res *results, w *world, pin bool) {
 	cfg, d := res.Cfg, res.DNS
 	mode, dnsperfPin := "unpinned", ""
@@ -97,10 +104,13 @@ func throughput(ctx context.Context, b *harness.Program, res *results, w *world,
 		mode, dnsperfPin = "pinned", "1"
 	}
 	cs := w.contenders(b)
+	if cfg.CompareCoreDNS != "" {
+		cs = append(cs, w.ours(b, oursOld, cfg.CompareCoreDNS))
+	}
 	for _, c := range cs {
 		wrapper := ""
 		if pin {
-			wrapper = w.wrapper
+			wrapper = c.pinWrapper(b, w.dir)
 		}
 		took := c.start(b, wrapper, w.ds, w.sample, startBound)
 		b.Logf("%s (%s, PID %d) answers every sample correctly %s after start", c.Name, mode, c.d.Process().PID(), took.Round(time.Millisecond))
@@ -144,20 +154,27 @@ func throughput(ctx context.Context, b *harness.Program, res *results, w *world,
 			d.Mems = append(d.Mems, memory(b, cfg.Raw, c, "after load"))
 		}
 		// The live baseline: our plugin watching a cluster with no exporter
-		// Pods (the peer cluster, still empty now).
-		base := &contender{Name: ours + " (empty)", tmpl: oursCorefile, vars: map[string]string{
-			"CLUSTER": clusterB, "KUBECONFIG": w.b.Kubeconfig, "EXTRA": "",
-			"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
-		empty := dataset{cluster: clusterB, services: 0, endpoints: 1, namespaces: 1}
-		base.start(b, "", empty, nil, startBound)
-		time.Sleep(time.Second)
-		d.Mems = append(d.Mems, memory(b, cfg.Raw, base, "loaded"))
-		base.stop(b)
+		// Pods (the peer cluster, still empty now), on each build.
+		for _, c := range cs {
+			if !strings.HasPrefix(c.Name, ours) {
+				continue
+			}
+			base := &contender{Name: c.Name + " (empty)", bin: c.bin, tmpl: oursCorefile, vars: map[string]string{
+				"CLUSTER": clusterB, "KUBECONFIG": w.b.Kubeconfig, "EXTRA": "",
+				"SNAPSHOT": filepath.Join(harness.TempDir(b), "table.db")}}
+			empty := dataset{cluster: clusterB, services: 0, endpoints: 1, namespaces: 1}
+			base.start(b, "", empty, nil, startBound)
+			time.Sleep(time.Second)
+			d.Mems = append(d.Mems, memory(b, cfg.Raw, base, "loaded"))
+			base.stop(b)
+		}
 		return
 	}
+	// The latency runs and the CPU profiles: the three contenders, not the old build.
+	three := slices.DeleteFunc(slices.Clone(cs), func(c *contender) bool { return c.Name == oursOld })
 	// Fixed-rate latency, pinned.
 	for _, qtype := range []string{"A", "SRV"} {
-		for _, c := range cs {
+		for _, c := range three {
 			if qtype == "SRV" && !c.SRV {
 				continue
 			}
@@ -177,7 +194,7 @@ func throughput(ctx context.Context, b *harness.Program, res *results, w *world,
 	}
 	// A CPU profile of each under an unlimited A load (not counted points).
 	profDur := max(time.Second, cfg.Duration-2*time.Second)
-	for _, c := range cs {
+	for _, c := range three {
 		var (
 			top     string
 			profErr error
@@ -188,7 +205,7 @@ func throughput(ctx context.Context, b *harness.Program, res *results, w *world,
 		go func() {
 			defer wg.Done()
 			time.Sleep(500 * time.Millisecond)
-			top, profErr = cpuProfile(ctx, c.pprof, harness.FindTools().CoreDNS, prof, profDur)
+			top, profErr = cpuProfile(ctx, c.pprof, c.binary(), prof, profDur)
 		}()
 		_, err := runDNSPerf(ctx, dnsperfOpts{Port: c.d.Port, File: w.queries["A"], Duration: profDur + time.Second,
 			Clients: cfg.Clients, Pin: dnsperfPin, Raw: filepath.Join(cfg.Raw, "dnsperf-profiled-A-"+slug(c.Name)+".txt")})
@@ -211,7 +228,12 @@ func throughput(ctx context.Context, b *harness.Program, res *results, w *world,
 	}
 }
 
-func slug(s string) string { return strings.ReplaceAll(strings.Fields(s)[0], "mcsannotations", "ours") }
+func slug(s string) string {
+	if s == oursOld {
+		return "ours-old"
+	}
+	return strings.ReplaceAll(strings.Fields(s)[0], "mcsannotations", "ours")
+}
 
 // memory reads the heap (pprof, after a GC) and VmRSS of a contender, and
 // for ours keeps a heap profile in raw.
@@ -228,7 +250,7 @@ func memory(t harness.T, raw string, c *contender, when string) memPoint {
 	mp := memPoint{Contender: c.Name, When: when, Heap: h, RSS: rss}
 	if strings.HasPrefix(c.Name, ours) {
 		name := "heap-" + strings.NewReplacer(" ", "-", "(", "", ")", "", ",", "").Replace(c.Name+"-"+when) + ".pprof"
-		if mp.Top, err = heapProfile(context.Background(), c.pprof, harness.FindTools().CoreDNS, filepath.Join(raw, name)); err != nil {
+		if mp.Top, err = heapProfile(context.Background(), c.pprof, c.binary(), filepath.Join(raw, name)); err != nil {
 			t.Errorf("%s heap profile: %v", c.Name, err)
 		}
 	}
@@ -248,22 +270,37 @@ func cpuOf(t harness.T, procs ...*harness.Process) []time.Duration {
 	return out
 }
 
-// coldResult is the cold start from a snapshot.
+// coldResult is the cold start from a snapshot: bin/coredns's (first)
+// turn and, with -compare-coredns, every turn of both builds.
 type coldResult struct {
-	Endpoints, Services, Loaded         int
-	FileBytes                           int64
-	WriteTook                           time.Duration
+	Endpoints, Services int
+	FileBytes           int64
+	WriteTook           time.Duration
+	coldRun
+	Mems    []memPoint   // the first turn's
+	Perf    string       // perf report of one more cold start
+	Compare *coldCompare `json:",omitempty"`
+}
+
+// coldRun is what one CoreDNS measured in the cold stage.
+type coldRun struct {
+	Build                               string `json:",omitempty"` // "new" or "old", in turns
+	Turn                                int    `json:",omitempty"`
+	Loaded                              int
 	HeapEmpty, HeapLoaded, HeapRendered int64
-	Mems                                []memPoint
 	Runs                                []time.Duration
 	EmptyRuns                           []time.Duration // the same start with an empty snapshot, just before each of Runs
-	Perf                                string          // perf report of one more cold start
+}
+
+// coldCompare is the cold stage's turns of both builds.
+type coldCompare struct {
+	Runs []coldRun
 }
 
 // snapshotShare is the median of each cold start's time less the empty start
 // timed just before it: the cost of loading the snapshot, with the machine's
 // speed of the moment mostly taken out.
-func (c *coldResult) snapshotShare() (time.Duration, bool) {
+func (c coldRun) snapshotShare() (time.Duration, bool) {
 	if len(c.Runs) == 0 || len(c.EmptyRuns) != len(c.Runs) {
 		return 0, false
 	}
@@ -275,7 +312,7 @@ func (c *coldResult) snapshotShare() (time.Duration, bool) {
 }
 
 // SnapshotShare is snapshotShare for the report (0 when unpaired).
-func (c *coldResult) SnapshotShare() time.Duration {
+func (c coldRun) SnapshotShare() time.Duration {
 	d, _ := c.snapshotShare()
 	return d
 }
@@ -287,48 +324,95 @@ func (c *coldResult) PerEndpoint(heap int64) float64 {
 
 // coldStart writes a snapshot of ColdEndpoints endpoints with the plugin's
 // own packages, then starts bin/coredns with that snapshot and an API server
-// that does not exist, and times process start to the first correct answer.
+// that does not exist, and times process start to the first correct answer;
+// with -compare-coredns in turns with the old build, each build on its own
+// copy of the snapshot.
 func coldStart(_ context.Context, b *harness.Program, res *results, _ *world) {
 	cfg := res.Cfg
 	ds := dataset{cluster: clusterA, services: max(1, cfg.ColdEndpoints/10), endpoints: 10, namespaces: 50}
 	dir := harness.TempDir(b)
-	snap := filepath.Join(dir, "table.db")
+	snap := map[string]string{"new": filepath.Join(dir, "table.db")}
 	start := time.Now()
-	size := writeSnapshot(b, ds, snap)
+	size := writeSnapshot(b, ds, snap["new"])
 	r := &coldResult{Endpoints: ds.total(), Services: ds.services, FileBytes: size, WriteTook: time.Since(start)}
 	res.Cold = r
+	b.Logf("snapshot of %d endpoints (%d services) written in %s: %.1f MB", r.Endpoints, r.Services, r.WriteTook.Round(time.Millisecond), float64(r.FileBytes)/1e6)
+	if cfg.CompareCoreDNS != "" {
+		r.Compare = &coldCompare{}
+		snap["old"] = filepath.Join(dir, "table-old.db")
+		writeSnapshot(b, ds, snap["old"])
+	}
+	kc := unreachableKubeconfig(b, dir)
+	var first *contender
+	ts := turns(cfg)
+	for _, t := range ts {
+		if len(ts) > 1 {
+			b.Logf("turn %d of %d: %s build", t.N, cfg.CompareTurns, t.Build)
+		}
+		run, c := coldTurn(b, res, ds, t, snap[t.Build], filepath.Join(dir, "empty-"+t.Build+".db"), kc)
+		if t.first() {
+			r.coldRun, first = run, c
+		}
+		if r.Compare != nil {
+			run.Build, run.Turn = t.Build, t.N
+			r.Compare.Runs = append(r.Compare.Runs, run)
+		}
+	}
+	if _, err := exec.LookPath("perf"); err == nil {
+		r.Perf = perfColdStart(b, first, ds, filepath.Join(cfg.Raw, "cold-start.perf"))
+	}
+}
+
+// coldTurn measures one build (t.Bin) from the snapshot snap: the heap with
+// an empty snapshot (empty), with snap loaded and with every service asked
+// once, then ColdRuns starts of each, in pairs. It returns them and the
+// contender of snap, stopped.
+func coldTurn(b *harness.Program, res *results, ds dataset, t turn, snap, empty, kc string) (coldRun, *contender) {
+	cfg, r := res.Cfg, res.Cold
+	var run coldRun
+	label := ""
+	if !t.first() {
+		label = fmt.Sprintf(", %s build, turn %d", t.Build, t.N)
+	}
+	// The first turn's memory points are the report's, with a heap profile
+	// each; the other turns read the heap only.
 	mem := func(c *contender, when string) int64 {
+		if !t.first() {
+			h, err := heapAlloc(c.pprof)
+			if err != nil {
+				b.Fatalf("%s heap: %v", c.Name, err)
+			}
+			b.Logf("%s %s: heap %.1f MB", c.Name, when, float64(h)/1e6)
+			return h
+		}
 		m := memory(b, cfg.Raw, c, when)
 		r.Mems = append(r.Mems, m)
 		return m.Heap
 	}
-	b.Logf("snapshot of %d endpoints (%d services) written in %s: %.1f MB", r.Endpoints, r.Services, r.WriteTook.Round(time.Millisecond), float64(r.FileBytes)/1e6)
-	kc := unreachableKubeconfig(b, dir)
-	empty := filepath.Join(dir, "empty.db")
-	base := &contender{Name: ours + " (empty snapshot)", tmpl: oursCorefile, vars: map[string]string{
+	base := &contender{Name: ours + " (empty snapshot" + label + ")", bin: t.Bin, tmpl: oursCorefile, vars: map[string]string{
 		"CLUSTER": clusterA, "KUBECONFIG": kc, "EXTRA": "", "SNAPSHOT": empty}}
 	base.start(b, "", dataset{cluster: clusterA, endpoints: 1, namespaces: 1}, nil, startBound)
 	time.Sleep(500 * time.Millisecond)
-	r.HeapEmpty = mem(base, "no API server, empty snapshot")
+	run.HeapEmpty = mem(base, "no API server, empty snapshot")
 	base.stop(b)
-	c := &contender{Name: ours + " (cold)", tmpl: oursCorefile, vars: map[string]string{
+	c := &contender{Name: ours + " (cold" + label + ")", bin: t.Bin, tmpl: oursCorefile, vars: map[string]string{
 		"CLUSTER": clusterA, "KUBECONFIG": kc, "EXTRA": "", "SNAPSHOT": snap}}
 	sample := sampleOf(ds, 25)
 	c.start(b, "", ds, sample, startBound)
 	if m := regexp.MustCompile(`loaded (\d+) records`).FindStringSubmatch(c.d.Log()); m != nil {
-		r.Loaded, _ = strconv.Atoi(m[1])
+		run.Loaded, _ = strconv.Atoi(m[1])
 	}
-	if r.Loaded != ds.total() {
-		b.Fatalf("CoreDNS loaded %d records of the snapshot's %d:\n%s", r.Loaded, ds.total(), c.d.LogTail(20))
+	if run.Loaded != ds.total() {
+		b.Fatalf("%s: CoreDNS loaded %d records of the snapshot's %d:\n%s", c.Name, run.Loaded, ds.total(), c.d.LogTail(20))
 	}
 	time.Sleep(500 * time.Millisecond)
-	r.HeapLoaded = mem(c, "no API server, snapshot loaded")
+	run.HeapLoaded = mem(c, "no API server, snapshot loaded")
 	for i := 0; i < ds.services; i++ { // every service asked once: every answer rendered
 		if bad := check(c, ds, i, dns.TypeA); bad != "" {
 			b.Fatalf("cold: %s", bad)
 		}
 	}
-	r.HeapRendered = mem(c, "no API server, every service asked once")
+	run.HeapRendered = mem(c, "no API server, every service asked once")
 	c.d.Stop(b)
 
 	// The same start with an empty snapshot (the process's own start-up: Go
@@ -336,17 +420,15 @@ func coldStart(_ context.Context, b *harness.Program, res *results, _ *world) {
 	// with the cold starts, so both see the machine in the same state.
 	probe := sample[len(sample)/2]
 	for k := 0; k < cfg.ColdRuns; k++ {
-		r.EmptyRuns = append(r.EmptyRuns, timedStart(b, base, fmt.Sprintf("empty start %d", k+1), func() bool {
+		run.EmptyRuns = append(run.EmptyRuns, timedStart(b, base, fmt.Sprintf("empty start %d", k+1), func() bool {
 			_, err := base.d.Exchange(harness.Query{Name: ds.qname(0), Type: dns.TypeA, Timeout: time.Second})
 			return err == nil
 		}))
-		r.Runs = append(r.Runs, timedStart(b, c, fmt.Sprintf("cold start %d", k+1), func() bool { return check(c, ds, probe, dns.TypeA) == "" }))
-		b.Logf("cold start %d: first correct answer %s after the process started (empty snapshot just before: %s)", k+1, r.Runs[k].Round(100*time.Microsecond), r.EmptyRuns[k].Round(100*time.Microsecond))
+		run.Runs = append(run.Runs, timedStart(b, c, fmt.Sprintf("cold start %d", k+1), func() bool { return check(c, ds, probe, dns.TypeA) == "" }))
+		b.Logf("cold start %d%s: first correct answer %s after the process started (empty snapshot just before: %s)", k+1, label, run.Runs[k].Round(100*time.Microsecond), run.EmptyRuns[k].Round(100*time.Microsecond))
 	}
-	_ = os.WriteFile(filepath.Join(cfg.Raw, "cold-start-coredns.log"), []byte(c.d.Log()), 0o644)
-	if _, err := exec.LookPath("perf"); err == nil {
-		r.Perf = perfColdStart(b, c, ds, filepath.Join(cfg.Raw, "cold-start.perf"))
-	}
+	_ = os.WriteFile(filepath.Join(cfg.Raw, "cold-start-coredns"+t.Tag+".log"), []byte(c.d.Log()), 0o644)
+	return run, c
 }
 
 // timedStart starts c's CoreDNS again, returns the time from the start
@@ -412,7 +494,7 @@ func unreachableKubeconfig(t harness.T, dir string) string {
 func perfColdStart(b *harness.Program, c *contender, ds dataset, out string) string {
 	ok := b.Scoped(func(t *harness.Program) {
 		pc := *c
-		pc.start(t, wrapper(t, t.TempDir(), "coredns-perf", fmt.Sprintf("perf record -F 2000 -g -o %q --", out)), ds, sampleOf(ds, 25), 30*time.Second)
+		pc.start(t, wrapper(t, t.TempDir(), "coredns-perf", fmt.Sprintf("perf record -F 2000 -g -o %q --", out), c.bin), ds, sampleOf(ds, 25), 30*time.Second)
 		// perf passes SIGINT on to CoreDNS, and writes its file once it ended.
 		pc.d.Kill(t, syscall.SIGINT)
 	})
