@@ -79,8 +79,10 @@ func (r Reader) Pods(rc *rest.Config) (kubernetes.Interface, error) {
 }
 
 // reporting is a Pods client whose streamed lists report a Pod or list
-// metadata over its bound (podproto.ErrTooLarge) as the transport reports a
-// reply over its bound: the bound is met while decoding, not while reading.
+// metadata over its bound, or more Pods than MaxObjects (ErrTooLarge), as
+// the transport reports a reply over its bound: the bound is met while
+// decoding, not while reading. The error it returns is marked reported, so
+// that the ListerWatcher does not report the same list again as malformed.
 type reporting struct {
 	kubernetes.Interface
 	s        Streamer
@@ -89,10 +91,22 @@ type reporting struct {
 
 func (c reporting) ListPodsIn(ctx context.Context, namespace string, opts metav1.ListOptions, each func(*v1.Pod) error) (metav1.ListMeta, error) {
 	meta, err := c.s.ListPodsIn(ctx, namespace, opts, each)
-	if errors.Is(err, podproto.ErrTooLarge) {
+	if errors.Is(err, ErrTooLarge) {
 		c.tooLarge(err)
+		err = reported{err}
 	}
 	return meta, err
+}
+
+// reported is an error a Reader's TooLarge already heard of.
+type reported struct{ error }
+
+func (r reported) Unwrap() error { return r.error }
+
+// wasReported tells whether err is one a Reader's TooLarge already heard of.
+func wasReported(err error) bool {
+	var r reported
+	return errors.As(err, &r)
 }
 
 // Dynamic returns the client a component reads custom resources with (in

@@ -120,11 +120,21 @@ func TestReaderReportsStreamedBounds(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			_, err = s.ListPodsIn(ctx, "", metav1.ListOptions{}, func(*v1.Pod) error { return nil })
-			if !errors.Is(err, podproto.ErrTooLarge) {
-				t.Fatalf("got %v, want an error wrapping podproto.ErrTooLarge", err)
+			if !errors.Is(err, podproto.ErrTooLarge) || !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("got %v, want an error wrapping ErrTooLarge (podproto's and ingest's)", err)
 			}
 			if n := tooLarge.Load(); n != 1 {
 				t.Errorf("TooLarge heard of %d refusals, want 1", n)
+			}
+			// Listed as a source lists, the refusal is reported once: by
+			// TooLarge, not again as a malformed list.
+			var malformed atomic.Int32
+			lw := Pods(c, "", toSlim).observed(Events{Malformed: func(error) { malformed.Add(1) }})
+			if _, err := lw.ListWithContext(ctx, metav1.ListOptions{}); !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("the ListerWatcher's list: %v, want ErrTooLarge", err)
+			}
+			if n, m := tooLarge.Load(), malformed.Load(); n != 2 || m != 0 {
+				t.Errorf("the ListerWatcher's list reported to TooLarge %d times and to Malformed %d times, want once in all (TooLarge)", n-1, m)
 			}
 		})
 	}

@@ -46,8 +46,9 @@ var ErrSlow = errors.New("still stopping")
 // run's goroutines and must not block.
 type Events struct {
 	// Malformed hears of a list that broke off, did not decode or was over
-	// its size bound (bytes, or MaxObjects objects). The store keeps what it
-	// holds; the list is made again.
+	// its size bound (bytes, or MaxObjects objects), unless a Reader's
+	// TooLarge heard of it already (a streamed list of Pods over a bound).
+	// The store keeps what it holds; the list is made again.
 	Malformed func(err error)
 	// Expired hears that a watch expired (410: the API server restarted, or
 	// the watch fell behind its window of changes); every object is listed

@@ -61,7 +61,7 @@ var RefusedBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * ti
 // reply over a bound, rather than an outage or a cut stream.
 func refused(err error) bool {
 	switch {
-	case errors.Is(err, ErrTooLarge), errors.Is(err, podproto.ErrTooLarge):
+	case errors.Is(err, ErrTooLarge):
 		return true
 	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err), apierrors.IsNotFound(err),
 		apierrors.IsBadRequest(err), apierrors.IsMethodNotSupported(err), apierrors.IsNotAcceptable(err),
@@ -81,6 +81,19 @@ func refusedWait(n int) time.Duration {
 		d = time.Duration(float64(d) * RefusedBackoff.Factor)
 	}
 	return min(d, RefusedBackoff.Cap)
+}
+
+// refusedSleep waits d before a list that follows refused ones, or until
+// ctx ends (its error). A variable for tests, which count the waits.
+var refusedSleep = func(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // List is a list whose items are transformed.
@@ -109,12 +122,8 @@ func (l *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 	d := refusedWait(l.refusals)
 	l.mu.Unlock()
 	if d > 0 && opts.Continue == "" {
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := refusedSleep(ctx, d); err != nil {
+			return nil, err
 		}
 	}
 	start := time.Now()
@@ -127,7 +136,9 @@ func (l *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOpt
 		list, err = nil, fmt.Errorf("%w: %w: a list of more than %d objects", ErrStream, ErrTooLarge, MaxObjects)
 	}
 	if err != nil && ctx.Err() == nil {
-		if (errors.Is(err, podproto.ErrStream) || errors.Is(err, ErrStream)) && l.ev.Malformed != nil {
+		// A list the Reader's TooLarge heard of is logged and counted there:
+		// one refusal, one report.
+		if (errors.Is(err, podproto.ErrStream) || errors.Is(err, ErrStream)) && !wasReported(err) && l.ev.Malformed != nil {
 			l.ev.Malformed(err)
 		}
 		l.failed(err)

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -87,7 +88,7 @@ func TestListOverMaxObjects(t *testing.T) {
 				t.Errorf("store holds %v after a list over the bound, want the %d it held", got, max)
 			}
 			rec.read(func(r *recorder) bool {
-				if err := r.malformed[0]; !errors.Is(err, podproto.ErrTooLarge) && !errors.Is(err, ErrTooLarge) {
+				if err := r.malformed[0]; !errors.Is(err, ErrTooLarge) {
 					t.Errorf("malformed: %v, want a size bound's error", err)
 				}
 				return true
@@ -142,11 +143,15 @@ func TestStoreMaxObjects(t *testing.T) {
 // Lists the API server refuses (403 here) are tried again after a wait that
 // doubles (RefusedBackoff), not at the reflector's quarter-second pace; once
 // a list succeeds the next refusal starts from the first step again. A
-// list over a bound counts as refused.
+// list over a bound counts as refused. The waits are counted, not timed.
 func TestRefusedListsBackOff(t *testing.T) {
 	old := RefusedBackoff
 	RefusedBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 400 * time.Millisecond}
 	t.Cleanup(func() { RefusedBackoff = old })
+	var waits []time.Duration
+	sleep := refusedSleep
+	refusedSleep = func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }
+	t.Cleanup(func() { refusedSleep = sleep })
 	var a *apiServer
 	forbid := true
 	a = newAPIServer(t, func(n int, q url.Values, w http.ResponseWriter) {
@@ -160,19 +165,41 @@ func TestRefusedListsBackOff(t *testing.T) {
 		}
 		writeJSON(w, http.StatusOK, podList("5", "", pod("a", "4")))
 	}, nil)
-	rec := &recorder{}
-	st := start(t, Pods(a.client(t), "", toSlim), rec, nil)
-	// The reflector's own backoff (fast) would list some 200 times a second;
-	// refused lists wait 100, 200, 400, 400, ... ms.
-	time.Sleep(1500 * time.Millisecond)
-	lists, _ := a.requests()
-	if n := len(lists); n < 3 || n > 8 {
-		t.Errorf("%d lists in 1.5 s of refusals, want about 5 (waits of 100, 200, 400, 400 ms)", n)
+	setForbid := func(f bool) {
+		a.mu.Lock()
+		forbid = f
+		a.mu.Unlock()
 	}
-	a.mu.Lock()
-	forbid = false
-	a.mu.Unlock()
-	eventually(t, "listed once the refusals end", func() bool { return slices.Equal(keys(st), []string{"ns/a"}) })
+	lw := Pods(a.client(t), "", toSlim)
+	list := func(wantOK bool) {
+		t.Helper()
+		_, err := lw.ListWithContext(context.Background(), metav1.ListOptions{})
+		if (err == nil) != wantOK || (err != nil && !apierrors.IsForbidden(err)) {
+			t.Fatalf("list: %v, want ok %v", err, wantOK)
+		}
+	}
+	ms := func(xs ...int) []time.Duration {
+		var ds []time.Duration
+		for _, x := range xs {
+			ds = append(ds, time.Duration(x)*time.Millisecond)
+		}
+		return ds
+	}
+	for range 6 {
+		list(false)
+	}
+	// The first list waits for nothing; each after a refusal 100, 200, 400 ms, ...
+	if want := ms(100, 200, 400, 400, 400); !slices.Equal(waits, want) {
+		t.Errorf("waits before six refused lists: %v, want %v", waits, want)
+	}
+	setForbid(false)
+	list(true)
+	setForbid(true)
+	list(false)
+	list(false)
+	if want := ms(100, 200, 400, 400, 400, 400, 100); !slices.Equal(waits, want) {
+		t.Errorf("waits: %v, want %v (the list that succeeded waits 400 ms, the refusal after it none, the next 100 ms)", waits, want)
+	}
 	for _, tc := range []struct {
 		err  error
 		want bool

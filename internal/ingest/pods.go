@@ -88,7 +88,7 @@ func transformedList[T any](transform func(T) (runtime.Object, error), list func
 	l := &List{}
 	meta, err := list(func(obj T) error {
 		if len(l.Items) >= MaxObjects {
-			return fmt.Errorf("%w: %w: a list of more than %d objects", podproto.ErrStream, podproto.ErrTooLarge, MaxObjects)
+			return fmt.Errorf("%w: %w: a list of more than %d objects", podproto.ErrStream, ErrTooLarge, MaxObjects)
 		}
 		t, err := transform(obj)
 		if err == nil {

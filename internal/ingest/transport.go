@@ -3,7 +3,6 @@ package ingest
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,8 +25,11 @@ var (
 	MaxEvent int64 = podproto.MaxField
 )
 
-// ErrTooLarge is wrapped by the read error of a reply over its bound.
-var ErrTooLarge = errors.New("reply over its size bound")
+// ErrTooLarge is wrapped by the error of whatever an API server sent over
+// a bound: a reply cut by Transport, a streamed list's object or metadata
+// (it is podproto.ErrTooLarge, so errors.Is holds for either name), a list
+// of more than MaxObjects objects, a new object a full Store dropped.
+var ErrTooLarge = podproto.ErrTooLarge
 
 // watchBuffer is what each watch reply is read through. Over HTTP/2
 // (client-go's default over TLS) every read of a body that frees 4 KB or more
@@ -104,7 +106,7 @@ func (b *bounded) Read(p []byte) (int, error) {
 		if b.perLine {
 			what = "watch event"
 		}
-		b.err = fmt.Errorf("%w: %s %s%s: a %s over %d bytes", ErrTooLarge, b.req.Method, b.req.URL.Host, b.req.URL.Path, what, b.limit)
+		b.err = fmt.Errorf("reply %w: %s %s%s: a %s over %d bytes", ErrTooLarge, b.req.Method, b.req.URL.Host, b.req.URL.Path, what, b.limit)
 		if b.tooLarge != nil {
 			b.tooLarge(b.err)
 		}
