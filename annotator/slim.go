@@ -122,7 +122,8 @@ var exportAnnotations = []string{annotation.AllowedNamespacesAnnotation, annotat
 // slimService is the transform of the Service informer: name, namespace,
 // UID, creation time, the export annotation and exportAnnotations, type,
 // selector, ports, and what an export entry says of the Service
-// (serviceFields): headlessness, session affinity and traffic policies.
+// (serviceFields): headlessness, session affinity, traffic policies and IP
+// families.
 func slimService(obj any) (any, error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
@@ -135,7 +136,8 @@ func slimService(obj any) (any, error) {
 		},
 		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, Selector: svc.Spec.Selector, Ports: svc.Spec.Ports,
 			ClusterIP: svc.Spec.ClusterIP, SessionAffinity: svc.Spec.SessionAffinity, SessionAffinityConfig: svc.Spec.SessionAffinityConfig,
-			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution},
+			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution,
+			IPFamilies: svc.Spec.IPFamilies},
 	}
 	for _, k := range append([]string{annotation.ExportServiceAnnotation}, exportAnnotations...) {
 		if v, ok := svc.Annotations[k]; ok {
