@@ -180,6 +180,25 @@ func TestControllerStatesEndpoints(t *testing.T) {
 		t.Errorf("endpoint_statements_total = %v, want 4 (one per change)", got)
 	}
 
+	// The flag dropped: the statements the annotator wrote go, the export
+	// annotation and its signature stay.
+	unflagged := cfg
+	unflagged.SignEndpoints = false
+	u := startWith(t, unflagged, false, []runtime.Object{svc("backend", app), f.pod("p")})
+	u.eventually("statement removed", func() error {
+		p := u.pod("p")
+		if v, ok := p.Annotations[annotation.EndpointAnnotation]; ok {
+			return fmt.Errorf("Pod p still carries %s", v)
+		}
+		if _, ok := p.Annotations[annotation.EndpointSignatureAnnotation]; ok {
+			return fmt.Errorf("Pod p still carries its statement's signature")
+		}
+		if p.Annotations[annotation.SignatureAnnotation] == "" {
+			return fmt.Errorf("Pod p lost its export signature")
+		}
+		return u.podHas("p", backendExport)()
+	})
+
 	// Nothing exports backend any more: the statement and its signature go
 	// with the export annotation.
 	if err := f.client.CoreV1().Services("ns").Delete(context.Background(), "backend", metav1.DeleteOptions{}); err != nil {
