@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 
@@ -64,7 +65,11 @@ func ParseEndpoint(raw string) (Endpoint, []netip.Addr, error) {
 	d := json.NewDecoder(strings.NewReader(raw))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&e); err != nil {
-		return Endpoint{}, nil, fmt.Errorf("endpoint statement: %v", err)
+		return Endpoint{}, nil, fmt.Errorf("endpoint statement: %s", Clip(err.Error()))
+	}
+	// One value only: Decode alone would pass over what follows it.
+	if _, err := d.Token(); err != io.EOF {
+		return Endpoint{}, nil, fmt.Errorf("endpoint statement: data after the value")
 	}
 	if e.Seq == 0 {
 		return Endpoint{}, nil, fmt.Errorf("endpoint statement without seq")

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,12 +43,23 @@ type Service struct {
 	// of contact (0-MaxStaleGrace; only with a drop policy).
 	StaleEndpoints    string `json:"staleEndpoints,omitempty"`
 	StaleGraceSeconds int32  `json:"staleGraceSeconds,omitempty"`
+	// IPFamilies is the Service's spec.ipFamilies (IPv4, IPv6; at most two,
+	// no duplicate), for a Headless ServiceImport's, which has no derived
+	// Service to take them from. Absent: unknown (readers then take the
+	// families of the endpoints' addresses).
+	IPFamilies []string `json:"ipFamilies,omitempty"`
 }
 
 // The values of Service.Type.
 const (
 	TypeClusterSetIP = "ClusterSetIP"
 	TypeHeadless     = "Headless"
+)
+
+// The values of Service.IPFamilies (the Service API's IPFamily).
+const (
+	IPv4 = "IPv4"
+	IPv6 = "IPv6"
 )
 
 // MaxAffinityTimeout is the Service API's limit on sessionAffinityConfig's
@@ -112,6 +124,17 @@ func checkServiceFields(s *Service) (Rejection, bool) {
 			return bad("trafficDistribution %q: %s", Clip(d), strings.Join(errs, "; "))
 		}
 	}
+	if len(s.IPFamilies) > 2 {
+		return bad("ipFamilies: %d families, at most 2", len(s.IPFamilies))
+	}
+	for i, f := range s.IPFamilies {
+		if f != IPv4 && f != IPv6 {
+			return bad("ipFamilies %q: must be %s or %s", Clip(f), IPv4, IPv6)
+		}
+		if slices.Contains(s.IPFamilies[:i], f) {
+			return bad("ipFamilies: %s twice", f)
+		}
+	}
 	if detail, bad := checkStale(s); bad {
 		return Rejection{Reason: ReasonService, Detail: detail}, true
 	}
@@ -134,5 +157,6 @@ func (s *Service) Equal(o *Service) bool {
 		s.SessionAffinityTimeoutSeconds == o.SessionAffinityTimeoutSeconds &&
 		s.InternalTrafficPolicy == o.InternalTrafficPolicy && s.TrafficDistribution == o.TrafficDistribution &&
 		maps.Equal(s.Labels, o.Labels) && maps.Equal(s.Annotations, o.Annotations) &&
-		s.StaleEndpoints == o.StaleEndpoints && s.StaleGraceSeconds == o.StaleGraceSeconds
+		s.StaleEndpoints == o.StaleEndpoints && s.StaleGraceSeconds == o.StaleGraceSeconds &&
+		slices.Equal(s.IPFamilies, o.IPFamilies)
 }

@@ -44,6 +44,14 @@ func TestParseServiceFields(t *testing.T) {
 		{name: "stale: grace without a drop", entry: `,"staleGraceSeconds":30`, reason: ReasonService},
 		{name: "stale: negative grace", entry: `,"staleEndpoints":"Drop","staleGraceSeconds":-1`, reason: ReasonService},
 		{name: "stale: grace over a week", entry: `,"staleEndpoints":"Drop","staleGraceSeconds":604801`, reason: ReasonService},
+		{name: "ipFamilies: one", entry: `,"ipFamilies":["IPv6"]`, want: Service{IPFamilies: []string{IPv6}}},
+		{name: "ipFamilies: dual stack, IPv6 first", entry: `,"ipFamilies":["IPv6","IPv4"]`, want: Service{IPFamilies: []string{IPv6, IPv4}}},
+		{name: "ipFamilies: empty is absent", entry: `,"ipFamilies":[]`, want: Service{IPFamilies: []string{}}},
+		{name: "ipFamilies: unknown family", entry: `,"ipFamilies":["IPv5"]`, reason: ReasonService},
+		{name: "ipFamilies: lower case", entry: `,"ipFamilies":["ipv4"]`, reason: ReasonService},
+		{name: "ipFamilies: twice", entry: `,"ipFamilies":["IPv4","IPv4"]`, reason: ReasonService},
+		{name: "ipFamilies: three", entry: `,"ipFamilies":["IPv4","IPv6","IPv4"]`, reason: ReasonService},
+		{name: "ipFamilies: not a list", entry: `,"ipFamilies":"IPv4"`, reason: ReasonJSON},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,7 +80,7 @@ func TestServiceFieldsRoundTrip(t *testing.T) {
 	e := Export{Name: "backend", Namespace: "default",
 		Ports: []Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: TCP, AppProtocol: "kubernetes.io/h2c"}},
 		Service: Service{Type: TypeClusterSetIP, ExportedAt: "2026-11-25T12:00:00Z", Labels: map[string]string{"a": "b"},
-			StaleEndpoints: StaleDropIfLocal, StaleGraceSeconds: 30}}
+			StaleEndpoints: StaleDropIfLocal, StaleGraceSeconds: 30, IPFamilies: []string{IPv4, IPv6}}}
 	raw, err := FormatExports([]Export{e}, "default", "cluster-a")
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +128,7 @@ func TestServiceEqual(t *testing.T) {
 		func(s *Service) { s.Annotations = map[string]string{"a": "1"} },
 		func(s *Service) { s.StaleEndpoints = StaleDrop },
 		func(s *Service) { s.StaleGraceSeconds = 30 },
+		func(s *Service) { s.IPFamilies = []string{IPv4} },
 	} {
 		b := a
 		b.Labels = map[string]string{"a": "1"}

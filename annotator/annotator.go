@@ -55,6 +55,10 @@ type Config struct {
 	// annotation (docs/DESIGN.md#security), over Cluster (then required), the
 	// Pod's namespace, name and UID and the value.
 	SignKey ed25519.PrivateKey
+	// SignEndpoints, with SignKey, also states each exported Pod's
+	// addresses, hostname and readiness in a signed endpoint statement
+	// (endpoint.go), for relay hubs to pass on.
+	SignEndpoints bool
 	// Workers reconcile namespaces in parallel (default 2).
 	Workers int
 	// ServiceExportPoll is how often discovery is asked for the ServiceExport
@@ -76,6 +80,7 @@ type Controller struct {
 	dynamic   dynamic.Interface
 	discovery discovery.DiscoveryInterface
 	cfg       Config
+	public    ed25519.PublicKey // of cfg.SignKey
 	metrics   *Metrics
 
 	factory  informers.SharedInformerFactory
@@ -111,13 +116,17 @@ type nsState struct {
 	// signed remembers the signature of each annotated Pod's value, so
 	// that a reconcile signs only what changed (ed25519 costs tens of µs).
 	signed map[types.UID]signature
+	// statements remembers each exported Pod's endpoint statement
+	// (endpoint.go), so that one is verified once, not on every reconcile.
+	statements map[types.UID]statement
 }
 
 // signature is a Pod's name, annotation value and their signature.
 type signature struct{ name, value, sig string }
 
 // New makes a Controller; Start runs its informers, Run its workers.
-// Signing (cfg.SignKey) needs cfg.Cluster: the caller checks.
+// Signing (cfg.SignKey) needs cfg.Cluster, and cfg.SignEndpoints needs
+// cfg.SignKey: the caller checks.
 func New(client kubernetes.Interface, dyn dynamic.Interface, disco discovery.DiscoveryInterface, cfg Config, m *Metrics) *Controller {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
@@ -135,12 +144,19 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, disco discovery.Dis
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "mcs-annotator"}),
 		state: map[string]nsState{},
 	}
+	if cfg.SignKey != nil {
+		c.public = cfg.SignKey.Public().(ed25519.PublicKey)
+	}
 	if cfg.PeerReader != "" {
 		c.grants = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "mcs-annotator-grants"})
 	}
 	podInf := c.factory.Core().V1().Pods()
 	svcInf := c.factory.Core().V1().Services()
-	_ = podInf.Informer().SetTransform(slimPod)
+	if cfg.SignEndpoints {
+		_ = podInf.Informer().SetTransform(slimPodEndpoint)
+	} else {
+		_ = podInf.Informer().SetTransform(slimPod)
+	}
 	_ = svcInf.Informer().SetTransform(slimService)
 	c.pods, c.services = podInf.Lister(), svcInf.Lister()
 	podInf.Informer().AddEventHandler(c.handler())
@@ -151,7 +167,8 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, disco discovery.Dis
 
 // handler enqueues the namespace of an object that was added, deleted or
 // changed in what the transforms keep (a Pod's status changes often, and
-// only its phase matters here).
+// only its phase matters here, and with SignEndpoints its addresses and
+// readiness).
 func (c *Controller) handler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
@@ -387,11 +404,18 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 	annotated, importers := 0, 0
 	chk := newChecker(ns, c.cfg.Cluster)
 	c.mu.Lock()
-	prevSigned := c.state[ns].signed
+	prevSigned, prevStatements := c.state[ns].signed, c.state[ns].statements
 	c.mu.Unlock()
 	signed := map[types.UID]signature{}
+	var statements map[types.UID]statement
+	if c.cfg.SignEndpoints {
+		statements = map[types.UID]statement{}
+	}
 	for _, pod := range pods {
 		if !writable(pod) {
+			if err := c.endEndpoint(ctx, pod, prevStatements, statements); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		want, names, skips := desired(pod, exportedSvcs, c.cfg.Cluster, chk)
@@ -406,11 +430,15 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			importers++
 		}
 		sig := c.sign(pod, want, prevSigned, signed)
+		stmt, stmtSig := c.endpoint(pod, want, prevStatements, statements)
 		var werr error
-		if exportOK, importerOK := inSync(pod, want, sig, importer); !exportOK || !importerOK {
-			werr = c.writePod(ctx, pod, want, sig, importer, exportOK, importerOK)
+		if exportOK, importerOK := inSync(pod, want, sig, importer); !exportOK || !importerOK || !endpointInSync(pod, stmt, stmtSig) {
+			w := podWrite{export: want, sig: sig, endpoint: stmt, endpointSig: stmtSig, importer: importer}
+			werr = c.writePod(ctx, pod, w, exportOK, importerOK)
 			if werr != nil {
 				errs = append(errs, werr)
+			} else {
+				c.appliedEndpoint(pod.UID, statements)
 			}
 		}
 		for _, n := range names {
@@ -440,7 +468,7 @@ func (c *Controller) Reconcile(ctx context.Context, ns string) error {
 			c.metrics.StatusWrites.WithLabelValues("ok").Inc()
 		}
 	}
-	c.record(ns, nsState{exported: len(exportedSvcs), annotated: annotated, importers: importers, signed: signed}, skipped)
+	c.record(ns, nsState{exported: len(exportedSvcs), annotated: annotated, importers: importers, signed: signed, statements: statements}, skipped)
 	return errors.Join(errs...)
 }
 
@@ -459,19 +487,33 @@ func (c *Controller) sign(pod *corev1.Pod, want string, prev, next map[types.UID
 	return s.sig
 }
 
+// podWrite is what the annotator keeps on a Pod: the export annotation's
+// value ("" for none) with its signature ("" for none), the endpoint
+// statement ("" for none) with its signature, and whether the Pod gets the
+// importer label.
+type podWrite struct {
+	export, sig           string
+	endpoint, endpointSig string
+	importer              bool
+}
+
 // writePod applies, with server-side apply, what the annotator owns on pod:
-// want (the export annotation's value, or "" for none) with the exporter
-// label and sig (its signature, or none), and the importer label when
-// importer. What it owned and no longer applies is removed. The UID makes
-// the apply fail rather than touch another Pod of the same name. exportOK
-// and importerOK are inSync's findings, for the log.
-func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig string, importer, exportOK, importerOK bool) error {
+// w, with the exporter label when w exports. What it owned and no longer
+// applies is removed. The UID makes the apply fail rather than touch another
+// Pod of the same name. exportOK and importerOK are inSync's findings, for
+// the log.
+func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, w podWrite, exportOK, importerOK bool) error {
+	want, importer := w.export, w.importer
 	cfg := applycorev1.Pod(pod.Name, pod.Namespace).WithUID(pod.UID)
 	labels := map[string]string{}
 	if want != "" {
 		annos := map[string]string{annotation.ExportAnnotation: want}
-		if sig != "" {
-			annos[annotation.SignatureAnnotation] = sig
+		if w.sig != "" {
+			annos[annotation.SignatureAnnotation] = w.sig
+		}
+		if w.endpoint != "" {
+			annos[annotation.EndpointAnnotation] = w.endpoint
+			annos[annotation.EndpointSignatureAnnotation] = w.endpointSig
 		}
 		labels[annotation.ExporterLabel] = annotation.LabelValue
 		cfg.WithAnnotations(annos)
@@ -491,6 +533,9 @@ func (c *Controller) writePod(ctx context.Context, pod *corev1.Pod, want, sig st
 		return fmt.Errorf("Pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	c.metrics.PodWrites.WithLabelValues("ok").Inc()
+	if w.endpoint != "" && w.endpoint != pod.Annotations[annotation.EndpointAnnotation] {
+		klog.V(2).Infof("Pod %s/%s: %s=%s", pod.Namespace, pod.Name, annotation.EndpointAnnotation, w.endpoint)
+	}
 	if !exportOK {
 		if want == "" {
 			klog.Infof("Pod %s/%s: no exported Service selects it: removed its export annotation and label", pod.Namespace, pod.Name)

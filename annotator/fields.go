@@ -12,7 +12,7 @@ import (
 
 // serviceFields is what an export entry says of svc for the MCS controllers
 // of the clusterset (annotation.Service): its type, affinity and traffic
-// policies, when the export began (the ServiceExport's creation, else the
+// policies, a Headless Service's IP families, when the export began (the ServiceExport's creation, else the
 // Service's), and the ServiceExport's exported labels and annotations. se is
 // nil for a Service exported by annotation.
 func serviceFields(svc *corev1.Service, se *unstructured.Unstructured) annotation.Service {
@@ -23,6 +23,13 @@ func serviceFields(svc *corev1.Service, se *unstructured.Unstructured) annotatio
 	}
 	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		f.Type = annotation.TypeHeadless
+		// Only a Headless import takes its families from the entries: a
+		// ClusterSetIP one has its derived Service's, so the entries of
+		// ClusterSetIP Services stay as they were (no rewrite of every
+		// exported Pod when the annotator is upgraded).
+		for _, fam := range svc.Spec.IPFamilies {
+			f.IPFamilies = append(f.IPFamilies, string(fam))
+		}
 	}
 	if f.SessionAffinity == string(corev1.ServiceAffinityNone) {
 		f.SessionAffinity = "" // the default, left out

@@ -35,6 +35,12 @@ func TestServiceFields(t *testing.T) {
 		{name: "ClusterIP by annotation: the defaults are left out", want: annotation.Service{Type: "ClusterSetIP", ExportedAt: "2026-01-02T03:04:05Z"}},
 		{name: "headless", svc: func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone },
 			want: annotation.Service{Type: "Headless", ExportedAt: "2026-01-02T03:04:05Z"}},
+		{name: "headless, dual stack: its families in its order", svc: func(s *corev1.Service) {
+			s.Spec.ClusterIP = corev1.ClusterIPNone
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+		}, want: annotation.Service{Type: "Headless", ExportedAt: "2026-01-02T03:04:05Z", IPFamilies: []string{"IPv6", "IPv4"}}},
+		{name: "ClusterIP: its families are the derived Service's, not written", svc: func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol} },
+			want: annotation.Service{Type: "ClusterSetIP", ExportedAt: "2026-01-02T03:04:05Z"}},
 		{name: "affinity, policies", svc: func(s *corev1.Service) {
 			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](600)}}

@@ -9,11 +9,13 @@ type Metrics struct {
 	AnnotatedPods    prometheus.Gauge
 	ImporterPods     prometheus.Gauge
 	PodWrites        *prometheus.CounterVec
-	StatusWrites     *prometheus.CounterVec
-	Reconciles       *prometheus.CounterVec
-	Skipped          *prometheus.CounterVec
-	PeerGrants       prometheus.Gauge
-	GrantWrites      *prometheus.CounterVec
+	// EndpointStatements counts the endpoint statements written (--sign-endpoints).
+	EndpointStatements prometheus.Counter
+	StatusWrites       *prometheus.CounterVec
+	Reconciles         *prometheus.CounterVec
+	Skipped            *prometheus.CounterVec
+	PeerGrants         prometheus.Gauge
+	GrantWrites        *prometheus.CounterVec
 }
 
 // NewMetrics makes the metrics and registers them with reg (when not nil).
@@ -32,6 +34,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Pods with an import annotation (which get the importer label), as of the leader's last reconcile of each namespace."}),
 		PodWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "pod_writes_total",
 			Help: "Server-side applies of a Pod's export annotation and labels (or of their removal), by result."}, []string{"result"}),
+		EndpointStatements: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "endpoint_statements_total",
+			Help: "Signed endpoint statements written onto Pods (--sign-endpoints): one per change of an exported Pod's addresses, hostname, readiness or export annotation."}),
 		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "status_writes_total",
 			Help: "Updates of a ServiceExport's status conditions, by result."}, []string{"result"}),
 		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reconciles_total",
@@ -53,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Skipped.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Leader, m.ExportedServices, m.AnnotatedPods, m.ImporterPods, m.PodWrites, m.StatusWrites, m.Reconciles, m.Skipped, m.PeerGrants, m.GrantWrites)
+		reg.MustRegister(m.Leader, m.ExportedServices, m.AnnotatedPods, m.ImporterPods, m.PodWrites, m.EndpointStatements, m.StatusWrites, m.Reconciles, m.Skipped, m.PeerGrants, m.GrantWrites)
 	}
 	return m
 }

@@ -16,15 +16,22 @@ const FieldManager = "mcs-annotator"
 
 // The fields the annotator owns on a Pod, as they appear in managedFields.
 var (
-	fieldExport    = []byte(`"f:` + annotation.ExportAnnotation + `"`)
-	fieldSignature = []byte(`"f:` + annotation.SignatureAnnotation + `"`)
-	fieldLabel     = []byte(`"f:` + annotation.ExporterLabel + `"`)
-	fieldImporter  = []byte(`"f:` + annotation.ImporterLabel + `"`)
+	fieldExport            = []byte(`"f:` + annotation.ExportAnnotation + `"`)
+	fieldSignature         = []byte(`"f:` + annotation.SignatureAnnotation + `"`)
+	fieldLabel             = []byte(`"f:` + annotation.ExporterLabel + `"`)
+	fieldImporter          = []byte(`"f:` + annotation.ImporterLabel + `"`)
+	fieldEndpoint          = []byte(`"f:` + annotation.EndpointAnnotation + `"`)
+	fieldEndpointSignature = []byte(`"f:` + annotation.EndpointSignatureAnnotation + `"`)
 )
+
+// ownAnnotations are the annotations the annotator writes on a Pod, which
+// the Pod informer keeps.
+var ownAnnotations = []string{annotation.ExportAnnotation, annotation.SignatureAnnotation,
+	annotation.EndpointAnnotation, annotation.EndpointSignatureAnnotation}
 
 // slimPod is the transform of the Pod informer: it keeps what selecting,
 // resolving ports and comparing needs (name, namespace, UID, labels, the
-// export and signature annotations, whether the Pod imports anything, the
+// annotations the annotator writes, whether the Pod imports anything, the
 // annotator's own managedFields entries, container ports, phase, deletion)
 // and drops the rest of the Pod before it is stored.
 func slimPod(obj any) (any, error) {
@@ -40,7 +47,7 @@ func slimPod(obj any) (any, error) {
 		},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},
 	}
-	for _, k := range []string{annotation.ExportAnnotation, annotation.SignatureAnnotation} {
+	for _, k := range ownAnnotations {
 		if v, ok := pod.Annotations[k]; ok {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
@@ -69,6 +76,29 @@ func slimPod(obj any) (any, error) {
 	return out, nil
 }
 
+// slimPodEndpoint is slimPod that also keeps what an endpoint statement
+// says (--sign-endpoints): the addresses, spec.hostname and the Ready
+// condition's status, so that a change of any of them is an update the
+// handler sees (slimPod drops them, so that a Pod's status updates, which
+// are frequent, queue nothing when no statement is written).
+func slimPodEndpoint(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	o, _ := slimPod(pod)
+	out := o.(*corev1.Pod)
+	out.Spec.Hostname = pod.Spec.Hostname
+	out.Status.PodIP, out.Status.PodIPs = pod.Status.PodIP, pod.Status.PodIPs
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			break
+		}
+	}
+	return out, nil
+}
+
 // slimContainers keeps the ports (and, for init containers, only sidecars,
 // which keep running and can serve).
 func slimContainers(cs []corev1.Container, sidecarsOnly bool) []corev1.Container {
@@ -92,7 +122,8 @@ var exportAnnotations = []string{annotation.AllowedNamespacesAnnotation, annotat
 // slimService is the transform of the Service informer: name, namespace,
 // UID, creation time, the export annotation and exportAnnotations, type,
 // selector, ports, and what an export entry says of the Service
-// (serviceFields): headlessness, session affinity and traffic policies.
+// (serviceFields): headlessness, session affinity, traffic policies and IP
+// families.
 func slimService(obj any) (any, error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
@@ -105,7 +136,8 @@ func slimService(obj any) (any, error) {
 		},
 		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, Selector: svc.Spec.Selector, Ports: svc.Spec.Ports,
 			ClusterIP: svc.Spec.ClusterIP, SessionAffinity: svc.Spec.SessionAffinity, SessionAffinityConfig: svc.Spec.SessionAffinityConfig,
-			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution},
+			InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy, TrafficDistribution: svc.Spec.TrafficDistribution,
+			IPFamilies: svc.Spec.IPFamilies},
 	}
 	for _, k := range append([]string{annotation.ExportServiceAnnotation}, exportAnnotations...) {
 		if v, ok := svc.Annotations[k]; ok {
@@ -119,10 +151,16 @@ func slimService(obj any) (any, error) {
 }
 
 // ownedExport tells whether the annotator wrote the Pod's export
-// annotation, signature or exporter label (and so removes them when nothing
-// exports the Pod).
+// annotation, signature, endpoint statement or exporter label (and so
+// removes them when nothing exports the Pod).
 func ownedExport(pod *corev1.Pod) bool {
-	return owns(pod, fieldExport) || owns(pod, fieldSignature) || owns(pod, fieldLabel)
+	return owns(pod, fieldExport) || owns(pod, fieldSignature) || owns(pod, fieldLabel) || ownedEndpoint(pod)
+}
+
+// ownedEndpoint tells whether the annotator wrote the Pod's endpoint
+// statement or its signature.
+func ownedEndpoint(pod *corev1.Pod) bool {
+	return owns(pod, fieldEndpoint) || owns(pod, fieldEndpointSignature)
 }
 
 // owns tells whether the annotator's managedFields entry lists field.
@@ -180,4 +218,15 @@ func exportInSync(pod *corev1.Pod, want, sig string) bool {
 		return !hasSig || !owns(pod, fieldSignature)
 	}
 	return haveSig == sig
+}
+
+// endpointInSync tells whether pod carries the endpoint statement stmt and
+// its signature sig, or, with stmt "" (not stating endpoints, or the Pod
+// not exported), none that the annotator wrote (one that someone else
+// wrote is theirs).
+func endpointInSync(pod *corev1.Pod, stmt, sig string) bool {
+	if stmt == "" {
+		return !ownedEndpoint(pod)
+	}
+	return pod.Annotations[annotation.EndpointAnnotation] == stmt && pod.Annotations[annotation.EndpointSignatureAnnotation] == sig
 }

@@ -52,6 +52,7 @@ type options struct {
 	workers        int
 	sePoll         time.Duration
 	signKey        string
+	signEndpoints  bool
 	mcsController  bool
 	peers          peerFlags
 	peerExpire     time.Duration
@@ -79,6 +80,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.workers, "workers", 2, "namespaces reconciled in parallel")
 	fs.DurationVar(&o.sePoll, "serviceexport-poll", 30*time.Second, "how often to look for the ServiceExport CRD while it is not installed")
 	fs.StringVar(&o.signKey, "sign-key", "", "ed25519 private key (PEM, PKCS #8) to sign each export annotation with (needs --cluster)")
+	fs.BoolVar(&o.signEndpoints, "sign-endpoints", false, "also state each exported Pod's addresses, hostname and readiness, with a growing sequence number, in a signed endpoint statement, so that relay hubs can pass its records on unaltered (needs --sign-key)")
 	fs.BoolVar(&o.mcsController, "mcs-controller", false, "also run the MCS controller: ServiceImports, derived Services and EndpointSlices from every cluster's export annotations (needs --cluster)")
 	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
 	fs.StringVar(&o.verify, "verify", "", "folder of the clusters' public keys (<cluster>.pub, as CoreDNS's verify word): the MCS controller then uses only export annotations signed with their cluster's key, as CoreDNS answers only those (give it wherever CoreDNS verifies)")
@@ -101,6 +103,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.signKey != "" && o.cluster == "" {
 		return o, errors.New("--sign-key needs --cluster: the signature covers the cluster ID the plugin verifies against")
+	}
+	if o.signEndpoints && o.signKey == "" {
+		return o, errors.New("--sign-endpoints needs --sign-key: an endpoint statement is worth only its signature")
 	}
 	if err := checkMCS(&o); err != nil {
 		return o, err
@@ -193,7 +198,7 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := annotator.NewMetrics(reg)
-	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, Workers: o.workers, ServiceExportPoll: o.sePoll, ClustersetConflicts: o.mcsController, PeerReader: o.peerReader}, m)
+	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, SignEndpoints: o.signEndpoints, Workers: o.workers, ServiceExportPoll: o.sePoll, ClustersetConflicts: o.mcsController, PeerReader: o.peerReader}, m)
 
 	if o.listen != "" {
 		srv, err := serve(o.listen, reg, ctl)
@@ -202,7 +207,7 @@ func run(ctx context.Context, o options) error {
 		}
 		defer srv.Close()
 	}
-	klog.Infof("mcs-annotator %s: cluster ID %q, leader election %v (lease %s/%s), signing %v", o.id, o.cluster, o.leaderElect, o.leaseNamespace, o.leaseName, key != nil)
+	klog.Infof("mcs-annotator %s: cluster ID %q, leader election %v (lease %s/%s), signing %v, endpoint statements %v", o.id, o.cluster, o.leaderElect, o.leaseNamespace, o.leaseName, key != nil, o.signEndpoints)
 	if err := ctl.Start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before the first sync

@@ -33,3 +33,28 @@ func TestKubeAPIRateFlags(t *testing.T) {
 		}
 	}
 }
+
+// --sign-endpoints needs the signing key (and so --cluster): without it the
+// annotator does not start, with a message naming both flags.
+func TestSignEndpointsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--sign-endpoints"}, "--sign-endpoints needs --sign-key"},
+		{[]string{"--sign-endpoints", "--cluster", "edge-a"}, "--sign-endpoints needs --sign-key"},
+		{[]string{"--sign-endpoints", "--sign-key", "key.pem"}, "--sign-key needs --cluster"},
+		{[]string{"--sign-endpoints", "--sign-key", "key.pem", "--cluster", "edge-a"}, ""},
+	} {
+		o, err := parseFlags(tc.args)
+		if tc.err == "" {
+			if err != nil || !o.signEndpoints {
+				t.Errorf("%q: %v, sign endpoints %v; want accepted", tc.args, err, o.signEndpoints)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.err)
+		}
+	}
+}

@@ -92,6 +92,18 @@ func toExport(cluster string, e *annotation.Export) clusterset.Export {
 	return x
 }
 
+// exportedFamilies is the union of the entries' ipFamilies, IPv4 first: a
+// Headless import's spec.ipFamilies; none when no entry says them.
+func exportedFamilies(families []string) []corev1.IPFamily {
+	var out []corev1.IPFamily
+	for _, f := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
+		if slices.Contains(families, string(f)) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // kept is the share of a cluster whose records are not current (it has not
 // answered since the controller started): its EndpointSlices as they are in
 // the local API server, and the entry they were written from.

@@ -114,6 +114,7 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			continue
 		}
 		var exports []clusterset.Export
+		var families []string // the entries' ipFamilies
 		cur := map[string]*share{}
 		var over []string
 		usable := false
@@ -144,6 +145,7 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			s := cd.cur[cl]
 			cur[cl] = s
 			exports = append(exports, toExport(cl, &s.entry))
+			families = append(families, s.entry.IPFamilies...)
 			out.clusters = append(out.clusters, cl)
 			if addressNotes(&n, cl, s.endpoints) {
 				usable = true
@@ -167,6 +169,7 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			out.clusters = append(out.clusters, cl)
 			if kc.entry.Name != "" {
 				exports = append(exports, toExport(cl, &kc.entry))
+				families = append(families, kc.entry.IPFamilies...)
 			}
 		}
 		if recheck > 0 {
@@ -185,7 +188,12 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 		im := clusterset.Merge(exports)
 		if im.Spec.Type == mcsv1beta1.Headless {
 			// No derived Service gives a Headless import its families:
-			// they are those of the endpoints' addresses.
+			// they are the exported Services' (the entries' ipFamilies),
+			// else, when no entry says them (older annotators), those of
+			// the endpoints' addresses.
+			im.Spec.IPFamilies = exportedFamilies(families)
+		}
+		if im.Spec.Type == mcsv1beta1.Headless && len(im.Spec.IPFamilies) == 0 {
 			var eps []clusterset.Endpoint
 			for _, s := range cur {
 				eps = append(eps, s.endpoints...)

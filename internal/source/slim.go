@@ -64,8 +64,8 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 			Common:   common,
 			Name:     pod.Name,
 			Hostname: pod.Spec.Hostname,
-			IPs:      podIPs(pod),
-			Ready:    podReady(pod),
+			IPs:      PodIPs(pod),
+			Ready:    PodReady(pod),
 		}
 		return &slimPod{
 			Meta:     ingest.MetaOf(pod),
@@ -146,8 +146,9 @@ func (c *parseCache) none(namespace string) *store.Common {
 	return r.common
 }
 
-// podReady: the Pod's Ready condition is True and it is not terminating.
-func podReady(pod *v1.Pod) bool {
+// PodReady tells whether the Pod's Ready condition is True and it is not
+// terminating.
+func PodReady(pod *v1.Pod) bool {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 		return false
 	}
@@ -159,9 +160,9 @@ func podReady(pod *v1.Pod) bool {
 	return false
 }
 
-// podIPs returns status.podIPs (falling back to status.podIP), skipping any
+// PodIPs returns status.podIPs (falling back to status.podIP), skipping any
 // that do not parse, without duplicates.
-func podIPs(pod *v1.Pod) []netip.Addr {
+func PodIPs(pod *v1.Pod) []netip.Addr {
 	var out []netip.Addr
 	add := func(s string) {
 		a, err := netip.ParseAddr(s)

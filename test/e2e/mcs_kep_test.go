@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
@@ -23,8 +24,11 @@ import (
 //     the message naming the port edge-a lacks (KEP-1645, "Service Port"),
 //     and records a Warning Event saying it on the ServiceExport and on the
 //     ServiceImport.
-//   - db is Headless, its Pods IPv4 in edge-a and IPv6 in edge-b: each
-//     ServiceImport carries spec.ipFamilies IPv4 and IPv6 (and no IP).
+//   - db is Headless, its Pods IPv4 in edge-a and IPv6 in edge-b, its
+//     Services IPv4 (the API servers are single-stack IPv4): each
+//     ServiceImport carries spec.ipFamilies IPv4, the exported Services'
+//     families, not the addresses' (and no IP); the annotator writes them
+//     into the entries.
 func TestMCSPortUnionAndHeadlessFamilies(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolAnnotator)
 	ns := "mcs-kep"
@@ -95,16 +99,26 @@ func TestMCSPortUnionAndHeadlessFamilies(t *testing.T) {
 			})
 		}
 
-		eventuallyMCS(t, c, ns, "db", "a Headless import with both families", func(v mcsView) error {
+		eventuallyMCS(t, c, ns, "db", "a Headless import with the Services' families", func(v mcsView) error {
 			switch {
 			case v.imp == nil:
 				return fmt.Errorf("no ServiceImport")
 			case v.imp.Spec.Type != mcsv1beta1.Headless || len(v.imp.Spec.IPs) > 0 || v.derived != nil:
 				return fmt.Errorf("want a Headless import without IPs or a derived Service")
-			case !slices.Equal(v.imp.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}):
-				return fmt.Errorf("ipFamilies %v, want IPv4, IPv6", v.imp.Spec.IPFamilies)
+			case !slices.Equal(v.imp.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol}):
+				return fmt.Errorf("ipFamilies %v, want IPv4 (the Services'; the addresses are IPv4 and IPv6)", v.imp.Spec.IPFamilies)
 			}
 			return nil
 		})
+	}
+	for _, p := range []struct {
+		c   *harness.Cluster
+		pod string
+	}{{a, "db-a1"}, {b, "db-b1"}} {
+		raw := p.c.GetPod(t, ns, p.pod).Annotations[harness.ExportAnnotation]
+		got, rej := annotation.ParseExports(raw, ns, p.c.Name)
+		if len(rej) > 0 || len(got) != 1 || !slices.Equal(got[0].IPFamilies, []string{annotation.IPv4}) {
+			t.Errorf("%s: Pod %s: export annotation %s (%v): want an entry with ipFamilies [IPv4]", p.c.Name, p.pod, raw, rej)
+		}
 	}
 }

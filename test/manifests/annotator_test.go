@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
 
@@ -260,7 +261,8 @@ func TestAnnotatorStatic(t *testing.T) {
 	if want := fmt.Sprintf("[%q, %q]", harness.ExporterLabel, "multicluster.kubernetes.io/importer"); strings.ReplaceAll(vars["ownLabels"], "'", `"`) != want {
 		t.Errorf("ownLabels %s, want %s", vars["ownLabels"], want)
 	}
-	if want := fmt.Sprintf("[%q, %q]", harness.ExportAnnotation, "multicluster.kubernetes.io/export-signature"); strings.ReplaceAll(vars["ownAnnotations"], "'", `"`) != want {
+	if want := fmt.Sprintf("[%q, %q, %q, %q]", harness.ExportAnnotation, "multicluster.kubernetes.io/export-signature",
+		annotation.EndpointAnnotation, annotation.EndpointSignatureAnnotation); strings.ReplaceAll(vars["ownAnnotations"], "'", `"`) != want {
 		t.Errorf("ownAnnotations %s, want %s", vars["ownAnnotations"], want)
 	}
 	leaseRule := false
@@ -891,13 +893,14 @@ func admissionPolicy(t *testing.T, c *harness.Cluster, sa *kubernetes.Clientset,
 		t.Errorf("delete the peer grant as the annotator: %v", err)
 	}
 
-	ownKeys := fmt.Sprintf(`{"metadata":{"labels":{%q:"true","multicluster.kubernetes.io/importer":"true"},"annotations":{%q:"{}","multicluster.kubernetes.io/export-signature":"x"}}}`,
-		harness.ExporterLabel, harness.ExportAnnotation)
+	ownKeys := fmt.Sprintf(`{"metadata":{"labels":{%q:"true","multicluster.kubernetes.io/importer":"true"},"annotations":{%q:"{}","multicluster.kubernetes.io/export-signature":"x",%q:"{}",%q:"x"}}}`,
+		harness.ExporterLabel, harness.ExportAnnotation, annotation.EndpointAnnotation, annotation.EndpointSignatureAnnotation)
 	if err := patch(sa, types.MergePatchType, ownKeys); err != nil {
 		t.Errorf("set its own labels and annotations as the annotator: %v", err)
 	}
-	if err := patch(sa, types.MergePatchType, `{"metadata":{"labels":{"multicluster.kubernetes.io/importer":null},"annotations":{"multicluster.kubernetes.io/export-signature":null}}}`); err != nil {
-		t.Errorf("remove its own label and annotation as the annotator: %v", err)
+	if err := patch(sa, types.MergePatchType, fmt.Sprintf(`{"metadata":{"labels":{"multicluster.kubernetes.io/importer":null},"annotations":{"multicluster.kubernetes.io/export-signature":null,%q:null,%q:null}}}`,
+		annotation.EndpointAnnotation, annotation.EndpointSignatureAnnotation)); err != nil {
+		t.Errorf("remove its own label and annotations as the annotator: %v", err)
 	}
 	if err := patch(c.Client, types.StrategicMergePatchType, `{"metadata":{"labels":{"x":"admin"}}}`); err != nil {
 		t.Errorf("admin patch: %v (the policy concerns the annotator only)", err)
