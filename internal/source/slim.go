@@ -44,6 +44,14 @@ func (p *slimPod) DeepCopyObject() runtime.Object {
 // covers its name and UID), before the parse cache, which a verified Pod
 // shares with the others. A nil key verifies nothing.
 func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
+	return toSlimProof(cluster, key, false)
+}
+
+// toSlimProof is toSlim that, with keep, also fills each record's Proof (for
+// a relay hub, Options.KeepProof): the Pod's UID, its raw export annotation
+// (the string of the parse cache, so that the Pods of a service share one),
+// its endpoint statement and signature.
+func toSlimProof(cluster string, key ed25519.PublicKey, keep bool) func(*v1.Pod) *slimPod {
 	parsed := newParseCache(cluster)
 	return func(pod *v1.Pod) *slimPod {
 		raw, present := pod.Annotations[annotation.ExportAnnotation]
@@ -58,7 +66,7 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 			}
 		}
 		if common == nil {
-			common, rejected = parsed.parse(raw, pod.Namespace)
+			common, rejected, raw = parsed.parse(raw, pod.Namespace)
 		}
 		rec := &store.Pod{
 			Common:   common,
@@ -66,6 +74,14 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 			Hostname: pod.Spec.Hostname,
 			IPs:      podIPs(pod),
 			Ready:    podReady(pod),
+		}
+		if keep {
+			rec.Proof = &store.Proof{
+				UID:               string(pod.UID),
+				Export:            raw,
+				Endpoint:          pod.Annotations[annotation.EndpointAnnotation],
+				EndpointSignature: pod.Annotations[annotation.EndpointSignatureAnnotation],
+			}
 		}
 		return &slimPod{
 			Meta:     ingest.MetaOf(pod),
@@ -97,6 +113,7 @@ type parseKey struct {
 type parseResult struct {
 	common   *store.Common
 	rejected []annotation.Rejection
+	raw      string // the key's annotation, which the Pods that carry it share
 }
 
 const maxCachedBytes = 1 << 20
@@ -106,21 +123,23 @@ func newParseCache(cluster string) *parseCache {
 }
 
 // parse returns the record part that the annotation raw on a Pod in
-// namespace gives, and what the parse rejected.
-func (c *parseCache) parse(raw, namespace string) (*store.Common, []annotation.Rejection) {
+// namespace gives, what the parse rejected, and raw as the first Pod that
+// carried it had it (one string for all, not one per Pod).
+func (c *parseCache) parse(raw, namespace string) (*store.Common, []annotation.Rejection, string) {
 	k := parseKey{raw: raw, namespace: namespace}
 	c.mu.Lock()
 	r, ok := c.m[k]
 	c.mu.Unlock()
 	if ok {
-		return r.common, r.rejected
+		return r.common, r.rejected, r.raw
 	}
 	r.common = &store.Common{Cluster: c.cluster, Namespace: namespace}
 	r.common.Exports, r.rejected = annotation.ParseExports(raw, namespace, c.cluster)
+	r.raw = raw
 	c.mu.Lock()
 	c.add(k, r)
 	c.mu.Unlock()
-	return r.common, r.rejected
+	return r.common, r.rejected, r.raw
 }
 
 // add stores a result, starting over when the cache is full; c.mu is held.

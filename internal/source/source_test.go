@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 	"time"
 
 	"github.com/miekg/dns"
@@ -434,5 +435,45 @@ func TestToSlimThroughPodproto(t *testing.T) {
 				t.Errorf("whole Pod: %+v (record %+v)\ndecoded:    %+v (record %+v)", a, a.rec, b, b.rec)
 			}
 		})
+	}
+}
+
+// With KeepProof, a record carries the origin Pod's own bytes as the
+// plugin's decoder passes them (UID, raw export annotation, endpoint
+// statement and signature), the Pods of a service sharing one export string;
+// without, none.
+func TestToSlimKeepsProof(t *testing.T) {
+	const stmt, sig = `{"ips":["10.0.0.1"],"ready":true,"seq":7}`, "ed25519:c2ln"
+	f := toSlimProof("edge-a", nil, true)
+	var recs []*store.Pod
+	for _, name := range []string{"a", "b"} {
+		p := newPod(name, "10.0.0.1", backend, true)
+		p.Annotations[annotation.EndpointAnnotation] = stmt
+		p.Annotations[annotation.EndpointSignatureAnnotation] = sig
+		p.Annotations["other"] = "dropped"
+		// A Pod's annotation value of its own, as each decoded Pod has.
+		p.Annotations[annotation.ExportAnnotation] = strings.Clone(backend)
+		trimmed, err := podproto.Trim(p, podproto.Plugin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, mustSlim(t, f, trimmed).rec)
+	}
+	for i, r := range recs {
+		want := store.Proof{UID: "uid-" + r.Name, Export: backend, Endpoint: stmt, EndpointSignature: sig}
+		if r.Proof == nil || *r.Proof != want {
+			t.Fatalf("record %d: proof %+v, want %+v", i, r.Proof, want)
+		}
+	}
+	if unsafe.StringData(recs[0].Proof.Export) != unsafe.StringData(recs[1].Proof.Export) {
+		t.Error("the Pods of a service hold one export string each, not one shared")
+	}
+	// A Pod without statement: an empty one, which the hub fills from the record.
+	p := newPod("c", "10.0.0.3", backend, false)
+	if r := toSlimProof("edge-a", nil, true)(p).rec; r.Proof == nil || r.Proof.Endpoint != "" || r.Proof.UID != "uid-c" {
+		t.Errorf("no statement: proof %+v", r.Proof)
+	}
+	if r := toSlim("edge-a", nil)(p).rec; r.Proof != nil {
+		t.Errorf("without KeepProof: proof %+v, want none", r.Proof)
 	}
 }

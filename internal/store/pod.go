@@ -10,16 +10,42 @@ import (
 // Pod is the slim record of one exporting Pod: only what its readers need
 // (the DNS index, the MCS controller, the snapshot). It is what sources
 // produce, what the store keeps, and what the snapshot persists. A Pod is
-// never modified once handed to the store. (It has no UID: no reader depends
-// on it, and a record is small because the store holds one per endpoint: 72
-// bytes (80 when allocated alone; the snapshot's PodDecoder cuts records from
-// chunks), and its name and addresses.)
+// never modified once handed to the store. (A record is small because the
+// store holds one per endpoint: 80 bytes, also when allocated alone (the
+// snapshot's PodDecoder cuts records from chunks), and its name and
+// addresses; its UID and the origin's bytes are kept only in Proof, which
+// only a relay hub's sources fill.)
 type Pod struct {
 	*Common               // shared with the other Pods of its service; never nil
 	Name     string       `json:"n"`
 	Hostname string       `json:"h,omitempty"` // spec.hostname; empty means the dashed IP
 	IPs      []netip.Addr `json:"ips,omitempty"`
 	Ready    bool         `json:"r,omitempty"`
+	// Proof is what a relay hub passes on of the origin Pod (nil unless the
+	// source keeps it: never persisted by the snapshot).
+	Proof *Proof `json:"-"`
+}
+
+// Proof is the origin's own bytes behind a record, which a relay hub copies
+// into its EndpointSlices (internal/relay) so that a reader can check them
+// with the origin's key.
+type Proof struct {
+	UID string
+	// Export is the raw export annotation (annotation.ExportAnnotation), one
+	// string shared by the Pods of a service that carry the same bytes.
+	Export string
+	// Endpoint and EndpointSignature are the Pod's endpoint statement and its
+	// signature (annotation.EndpointAnnotation, EndpointSignatureAnnotation);
+	// empty when the origin states none.
+	Endpoint, EndpointSignature string
+}
+
+// Equal reports whether two proofs carry the same bytes (nil equals nil only).
+func (p *Proof) Equal(o *Proof) bool {
+	if p == nil || o == nil {
+		return p == o
+	}
+	return *p == *o
 }
 
 // Common is what the Pods of one service in one cluster have in common: where
@@ -44,7 +70,7 @@ func (p *Pod) Equal(o *Pod) bool {
 	if p == nil || o == nil {
 		return p == o
 	}
-	if p.Name != o.Name || p.Hostname != o.Hostname || p.Ready != o.Ready || !slices.Equal(p.IPs, o.IPs) {
+	if p.Name != o.Name || p.Hostname != o.Hostname || p.Ready != o.Ready || !slices.Equal(p.IPs, o.IPs) || !p.Proof.Equal(o.Proof) {
 		return false
 	}
 	return p.Common.Equal(o.Common)
