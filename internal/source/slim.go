@@ -3,8 +3,10 @@ package source
 import (
 	"crypto/ed25519"
 	"encoding/binary"
+	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -76,11 +78,11 @@ func toSlimProof(cluster string, key ed25519.PublicKey, keep bool) func(*v1.Pod)
 			Ready:    podReady(pod),
 		}
 		if keep {
-			rec.Proof = &store.Proof{
-				UID:               string(pod.UID),
-				Export:            raw,
-				Endpoint:          pod.Annotations[annotation.EndpointAnnotation],
-				EndpointSignature: pod.Annotations[annotation.EndpointSignatureAnnotation],
+			var r *annotation.Rejection
+			rec.Proof, r = proofOf(pod, raw)
+			if r != nil {
+				rejected = append(slices.Clip(rejected), *r)
+				annoHash = hash(raw, pod.Annotations[annotation.SignatureAnnotation], r.Detail) // reported once, not per update
 			}
 		}
 		return &slimPod{
@@ -90,6 +92,31 @@ func toSlimProof(cluster string, key ed25519.PublicKey, keep bool) func(*v1.Pod)
 			rejected: rejected,
 		}
 	}
+}
+
+// maxSignatureBytes bounds an endpoint signature a hub keeps (an ed25519
+// one is 96 bytes).
+const maxSignatureBytes = 256
+
+// proofOf is the proof of pod, whose export annotation is raw. A statement
+// or signature over its bound (which no reader would take) is not kept,
+// so that the hub writes its own unsigned statement in its place; the
+// rejection says so.
+func proofOf(pod *v1.Pod, raw string) (*store.Proof, *annotation.Rejection) {
+	p := &store.Proof{
+		UID:               string(pod.UID),
+		Export:            raw,
+		Endpoint:          pod.Annotations[annotation.EndpointAnnotation],
+		EndpointSignature: pod.Annotations[annotation.EndpointSignatureAnnotation],
+	}
+	if len(p.Endpoint) > annotation.MaxEndpointBytes || len(p.EndpointSignature) > maxSignatureBytes {
+		r := &annotation.Rejection{Index: -1, Reason: annotation.ReasonSize, Detail: fmt.Sprintf(
+			"endpoint statement of %d bytes or signature of %d, over %d or %d: not relayed, the hub states the endpoint unsigned",
+			len(p.Endpoint), len(p.EndpointSignature), annotation.MaxEndpointBytes, maxSignatureBytes)}
+		p.Endpoint, p.EndpointSignature = "", ""
+		return p, r
+	}
+	return p, nil
 }
 
 // parseCache remembers the parse of recent export annotations, so that the

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"unsafe"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 	v1 "k8s.io/api/core/v1"
@@ -475,5 +475,28 @@ func TestToSlimKeepsProof(t *testing.T) {
 	}
 	if r := toSlim("edge-a", nil)(p).rec; r.Proof != nil {
 		t.Errorf("without KeepProof: proof %+v, want none", r.Proof)
+	}
+}
+
+// A statement or signature over its bound is not kept (the hub writes its
+// own unsigned statement instead), reported as a size rejection.
+func TestToSlimProofBounded(t *testing.T) {
+	for _, tc := range []struct{ name, stmt, sig string }{
+		{"statement", `{"seq":1,"hostname":"` + strings.Repeat("a", annotation.MaxEndpointBytes) + `"}`, "ed25519:c2ln"},
+		{"signature", `{"seq":1}`, "ed25519:" + strings.Repeat("A", maxSignatureBytes)},
+	} {
+		p := newPod("a", "10.0.0.1", backend, true)
+		p.Annotations[annotation.EndpointAnnotation] = tc.stmt
+		p.Annotations[annotation.EndpointSignatureAnnotation] = tc.sig
+		s := toSlimProof("edge-a", nil, true)(p)
+		if s.rec.Proof == nil || s.rec.Proof.Endpoint != "" || s.rec.Proof.EndpointSignature != "" || s.rec.Proof.Export != backend {
+			t.Errorf("%s: proof %+v, want the export without statement", tc.name, s.rec.Proof)
+		}
+		if len(s.rejected) != 1 || s.rejected[0].Reason != annotation.ReasonSize || len(s.rec.Exports) != 1 {
+			t.Errorf("%s: rejected %v, exports %d: want one size rejection, the export kept", tc.name, s.rejected, len(s.rec.Exports))
+		}
+		if ok := toSlimProof("edge-a", nil, true)(newPod("a", "10.0.0.1", backend, true)); ok.annoHash == s.annoHash {
+			t.Errorf("%s: the hash that reports a rejection once does not change with it", tc.name)
+		}
 	}
 }
