@@ -19,7 +19,7 @@ import (
 // decoder drops fails there. (The endpoint statement and its signature are
 // read only by a relay hub's sources, source.Options.KeepProof.)
 var Plugin = Keep{
-	Labels:      []string{annotation.ExporterLabel, annotation.ImporterLabel},
+	Labels: []string{annotation.ExporterLabel, annotation.ImporterLabel},
 	Annotations: []string{annotation.ExportAnnotation, annotation.SignatureAnnotation, annotation.ImportAnnotation,
 		annotation.EndpointAnnotation, annotation.EndpointSignatureAnnotation},
 }
