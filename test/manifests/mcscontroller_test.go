@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -244,6 +245,24 @@ func TestMCSControllerManifests(t *testing.T) {
 		[]byte(`{"status":{"clusters":[{"cluster":"edge-a"}]}}`), dryPatch, "status")
 	refused("change another controller's ServiceImport's status", err)
 	allowed("delete its ServiceImport", sadyn.Resource(serviceImports).Namespace(ns).Delete(cx, "web", dryDelete))
+
+	// Leases: a relay hub's (mcs-origin.<cluster>, labelled with the
+	// cluster), never another component's in the namespace.
+	originLease := func(name, origin string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kubeSystem,
+			Labels: map[string]string{"multicluster.mcsannotations.io/relay-origin": origin}}}
+	}
+	_, err = sa.CoordinationV1().Leases(kubeSystem).Create(cx, originLease("mcs-origin.edge-b", "edge-b"), dry)
+	allowed("create a relay hub's Lease of an origin", err)
+	_, err = sa.CoordinationV1().Leases(kubeSystem).Create(cx, originLease("mcs-origin.edge-b", "edge-c"), dry)
+	refused("create a relay hub's Lease labelled with another origin", err)
+	_, err = sa.CoordinationV1().Leases(kubeSystem).Create(cx, originLease("kube-scheduler", "edge-b"), dry)
+	refused("create another component's Lease", err)
+	if _, err := c.Client.CoordinationV1().Leases(kubeSystem).Create(cx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kube-scheduler", Namespace: kubeSystem}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = sa.CoordinationV1().Leases(kubeSystem).Patch(cx, "kube-scheduler", types.MergePatchType, []byte(`{"spec":{"holderIdentity":"evil"}}`), dryPatch)
+	refused("take another component's Lease", err)
 
 	// Without the binding, RBAC alone lets the Service with a selector in:
 	// the policy is what stops it.
