@@ -13,7 +13,7 @@ import (
 const exportWeb = `{"services":[{"name":"web","ports":[{"port":80}]}]}`
 
 func rec(name string, ready bool, proof *store.Proof, ips ...string) *store.Pod {
-	p := &store.Pod{Common: &store.Common{Cluster: "origin", Namespace: "ns"}, Name: name, Ready: ready, Proof: proof}
+	p := &store.Pod{Common: &store.Common{Cluster: "origin", Namespace: "ns", Proof: proof}, Name: name, Ready: ready}
 	for _, ip := range ips {
 		p.IPs = append(p.IPs, netip.MustParseAddr(ip))
 	}

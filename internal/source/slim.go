@@ -49,10 +49,10 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 	return toSlimProof(cluster, key, false)
 }
 
-// toSlimProof is toSlim that, with keep, also fills each record's Proof (for
-// a relay hub, Options.KeepProof): the Pod's UID, its raw export annotation
-// (the string of the parse cache, so that the Pods of a service share one),
-// its endpoint statement and signature.
+// toSlimProof is toSlim that, with keep, also gives each record a Common of
+// its own with the Pod's Proof (for a relay hub, Options.KeepProof): its UID,
+// its raw export annotation (the string of the parse cache, so that the Pods
+// of a service share one), its endpoint statement and signature.
 func toSlimProof(cluster string, key ed25519.PublicKey, keep bool) func(*v1.Pod) *slimPod {
 	parsed := newParseCache(cluster)
 	return func(pod *v1.Pod) *slimPod {
@@ -78,8 +78,11 @@ func toSlimProof(cluster string, key ed25519.PublicKey, keep bool) func(*v1.Pod)
 			Ready:    podReady(pod),
 		}
 		if keep {
+			// The record's own Common: the parse's, with its proof.
+			c := *common
 			var r *annotation.Rejection
-			rec.Proof, r = proofOf(pod, raw)
+			c.Proof, r = proofOf(pod, raw)
+			rec.Common = &c
 			if r != nil {
 				rejected = append(slices.Clip(rejected), *r)
 				annoHash = hash(raw, pod.Annotations[annotation.SignatureAnnotation], r.Detail) // reported once, not per update

@@ -98,7 +98,8 @@ type Options struct {
 	RecheckList time.Duration
 	// KeepProof fills each record's store.Proof (the Pod's UID, raw export
 	// annotation, endpoint statement and signature), which a relay hub
-	// passes on; off, records carry none (an edge's table stays as small).
+	// passes on, in a store.Common of the record's own; off, records carry
+	// none and share their service's Common (an edge's table stays as small).
 	KeepProof bool
 }
 

@@ -3,15 +3,15 @@ package store
 import (
 	"net/netip"
 	"testing"
+	"unsafe"
 )
 
 // A relay hub passes a record's proof on: a change of the proof alone (a new
 // endpoint statement, a new signature) is a change of the record, so that
 // the hub writes it.
 func TestPodEqualProof(t *testing.T) {
-	common := &Common{Cluster: "a", Namespace: "ns"}
 	rec := func(proof *Proof) *Pod {
-		return &Pod{Common: common, Name: "p", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Ready: true, Proof: proof}
+		return &Pod{Common: &Common{Cluster: "a", Namespace: "ns", Proof: proof}, Name: "p", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Ready: true}
 	}
 	proof := Proof{UID: "u1", Export: `[{"name":"web"}]`, Endpoint: `{"seq":1}`, EndpointSignature: "ed25519:x"}
 	with := func(f func(*Proof)) *Proof { p := proof; f(&p); return &p }
@@ -42,5 +42,16 @@ func TestPodEqualProof(t *testing.T) {
 	s.Upsert(rec(with(func(p *Proof) { p.Endpoint = `{"seq":2}` })))
 	if len(changes) != 2 {
 		t.Fatalf("%d changes, want 2 (the first record and the new statement): %v", len(changes), changes)
+	}
+}
+
+// The proof costs an edge nothing per record: Pod keeps its 72 bytes, and
+// Common stays in the 64-byte size class it was allocated in.
+func TestProofCostsNoRecordBytes(t *testing.T) {
+	if n := unsafe.Sizeof(Pod{}); n != 72 {
+		t.Errorf("store.Pod is %d bytes, want 72 (the snapshot decoder cuts records from chunks: each byte counts)", n)
+	}
+	if n := unsafe.Sizeof(Common{}); n > 64 {
+		t.Errorf("store.Common is %d bytes, over the 64-byte size class", n)
 	}
 }
