@@ -9,6 +9,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -118,7 +119,11 @@ func (c *Controller) runLeases(ctx context.Context) {
 	}, c.cfg.StatePoll)
 }
 
-// applyLease applies the Lease of origin cluster.
+// applyLease applies the Lease of origin cluster. A cluster not heard from
+// since the controller started keeps the renewTime its Lease has (the last
+// contact of the controller before): its state is merge-patched, as an
+// apply without renewTime would drop it, and only a Lease that does not
+// exist yet is applied without one.
 func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseState) error {
 	l := &coordinationv1.Lease{
 		TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
@@ -130,15 +135,25 @@ func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseSta
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &c.cfg.LocalCluster},
 	}
-	if !st.contact.IsZero() {
+	leases := c.client.CoordinationV1().Leases(l.Namespace)
+	if st.contact.IsZero() {
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": l.Labels, "annotations": l.Annotations}, "spec": l.Spec})
+		if err != nil {
+			return err
+		}
+		_, err = leases.Patch(ctx, l.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
+		if !apierrors.IsNotFound(err) {
+			c.metrics.write("lease", err)
+			return err
+		}
+	} else {
 		l.Spec.RenewTime = &metav1.MicroTime{Time: st.contact}
 	}
 	body, err := json.Marshal(l)
 	if err != nil {
 		return err
 	}
-	_, err = c.client.CoordinationV1().Leases(l.Namespace).Patch(ctx, l.Name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
+	_, err = leases.Patch(ctx, l.Name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
 	c.metrics.write("lease", err)
 	return err
 }

@@ -230,3 +230,23 @@ func TestRelayLeases(t *testing.T) {
 		t.Errorf("Lease of a: %v", l.Annotations)
 	}
 }
+
+// After a restart, a cluster not heard from yet keeps the renewTime its
+// Lease had: the hub's last contact before the restart, not none.
+func TestRelayLeaseKeepsLastContact(t *testing.T) {
+	before := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	old := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: relay.LeasePrefix + "b"},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: before}}}
+	b := newSource("b", false, time.Time{})
+	b.cut.Store(true)
+	e := newEnv(t, Config{Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond}, []*fakeSource{newSource("a", true, time.Now()), b}, old)
+	e.start(true)
+	e.poll("b's Lease to say disconnected", func() bool {
+		l, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+"b", metav1.GetOptions{})
+		return err == nil && l.Annotations[relay.OriginStateAnnotation] == source.Disconnected.String()
+	})
+	l, _ := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+"b", metav1.GetOptions{})
+	if l.Spec.RenewTime == nil || !l.Spec.RenewTime.Time.Equal(before) {
+		t.Errorf("renewTime %v, want the one from before the restart, %v", l.Spec.RenewTime, before)
+	}
+}

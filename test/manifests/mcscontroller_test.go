@@ -101,7 +101,9 @@ func TestMCSControllerManifests(t *testing.T) {
 	c.SetPodReady(t, ns, "web-0", true, "10.1.0.10")
 
 	kubeconfig := c.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, annotatorSA), harness.ServiceAccountGroups(kubeSystem)...)
-	ctl := harness.StartAnnotator(t, kubeconfig, annotatorArgs(t, &m.deployment, "edge-a")...)
+	// As a relay hub too (--relay): its Leases go through the RBAC and the
+	// admission policy as well.
+	ctl := harness.StartAnnotator(t, kubeconfig, append(annotatorArgs(t, &m.deployment, "edge-a"), "--relay")...)
 
 	// The controller's writes, as the ServiceAccount.
 	var imp *unstructured.Unstructured
@@ -126,6 +128,13 @@ func TestMCSControllerManifests(t *testing.T) {
 		if err != nil || len(sls.Items) != 1 {
 			return fmt.Errorf("the controller's EndpointSlices %v (%v), want one", sls, err)
 		}
+		if _, ok := sls.Items[0].Annotations["multicluster.mcsannotations.io/relay"]; !ok {
+			return fmt.Errorf("the controller's EndpointSlice has no relay annotation")
+		}
+		if l, err := c.Client.CoordinationV1().Leases(kubeSystem).Get(cx, "mcs-origin.edge-a", metav1.GetOptions{}); err != nil ||
+			l.Annotations["multicluster.mcsannotations.io/origin-state"] != "connected" {
+			return fmt.Errorf("the relay Lease of edge-a: %v (%v)", l, err)
+		}
 		imp, derived, slice = u, &svcs.Items[0], &sls.Items[0]
 		return exportConditions(dyn, ns, "web", map[string]condition{"Conflict": {"False", "NoConflicts"}, "Ready": {"True", "Exported"}})
 	})
@@ -134,7 +143,7 @@ func TestMCSControllerManifests(t *testing.T) {
 			t.Errorf("the controller was forbidden something: %s", l)
 		}
 	}
-	for _, kind := range []string{"serviceimport", "serviceimport_status", "service", "endpointslice", "serviceexport_status"} {
+	for _, kind := range []string{"serviceimport", "serviceimport_status", "service", "endpointslice", "serviceexport_status", "lease"} {
 		if v, err := metric(ctl, fmt.Sprintf(`mcs_controller_writes_total{kind=%q,result="error"}`, kind)); err != nil || v != 0 {
 			t.Errorf("%s write errors %v (%v), want 0", kind, v, err)
 		}
