@@ -273,6 +273,35 @@ func TestMCSControllerManifests(t *testing.T) {
 	_, err = sa.CoordinationV1().Leases(kubeSystem).Patch(cx, "kube-scheduler", types.MergePatchType, []byte(`{"spec":{"holderIdentity":"evil"}}`), dryPatch)
 	refused("take another component's Lease", err)
 
+	// An edge reading this cluster as a hub (manifests/hub-reader): the
+	// controller's slices, with their relay annotation, and the relay
+	// Leases; nothing else.
+	apply(t, c, manifests(t, "hub-reader"))
+	hubReader := harness.NewClient(t, c.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, "mcsannotations-hub-reader"), harness.ServiceAccountGroups(kubeSystem)...), 0)
+	ok, forbidden := verdicts(t)
+	harness.Eventually(t, 20*time.Second, func() error { // the grants just applied
+		sls, err := hubReader.DiscoveryV1().EndpointSlices("").List(cx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + mcsManagedBy})
+		if err != nil || len(sls.Items) == 0 || sls.Items[0].Annotations["multicluster.mcsannotations.io/relay"] == "" {
+			return fmt.Errorf("the hub reader lists the controller's slices: %v (%v)", sls, err)
+		}
+		return nil
+	})
+	wt, err := hubReader.DiscoveryV1().EndpointSlices(ns).Watch(cx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + mcsManagedBy})
+	ok("the hub reader watches slices", err)
+	if err == nil {
+		wt.Stop()
+	}
+	_, err = hubReader.CoordinationV1().Leases(kubeSystem).List(cx, metav1.ListOptions{LabelSelector: "multicluster.mcsannotations.io/relay-origin"})
+	ok("the hub reader lists the relay Leases", err)
+	_, err = hubReader.CoordinationV1().Leases(ns).List(cx, metav1.ListOptions{})
+	forbidden("the hub reader lists Leases of another namespace", err)
+	_, err = hubReader.CoreV1().Pods(ns).List(cx, metav1.ListOptions{})
+	forbidden("the hub reader lists Pods", err)
+	_, err = hubReader.CoreV1().Secrets(kubeSystem).List(cx, metav1.ListOptions{})
+	forbidden("the hub reader lists Secrets", err)
+	_, err = hubReader.CoordinationV1().Leases(kubeSystem).Patch(cx, "mcs-origin.edge-a", types.MergePatchType, []byte(`{"metadata":{"annotations":{"x":"y"}}}`), dryPatch)
+	forbidden("the hub reader changes a Lease", err)
+
 	// Without the binding, RBAC alone lets the Service with a selector in:
 	// the policy is what stops it.
 	if err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(cx, m.policyBinding.Name, metav1.DeleteOptions{}); err != nil {
