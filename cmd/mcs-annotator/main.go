@@ -59,6 +59,7 @@ type options struct {
 	verify         string
 	keys           map[string]ed25519.PublicKey // read from verify
 	peerReader     string
+	relay          bool
 	kubeAPIQPS     float64
 	kubeAPIBurst   int
 	version        bool
@@ -86,6 +87,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.verify, "verify", "", "folder of the clusters' public keys (<cluster>.pub, as CoreDNS's verify word): the MCS controller then uses only export annotations signed with their cluster's key, as CoreDNS answers only those (give it wherever CoreDNS verifies)")
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")
+	fs.BoolVar(&o.relay, "relay", false, "make this cluster a relay hub: the MCS controller writes on each EndpointSlice the origin Pods' own signed bytes, and one Lease per cluster it reads in --lease-namespace (needs --mcs-controller)")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "requests per second to the local API server (its priority and fairness protects it; the MCS controller's first sync makes about four requests per exported service, plus one per exporting cluster)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "burst of requests to the local API server above --kube-api-qps")
 	fs.BoolVar(&o.version, "version", false, "print the version and commit, and exit")

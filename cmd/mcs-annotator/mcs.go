@@ -20,6 +20,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/mcscontroller"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
@@ -63,6 +64,9 @@ func checkMCS(o *options) error {
 		}
 		if o.verify != "" {
 			return errors.New("-verify needs -mcs-controller: only the MCS controller reads export annotations")
+		}
+		if o.relay {
+			return errors.New("-relay needs -mcs-controller: a relay hub's controller writes what it relays")
 		}
 		return nil
 	}
@@ -142,7 +146,9 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		return nil, fmt.Errorf("cluster %s: %w", o.cluster, err)
 	}
 	var srcs []*source.Source
-	srcs = append(srcs, source.New(o.cluster, pods, records, events, source.Options{Key: o.keys[o.cluster], Ingest: sm.ingestOptions(o.cluster)}))
+	// A relay hub's records keep the origin Pods' own bytes (store.Proof),
+	// which its EndpointSlices carry; it relays only what it reads itself.
+	srcs = append(srcs, source.New(o.cluster, pods, records, events, source.Options{Key: o.keys[o.cluster], KeepProof: o.relay, Ingest: sm.ingestOptions(o.cluster)}))
 	for _, p := range o.peers {
 		rc, err := ingest.RESTConfig(p.kubeconfig, "")
 		if err != nil {
@@ -152,7 +158,7 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
-		srcs = append(srcs, source.New(p.name, c, records, events, source.Options{Key: o.keys[p.name], Scoped: true, Ingest: sm.ingestOptions(p.name)}))
+		srcs = append(srcs, source.New(p.name, c, records, events, source.Options{Key: o.keys[p.name], Scoped: true, KeepProof: o.relay, Ingest: sm.ingestOptions(p.name)}))
 	}
 	var feeds []mcscontroller.Source
 	for _, s := range srcs {
@@ -172,9 +178,13 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 	bc := record.NewBroadcaster(record.WithContext(ctx))
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	rec := bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: mcscontroller.FieldManager})
-	ctl := mcscontroller.New(records, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec}, mcscontroller.NewMetrics(reg))
+	ctl := mcscontroller.New(records, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec,
+		Relay: o.relay, RelayNamespace: o.leaseNamespace}, mcscontroller.NewMetrics(reg))
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, expiry %v", o.cluster, len(o.peers), o.peerExpire)
+	if o.relay {
+		klog.Infof("mcs-controller: relay hub: EndpointSlices carry the origins' bytes (%s), one Lease per cluster in %s", relay.SliceAnnotation, o.leaseNamespace)
+	}
 	return ctl.RunLoop, nil
 }
 

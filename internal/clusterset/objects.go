@@ -102,6 +102,33 @@ func DerivedService(key Key, im *Import, owner metav1.OwnerReference) *corev1.Se
 // a datapath). The ports of each slice are those of its endpoints whose name
 // and protocol the import's ports have (a conflicting port is not imported).
 func Slices(key Key, cluster, derived string, im *Import, eps []Endpoint, owner metav1.OwnerReference) []*discoveryv1.EndpointSlice {
+	return LimitedSlices(key, cluster, derived, im, eps, owner, SliceLimit{})
+}
+
+// SliceLimit bounds the slices of LimitedSlices.
+type SliceLimit struct {
+	// Max is the most endpoints of a slice (0: MaxEndpointsPerSlice).
+	Max int
+	// Fits, when set, says whether endpoints (of one address family and
+	// set of ports, sorted) may be one slice: a run that does not fit is
+	// halved until it does, or is a single endpoint.
+	Fits func([]discoveryv1.Endpoint) bool
+}
+
+// RelayEndpointsPerSlice is the Max of a relay hub's slices. Each endpoint
+// there also carries its origin Pod's relayed bytes (200 to 300 bytes:
+// name, UID, statement and signature), and an EndpointSlice is re-sent whole
+// on each change of any endpoint: at 20 endpoints a change costs a reader
+// of the hub 8 to 10 KB of JSON rather than the 30 to 45 KB of a slice of
+// 100, while the fixed part of a slice (about 1.5 KB of metadata) stays a
+// modest share of a full list.
+const RelayEndpointsPerSlice = 20
+
+// LimitedSlices is Slices with slices bounded by limit.
+func LimitedSlices(key Key, cluster, derived string, im *Import, eps []Endpoint, owner metav1.OwnerReference, limit SliceLimit) []*discoveryv1.EndpointSlice {
+	if limit.Max <= 0 {
+		limit.Max = MaxEndpointsPerSlice
+	}
 	type group struct {
 		family discoveryv1.AddressType
 		ports  []discoveryv1.EndpointPort
@@ -148,20 +175,25 @@ func Slices(key Key, cluster, derived string, im *Import, eps []Endpoint, owner 
 	for _, gk := range keys {
 		g := groups[gk]
 		slices.SortFunc(g.eps, func(a, b discoveryv1.Endpoint) int { return cmp.Compare(a.Addresses[0], b.Addresses[0]) })
-		for i := 0; i < len(g.eps); i += MaxEndpointsPerSlice {
+		for i, n := 0, 0; i < len(g.eps); n++ {
+			run := g.eps[i:min(i+limit.Max, len(g.eps))]
+			for limit.Fits != nil && len(run) > 1 && !limit.Fits(run) {
+				run = run[:len(run)/2]
+			}
 			s := &discoveryv1.EndpointSlice{
 				TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
 				ObjectMeta: metav1.ObjectMeta{
 					Namespace:       key.Namespace,
-					Name:            sliceName(key, cluster, gk, i/MaxEndpointsPerSlice),
+					Name:            sliceName(key, cluster, gk, n),
 					Labels:          SliceLabels(key, cluster, derived),
 					OwnerReferences: []metav1.OwnerReference{owner},
 				},
 				AddressType: g.family,
-				Endpoints:   g.eps[i:min(i+MaxEndpointsPerSlice, len(g.eps))],
+				Endpoints:   run,
 				Ports:       g.ports,
 			}
 			out = append(out, s)
+			i += len(run)
 		}
 	}
 	return out

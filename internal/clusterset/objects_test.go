@@ -295,3 +295,52 @@ func TestFamilies(t *testing.T) {
 		})
 	}
 }
+
+// LimitedSlices: at most Max endpoints a slice, and a run Fits refuses is
+// halved until it fits (or is one endpoint), every endpoint written once,
+// names numbered as Slices numbers them.
+func TestLimitedSlices(t *testing.T) {
+	im := Merge([]Export{{Cluster: "a", Type: mcsv1beta1.Headless, Ports: []mcsv1beta1.ServicePort{{Name: "http", Port: 80}}}})
+	var eps []Endpoint
+	for i := range 50 {
+		eps = append(eps, endpoint(fmt.Sprintf("10.1.0.%d", i+1), true, EndpointPort{Name: "http", Port: 80}))
+	}
+	key := Key{"ns", "backend"}
+	sizes := func(ss []*discoveryv1.EndpointSlice) []int {
+		var n []int
+		for _, s := range ss {
+			n = append(n, len(s.Endpoints))
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name  string
+		limit SliceLimit
+		want  []int
+	}{
+		{"default", SliceLimit{}, []int{50}},
+		{"relay size", SliceLimit{Max: RelayEndpointsPerSlice}, []int{20, 20, 10}},
+		{"fits 7", SliceLimit{Max: 20, Fits: func(e []discoveryv1.Endpoint) bool { return len(e) <= 7 }}, []int{5, 5, 5, 5, 5, 5, 5, 7, 4, 4}}, // 20 -> 10 -> 5; the last 15 -> 7, 8 -> 4
+		{"fits none", SliceLimit{Max: 3, Fits: func([]discoveryv1.Endpoint) bool { return false }}, slices.Repeat([]int{1}, 50)},
+	} {
+		got := LimitedSlices(key, "c", "", &im, eps, owner, tc.limit)
+		if !slices.Equal(sizes(got), tc.want) {
+			t.Errorf("%s: slices of %v, want %v", tc.name, sizes(got), tc.want)
+		}
+		seen := map[string]bool{}
+		for i, s := range got {
+			if want := sliceName(key, "c", "IPv4/http:TCP:80,", i); s.Name != want {
+				t.Errorf("%s: slice %d named %s, want %s", tc.name, i, s.Name, want)
+			}
+			for _, e := range s.Endpoints {
+				seen[e.Addresses[0]] = true
+			}
+		}
+		if len(seen) != len(eps) {
+			t.Errorf("%s: %d endpoints written, want %d", tc.name, len(seen), len(eps))
+		}
+	}
+	if a, b := Slices(key, "c", "", &im, eps, owner), LimitedSlices(key, "c", "", &im, eps, owner, SliceLimit{Max: MaxEndpointsPerSlice}); a[0].Name != b[0].Name || len(a) != len(b) {
+		t.Error("Slices and LimitedSlices at MaxEndpointsPerSlice differ")
+	}
+}

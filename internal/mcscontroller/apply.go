@@ -18,6 +18,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
+	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
 // syncService writes one service's ServiceImport, derived Service (as mode
@@ -67,8 +68,17 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	var errs []error
 	for cl, s := range cur {
 		entry, _ := json.Marshal(s.entry)
-		for _, sl := range clusterset.Slices(k, cl, derived, im, s.endpoints, owner) {
+		var limit clusterset.SliceLimit
+		var byAddr map[string][]*store.Pod
+		if c.cfg.Relay {
+			byAddr = s.byAddress()
+			limit = relaySlices(byAddr)
+		}
+		for _, sl := range clusterset.LimitedSlices(k, cl, derived, im, s.endpoints, owner, limit) {
 			sl.Annotations = map[string]string{AnnotationExport: string(entry)}
+			if c.cfg.Relay {
+				relayAnnotate(sl, byAddr)
+			}
 			taken, err := c.applySlice(ctx, sl, out)
 			if taken != "" {
 				out.notes.add("slice/"+sl.Name, ReasonNameTaken, "cluster %s: EndpointSlice %s not written: %s", cl, sl.Name, taken)

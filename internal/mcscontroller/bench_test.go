@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/clusterset"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
@@ -24,8 +27,10 @@ var (
 
 // benchPods are the exporter Pods of the benchmark: endpoints Pods over
 // services services (in namespace ns), endpoint j of a service in cluster
-// a, b or c by j mod 3, every service ClusterSetIP.
-func benchPods(services, endpoints int) []*store.Pod {
+// a, b or c by j mod 3, every service ClusterSetIP. With proofs, each
+// carries a proof as a relay hub's sources keep it (a Common of its own, a
+// signed statement, the export annotation shared by its service).
+func benchPods(services, endpoints int, proofs ...bool) []*store.Pod {
 	commons := map[string]*store.Common{}
 	var out []*store.Pod
 	for n := 0; n < endpoints; n++ {
@@ -39,11 +44,27 @@ func benchPods(services, endpoints int) []*store.Pod {
 				Service: annotation.Service{Type: annotation.TypeClusterSetIP}}}}
 			commons[cl+"/"+name] = c
 		}
-		out = append(out, &store.Pod{Common: c, Name: fmt.Sprintf("%s-%d", name, j),
-			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})}, Ready: true})
+		p := &store.Pod{Common: c, Name: fmt.Sprintf("%s-%d", name, j),
+			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})}, Ready: true}
+		if len(proofs) > 0 && proofs[0] {
+			own := *c
+			own.Proof = &store.Proof{UID: fmt.Sprintf("%08d-0000-4000-8000-000000000000", n), Export: benchExports[cl+"/"+name],
+				Endpoint:          annotation.FormatEndpoint(annotation.Endpoint{IPs: []string{p.IPs[0].String()}, Ready: true, Seq: 1764290000000 + uint64(n)}),
+				EndpointSignature: annotation.SignaturePrefix + strings.Repeat("A", 86) + "=="}
+			if own.Proof.Export == "" {
+				own.Proof.Export = fmt.Sprintf(`{"services":[{"name":%q,"namespace":"ns","cluster":%q,"ports":[{"name":"http","port":80,"targetPort":8080,"protocol":"TCP"}],"type":"ClusterSetIP","exportedAt":"2026-11-28T00:00:00Z"}]}`, name, cl)
+				benchExports[cl+"/"+name] = own.Proof.Export
+			}
+			p.Common = &own
+		}
+		out = append(out, p)
 	}
 	return out
 }
+
+// benchExports are the export annotations of benchPods' proofs, one string
+// per service and cluster, as the parse cache shares them.
+var benchExports = map[string]string{}
 
 func heapInUse() uint64 {
 	var m runtime.MemStats
@@ -62,21 +83,28 @@ func heapInUse() uint64 {
 // fakes of a new one, so that the API server's copies (the fakes' trackers)
 // are not counted. Each iteration is one Pod's readiness flipped and the
 // reconcile that writes it: what one change costs the controller.
-func BenchmarkControllerMemory(b *testing.B) {
+func BenchmarkControllerMemory(b *testing.B) { controllerMemory(b, false) }
+
+// BenchmarkHubMemory is BenchmarkControllerMemory for a relay hub: records
+// with proofs, slices of RelayEndpointsPerSlice with the relay annotation.
+func BenchmarkHubMemory(b *testing.B) { controllerMemory(b, true) }
+
+func controllerMemory(b *testing.B, hub bool) {
 	services, endpoints := *benchServices, *benchEndpoints
+	cfg := Config{MaxImportsPerNamespace: -1, MaxImportsPerCluster: -1, Relay: hub, RelayNamespace: hubNS}
 	srcs := func() []*fakeSource {
 		now := time.Now()
 		return []*fakeSource{newSource("a", true, now), newSource("b", true, now), newSource("c", true, now)}
 	}
 	// The objects, as a controller writes them.
-	first := newEnv(b, Config{MaxImportsPerNamespace: -1, MaxImportsPerCluster: -1}, srcs())
+	first := newEnv(b, cfg, srcs())
 	// Its informers list, but watch nothing: the fakes' watchers hold 100
 	// events and panic beyond, which tens of thousands of writes in one
 	// reconcile overrun. It writes without looking at what it wrote.
 	quiet := func(clienttesting.Action) (bool, watch.Interface, error) { return true, watch.NewFake(), nil }
 	first.client.PrependWatchReactor("*", quiet)
 	first.dyn.PrependWatchReactor("*", quiet)
-	pods := benchPods(services, endpoints)
+	pods := benchPods(services, endpoints, hub)
 	for _, cl := range []string{"a", "b", "c"} {
 		first.table.ReplaceCluster(cl, pods)
 	}
@@ -87,6 +115,9 @@ func BenchmarkControllerMemory(b *testing.B) {
 	}
 	var objs []runtimeobj.Object
 	for _, s := range first.slices() {
+		if _, ok := s.Annotations[relay.SliceAnnotation]; ok != hub || hub && len(s.Endpoints) > clusterset.RelayEndpointsPerSlice {
+			b.Fatalf("slice %s of %d endpoints: relay annotation %v, want %v", s.Name, len(s.Endpoints), ok, hub)
+		}
 		objs = append(objs, s.DeepCopy())
 	}
 	for _, s := range first.derivedServices() {
@@ -102,10 +133,10 @@ func BenchmarkControllerMemory(b *testing.B) {
 	first.cancel()
 	first, pods = nil, nil
 
-	e := newEnv(b, Config{MaxImportsPerNamespace: -1, MaxImportsPerCluster: -1}, srcs(), objs...)
+	e := newEnv(b, cfg, srcs(), objs...)
 	objs = nil
 	before := heapInUse()
-	pods = benchPods(services, endpoints)
+	pods = benchPods(services, endpoints, hub)
 	for _, cl := range []string{"a", "b", "c"} {
 		e.table.ReplaceCluster(cl, pods)
 	}

@@ -106,6 +106,14 @@ type Config struct {
 	// Recorder, when set, records Events for what is refused (on the local
 	// ServiceExport, else the ServiceImport) and for conflicts (on both).
 	Recorder record.EventRecorder
+	// Relay makes this cluster a relay hub (internal/relay): each
+	// EndpointSlice it writes carries relay.SliceAnnotation, the origin
+	// Pods' own bytes (the records' store.Proof: the sources must keep it),
+	// in slices of at most clusterset.RelayEndpointsPerSlice endpoints; and
+	// it keeps one Lease per source cluster in RelayNamespace, written at
+	// the start and on each change of the cluster's state.
+	Relay          bool
+	RelayNamespace string
 }
 
 // Controller keeps the MCS objects of the local cluster.

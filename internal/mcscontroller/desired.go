@@ -26,6 +26,7 @@ const AnnotationExport = "multicluster.mcsannotations.io/export"
 type share struct {
 	entry     annotation.Export
 	endpoints []clusterset.Endpoint
+	recs      []*store.Pod // behind endpoints (a relay hub relays them)
 }
 
 // shares groups the records of the clusters whose records are current by
@@ -61,6 +62,7 @@ func shares(pods []*store.Pod) map[clusterset.Key]map[string]*share {
 				})
 			}
 			s.endpoints = append(s.endpoints, ep)
+			s.recs = append(s.recs, p)
 		}
 	}
 	return out

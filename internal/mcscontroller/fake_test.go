@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -205,6 +206,8 @@ func typedApplyReactor(tr clienttesting.ObjectTracker) clienttesting.ReactionFun
 			obj = &corev1.Service{}
 		case "endpointslices":
 			obj = &discoveryv1.EndpointSlice{}
+		case "leases":
+			obj = &coordinationv1.Lease{}
 		default:
 			return false, nil, nil
 		}

@@ -122,6 +122,9 @@ func (c *Controller) RunLoop(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
+	if c.cfg.Relay {
+		go c.runLeases(ctx)
+	}
 	c.waitFirstLists(ctx)
 	go wait.UntilWithContext(ctx, func(context.Context) { c.queue.Add(keyAll) }, c.cfg.Resync)
 	go wait.UntilWithContext(ctx, func(context.Context) {

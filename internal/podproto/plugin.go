@@ -16,10 +16,12 @@ import (
 // Plugin is what the plugin's transforms (the sources' and the clients
 // watcher's) read of a Pod's labels and annotations. Their tests decode Pods
 // through Trim with it, so that a transform that starts reading a field the
-// decoder drops fails there.
+// decoder drops fails there. (The endpoint statement and its signature are
+// read only by a relay hub's sources, source.Options.KeepProof.)
 var Plugin = Keep{
-	Labels:      []string{annotation.ExporterLabel, annotation.ImporterLabel},
-	Annotations: []string{annotation.ExportAnnotation, annotation.SignatureAnnotation, annotation.ImportAnnotation},
+	Labels: []string{annotation.ExporterLabel, annotation.ImporterLabel},
+	Annotations: []string{annotation.ExportAnnotation, annotation.SignatureAnnotation, annotation.ImportAnnotation,
+		annotation.EndpointAnnotation, annotation.EndpointSignatureAnnotation},
 }
 
 // Trim returns pod as a client built by NewClient with keep receives it:

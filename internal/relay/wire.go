@@ -11,6 +11,7 @@ package relay
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // Names of what a hub writes.
@@ -63,10 +64,15 @@ type Pod struct {
 	Signature string `json:"sig,omitempty"`
 }
 
-// Format returns a Slice's annotation value.
+// Format returns a Slice's annotation value. It does not escape <, > and &
+// (json.Marshal's \u003c...): the origins' JSON bytes are carried as they
+// are, at most doubled by the escaping of quotes and backslashes.
 func Format(s Slice) string {
-	b, _ := json.Marshal(s)
-	return string(b)
+	var b strings.Builder
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	_ = e.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // Parse reads a Slice's annotation value, bounded; it checks the structure

@@ -114,7 +114,7 @@ func (s *Source) startFeed() *feed {
 func (f *feed) startPart(ns string) *part {
 	st := f.newStore(ns)
 	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	lw := ingest.PodsIn(f.s.client, ns, selector, slimFor(st, toSlim(f.s.cluster, f.s.opts.Key)))
+	lw := ingest.PodsIn(f.s.client, ns, selector, slimFor(st, toSlimProof(f.s.cluster, f.s.opts.Key, f.s.opts.KeepProof)))
 	return &part{run: ingest.Start(lw, st, f.opts), store: st}
 }
 

@@ -3,8 +3,10 @@ package source
 import (
 	"crypto/ed25519"
 	"encoding/binary"
+	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -44,6 +46,14 @@ func (p *slimPod) DeepCopyObject() runtime.Object {
 // covers its name and UID), before the parse cache, which a verified Pod
 // shares with the others. A nil key verifies nothing.
 func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
+	return toSlimProof(cluster, key, false)
+}
+
+// toSlimProof is toSlim that, with keep, also gives each record a Common of
+// its own with the Pod's Proof (for a relay hub, Options.KeepProof): its UID,
+// its raw export annotation (the string of the parse cache, so that the Pods
+// of a service share one), its endpoint statement and signature.
+func toSlimProof(cluster string, key ed25519.PublicKey, keep bool) func(*v1.Pod) *slimPod {
 	parsed := newParseCache(cluster)
 	return func(pod *v1.Pod) *slimPod {
 		raw, present := pod.Annotations[annotation.ExportAnnotation]
@@ -58,7 +68,7 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 			}
 		}
 		if common == nil {
-			common, rejected = parsed.parse(raw, pod.Namespace)
+			common, rejected, raw = parsed.parse(raw, pod.Namespace)
 		}
 		rec := &store.Pod{
 			Common:   common,
@@ -67,6 +77,17 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 			IPs:      PodIPs(pod),
 			Ready:    PodReady(pod),
 		}
+		if keep {
+			// The record's own Common: the parse's, with its proof.
+			c := *common
+			var r *annotation.Rejection
+			c.Proof, r = proofOf(pod, raw)
+			rec.Common = &c
+			if r != nil {
+				rejected = append(slices.Clip(rejected), *r)
+				annoHash = hash(raw, pod.Annotations[annotation.SignatureAnnotation], r.Detail) // reported once, not per update
+			}
+		}
 		return &slimPod{
 			Meta:     ingest.MetaOf(pod),
 			rec:      rec,
@@ -74,6 +95,31 @@ func toSlim(cluster string, key ed25519.PublicKey) func(*v1.Pod) *slimPod {
 			rejected: rejected,
 		}
 	}
+}
+
+// maxSignatureBytes bounds an endpoint signature a hub keeps (an ed25519
+// one is 96 bytes).
+const maxSignatureBytes = 256
+
+// proofOf is the proof of pod, whose export annotation is raw. A statement
+// or signature over its bound (which no reader would take) is not kept,
+// so that the hub writes its own unsigned statement in its place; the
+// rejection says so.
+func proofOf(pod *v1.Pod, raw string) (*store.Proof, *annotation.Rejection) {
+	p := &store.Proof{
+		UID:               string(pod.UID),
+		Export:            raw,
+		Endpoint:          pod.Annotations[annotation.EndpointAnnotation],
+		EndpointSignature: pod.Annotations[annotation.EndpointSignatureAnnotation],
+	}
+	if len(p.Endpoint) > annotation.MaxEndpointBytes || len(p.EndpointSignature) > maxSignatureBytes {
+		r := &annotation.Rejection{Index: -1, Reason: annotation.ReasonSize, Detail: fmt.Sprintf(
+			"endpoint statement of %d bytes or signature of %d, over %d or %d: not relayed, the hub states the endpoint unsigned",
+			len(p.Endpoint), len(p.EndpointSignature), annotation.MaxEndpointBytes, maxSignatureBytes)}
+		p.Endpoint, p.EndpointSignature = "", ""
+		return p, r
+	}
+	return p, nil
 }
 
 // parseCache remembers the parse of recent export annotations, so that the
@@ -97,6 +143,7 @@ type parseKey struct {
 type parseResult struct {
 	common   *store.Common
 	rejected []annotation.Rejection
+	raw      string // the key's annotation, which the Pods that carry it share
 }
 
 const maxCachedBytes = 1 << 20
@@ -106,21 +153,23 @@ func newParseCache(cluster string) *parseCache {
 }
 
 // parse returns the record part that the annotation raw on a Pod in
-// namespace gives, and what the parse rejected.
-func (c *parseCache) parse(raw, namespace string) (*store.Common, []annotation.Rejection) {
+// namespace gives, what the parse rejected, and raw as the first Pod that
+// carried it had it (one string for all, not one per Pod).
+func (c *parseCache) parse(raw, namespace string) (*store.Common, []annotation.Rejection, string) {
 	k := parseKey{raw: raw, namespace: namespace}
 	c.mu.Lock()
 	r, ok := c.m[k]
 	c.mu.Unlock()
 	if ok {
-		return r.common, r.rejected
+		return r.common, r.rejected, r.raw
 	}
 	r.common = &store.Common{Cluster: c.cluster, Namespace: namespace}
 	r.common.Exports, r.rejected = annotation.ParseExports(raw, namespace, c.cluster)
+	r.raw = raw
 	c.mu.Lock()
 	c.add(k, r)
 	c.mu.Unlock()
-	return r.common, r.rejected
+	return r.common, r.rejected, r.raw
 }
 
 // add stores a result, starting over when the cache is full; c.mu is held.

@@ -96,6 +96,11 @@ type Options struct {
 	// RecheckList is how often a scoped source that may not read the list
 	// tries again (default 1 minute).
 	RecheckList time.Duration
+	// KeepProof fills each record's store.Proof (the Pod's UID, raw export
+	// annotation, endpoint statement and signature), which a relay hub
+	// passes on, in a store.Common of the record's own; off, records carry
+	// none and share their service's Common (an edge's table stays as small).
+	KeepProof bool
 }
 
 // Source is one cluster's feed into the record store.

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 	v1 "k8s.io/api/core/v1"
@@ -434,5 +435,68 @@ func TestToSlimThroughPodproto(t *testing.T) {
 				t.Errorf("whole Pod: %+v (record %+v)\ndecoded:    %+v (record %+v)", a, a.rec, b, b.rec)
 			}
 		})
+	}
+}
+
+// With KeepProof, a record carries the origin Pod's own bytes as the
+// plugin's decoder passes them (UID, raw export annotation, endpoint
+// statement and signature), the Pods of a service sharing one export string;
+// without, none.
+func TestToSlimKeepsProof(t *testing.T) {
+	const stmt, sig = `{"ips":["10.0.0.1"],"ready":true,"seq":7}`, "ed25519:c2ln"
+	f := toSlimProof("edge-a", nil, true)
+	var recs []*store.Pod
+	for _, name := range []string{"a", "b"} {
+		p := newPod(name, "10.0.0.1", backend, true)
+		p.Annotations[annotation.EndpointAnnotation] = stmt
+		p.Annotations[annotation.EndpointSignatureAnnotation] = sig
+		p.Annotations["other"] = "dropped"
+		// A Pod's annotation value of its own, as each decoded Pod has.
+		p.Annotations[annotation.ExportAnnotation] = strings.Clone(backend)
+		trimmed, err := podproto.Trim(p, podproto.Plugin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, mustSlim(t, f, trimmed).rec)
+	}
+	for i, r := range recs {
+		want := store.Proof{UID: "uid-" + r.Name, Export: backend, Endpoint: stmt, EndpointSignature: sig}
+		if r.Proof == nil || *r.Proof != want {
+			t.Fatalf("record %d: proof %+v, want %+v", i, r.Proof, want)
+		}
+	}
+	if unsafe.StringData(recs[0].Proof.Export) != unsafe.StringData(recs[1].Proof.Export) {
+		t.Error("the Pods of a service hold one export string each, not one shared")
+	}
+	// A Pod without statement: an empty one, which the hub fills from the record.
+	p := newPod("c", "10.0.0.3", backend, false)
+	if r := toSlimProof("edge-a", nil, true)(p).rec; r.Proof == nil || r.Proof.Endpoint != "" || r.Proof.UID != "uid-c" {
+		t.Errorf("no statement: proof %+v", r.Proof)
+	}
+	if r := toSlim("edge-a", nil)(p).rec; r.Proof != nil {
+		t.Errorf("without KeepProof: proof %+v, want none", r.Proof)
+	}
+}
+
+// A statement or signature over its bound is not kept (the hub writes its
+// own unsigned statement instead), reported as a size rejection.
+func TestToSlimProofBounded(t *testing.T) {
+	for _, tc := range []struct{ name, stmt, sig string }{
+		{"statement", `{"seq":1,"hostname":"` + strings.Repeat("a", annotation.MaxEndpointBytes) + `"}`, "ed25519:c2ln"},
+		{"signature", `{"seq":1}`, "ed25519:" + strings.Repeat("A", maxSignatureBytes)},
+	} {
+		p := newPod("a", "10.0.0.1", backend, true)
+		p.Annotations[annotation.EndpointAnnotation] = tc.stmt
+		p.Annotations[annotation.EndpointSignatureAnnotation] = tc.sig
+		s := toSlimProof("edge-a", nil, true)(p)
+		if s.rec.Proof == nil || s.rec.Proof.Endpoint != "" || s.rec.Proof.EndpointSignature != "" || s.rec.Proof.Export != backend {
+			t.Errorf("%s: proof %+v, want the export without statement", tc.name, s.rec.Proof)
+		}
+		if len(s.rejected) != 1 || s.rejected[0].Reason != annotation.ReasonSize || len(s.rec.Exports) != 1 {
+			t.Errorf("%s: rejected %v, exports %d: want one size rejection, the export kept", tc.name, s.rejected, len(s.rec.Exports))
+		}
+		if ok := toSlimProof("edge-a", nil, true)(newPod("a", "10.0.0.1", backend, true)); ok.annoHash == s.annoHash {
+			t.Errorf("%s: the hash that reports a rejection once does not change with it", tc.name)
+		}
 	}
 }

@@ -13,7 +13,8 @@ import (
 // never modified once handed to the store. (It has no UID: no reader depends
 // on it, and a record is small because the store holds one per endpoint: 72
 // bytes (80 when allocated alone; the snapshot's PodDecoder cuts records from
-// chunks), and its name and addresses.)
+// chunks), and its name and addresses. What a relay hub passes on of the
+// origin Pod is in Common.Proof, on the hub only.)
 type Pod struct {
 	*Common               // shared with the other Pods of its service; never nil
 	Name     string       `json:"n"`
@@ -27,10 +28,39 @@ type Pod struct {
 // decoder hand one Common to all the records that repeat it (records are
 // immutable, so sharing is safe); in each record, the three fields took 56
 // of its 120 bytes.
+//
+// A relay hub's sources (source.Options.KeepProof) give each record a Common
+// of its own instead, carrying its Proof: the field costs an edge nothing
+// per record (a Common of 64 bytes is in the size class of the 56 it was).
 type Common struct {
 	Cluster   string              `json:"c"`
 	Namespace string              `json:"ns"`
 	Exports   []annotation.Export `json:"e,omitempty"`
+	// Proof is what a relay hub passes on of the origin Pod (nil unless the
+	// source keeps it; never persisted by the snapshot).
+	Proof *Proof `json:"-"`
+}
+
+// Proof is the origin's own bytes behind a record, which a relay hub copies
+// into its EndpointSlices (internal/relay) so that a reader can check them
+// with the origin's key.
+type Proof struct {
+	UID string
+	// Export is the raw export annotation (annotation.ExportAnnotation), one
+	// string shared by the Pods of a service that carry the same bytes.
+	Export string
+	// Endpoint and EndpointSignature are the Pod's endpoint statement and its
+	// signature (annotation.EndpointAnnotation, EndpointSignatureAnnotation);
+	// empty when the origin states none.
+	Endpoint, EndpointSignature string
+}
+
+// Equal reports whether two proofs carry the same bytes (nil equals nil only).
+func (p *Proof) Equal(o *Proof) bool {
+	if p == nil || o == nil {
+		return p == o
+	}
+	return *p == *o
 }
 
 // Key identifies a Pod across every source.
@@ -55,7 +85,7 @@ func (c *Common) Equal(o *Common) bool {
 	if c == o {
 		return true
 	}
-	if c == nil || o == nil || c.Cluster != o.Cluster || c.Namespace != o.Namespace || len(c.Exports) != len(o.Exports) {
+	if c == nil || o == nil || c.Cluster != o.Cluster || c.Namespace != o.Namespace || len(c.Exports) != len(o.Exports) || !c.Proof.Equal(o.Proof) {
 		return false
 	}
 	for i := range c.Exports {

@@ -81,6 +81,9 @@ var annotatorClusterGrants = grants(
 // annotatorLeaseGrants is what the contract lists in its own namespace.
 var annotatorLeaseGrants = grants(
 	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	// A relay hub's Leases, one per cluster it reads (--relay: server-side
+	// apply; the admission policy limits them to their names).
+	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"patch"}},
 	// The list of exporting namespaces (server-side apply).
 	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "patch"}},
 )

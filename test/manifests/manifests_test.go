@@ -265,6 +265,43 @@ func TestStatic(t *testing.T) {
 	if p.secret.Annotations[corev1.ServiceAccountNameKey] != p.sa.Name || p.secret.Type != corev1.SecretTypeServiceAccountToken {
 		t.Errorf("peer token Secret: type %s, for %q", p.secret.Type, p.secret.Annotations[corev1.ServiceAccountNameKey])
 	}
+
+	// The hub reader: EndpointSlices and, in the hub controller's
+	// namespace, Leases; read only, bound to its ServiceAccount.
+	var h struct {
+		sa           corev1.ServiceAccount
+		role         rbacv1.ClusterRole
+		roleBinding  rbacv1.ClusterRoleBinding
+		leaseRole    rbacv1.Role
+		leaseBinding rbacv1.RoleBinding
+		secret       corev1.Secret
+	}
+	typed(t, manifests(t, "hub-reader"), map[string]any{"ServiceAccount": &h.sa, "ClusterRole": &h.role, "ClusterRoleBinding": &h.roleBinding,
+		"Role": &h.leaseRole, "RoleBinding": &h.leaseBinding, "Secret": &h.secret})
+	readOnly(t, &h.role)
+	if r := h.role.Rules; len(r) != 1 || !slices.Equal(r[0].APIGroups, []string{"discovery.k8s.io"}) || !slices.Equal(r[0].Resources, []string{"endpointslices"}) ||
+		!slices.Equal(r[0].Verbs, []string{"get", "list", "watch"}) {
+		t.Errorf("hub reader ClusterRole %+v: want endpointslices get, list, watch only", h.role)
+	}
+	if r := h.leaseRole; r.Namespace != kubeSystem || len(r.Rules) != 1 || !slices.Equal(r.Rules[0].Resources, []string{"leases"}) ||
+		!slices.Equal(r.Rules[0].Verbs, []string{"get", "list", "watch"}) {
+		t.Errorf("hub reader Role %+v: want leases in %s get, list, watch only", r, kubeSystem)
+	}
+	for what, b := range map[string]struct {
+		ref      rbacv1.RoleRef
+		subjects []rbacv1.Subject
+		want     string
+	}{
+		"ClusterRoleBinding": {h.roleBinding.RoleRef, h.roleBinding.Subjects, h.role.Name},
+		"RoleBinding":        {h.leaseBinding.RoleRef, h.leaseBinding.Subjects, h.leaseRole.Name},
+	} {
+		if b.ref.Name != b.want || len(b.subjects) != 1 || b.subjects[0].Name != h.sa.Name || b.subjects[0].Namespace != h.sa.Namespace {
+			t.Errorf("hub reader %s %+v %+v does not bind %s to %s", what, b.ref, b.subjects, h.sa.Name, b.want)
+		}
+	}
+	if h.secret.Annotations[corev1.ServiceAccountNameKey] != h.sa.Name || h.secret.Type != corev1.SecretTypeServiceAccountToken {
+		t.Errorf("hub reader token Secret: type %s, for %q", h.secret.Type, h.secret.Annotations[corev1.ServiceAccountNameKey])
+	}
 }
 
 // waitNamespace waits until the API server has made a system namespace.

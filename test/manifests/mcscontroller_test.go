@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,7 +101,9 @@ func TestMCSControllerManifests(t *testing.T) {
 	c.SetPodReady(t, ns, "web-0", true, "10.1.0.10")
 
 	kubeconfig := c.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, annotatorSA), harness.ServiceAccountGroups(kubeSystem)...)
-	ctl := harness.StartAnnotator(t, kubeconfig, annotatorArgs(t, &m.deployment, "edge-a")...)
+	// As a relay hub too (--relay): its Leases go through the RBAC and the
+	// admission policy as well.
+	ctl := harness.StartAnnotator(t, kubeconfig, append(annotatorArgs(t, &m.deployment, "edge-a"), "--relay")...)
 
 	// The controller's writes, as the ServiceAccount.
 	var imp *unstructured.Unstructured
@@ -125,6 +128,13 @@ func TestMCSControllerManifests(t *testing.T) {
 		if err != nil || len(sls.Items) != 1 {
 			return fmt.Errorf("the controller's EndpointSlices %v (%v), want one", sls, err)
 		}
+		if _, ok := sls.Items[0].Annotations["multicluster.mcsannotations.io/relay"]; !ok {
+			return fmt.Errorf("the controller's EndpointSlice has no relay annotation")
+		}
+		if l, err := c.Client.CoordinationV1().Leases(kubeSystem).Get(cx, "mcs-origin.edge-a", metav1.GetOptions{}); err != nil ||
+			l.Annotations["multicluster.mcsannotations.io/origin-state"] != "connected" {
+			return fmt.Errorf("the relay Lease of edge-a: %v (%v)", l, err)
+		}
 		imp, derived, slice = u, &svcs.Items[0], &sls.Items[0]
 		return exportConditions(dyn, ns, "web", map[string]condition{"Conflict": {"False", "NoConflicts"}, "Ready": {"True", "Exported"}})
 	})
@@ -133,7 +143,7 @@ func TestMCSControllerManifests(t *testing.T) {
 			t.Errorf("the controller was forbidden something: %s", l)
 		}
 	}
-	for _, kind := range []string{"serviceimport", "serviceimport_status", "service", "endpointslice", "serviceexport_status"} {
+	for _, kind := range []string{"serviceimport", "serviceimport_status", "service", "endpointslice", "serviceexport_status", "lease"} {
 		if v, err := metric(ctl, fmt.Sprintf(`mcs_controller_writes_total{kind=%q,result="error"}`, kind)); err != nil || v != 0 {
 			t.Errorf("%s write errors %v (%v), want 0", kind, v, err)
 		}
@@ -244,6 +254,53 @@ func TestMCSControllerManifests(t *testing.T) {
 		[]byte(`{"status":{"clusters":[{"cluster":"edge-a"}]}}`), dryPatch, "status")
 	refused("change another controller's ServiceImport's status", err)
 	allowed("delete its ServiceImport", sadyn.Resource(serviceImports).Namespace(ns).Delete(cx, "web", dryDelete))
+
+	// Leases: a relay hub's (mcs-origin.<cluster>, labelled with the
+	// cluster), never another component's in the namespace.
+	originLease := func(name, origin string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kubeSystem,
+			Labels: map[string]string{"multicluster.mcsannotations.io/relay-origin": origin}}}
+	}
+	_, err = sa.CoordinationV1().Leases(kubeSystem).Create(cx, originLease("mcs-origin.edge-b", "edge-b"), dry)
+	allowed("create a relay hub's Lease of an origin", err)
+	_, err = sa.CoordinationV1().Leases(kubeSystem).Create(cx, originLease("mcs-origin.edge-b", "edge-c"), dry)
+	refused("create a relay hub's Lease labelled with another origin", err)
+	_, err = sa.CoordinationV1().Leases(kubeSystem).Create(cx, originLease("kube-scheduler", "edge-b"), dry)
+	refused("create another component's Lease", err)
+	if _, err := c.Client.CoordinationV1().Leases(kubeSystem).Create(cx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kube-scheduler", Namespace: kubeSystem}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = sa.CoordinationV1().Leases(kubeSystem).Patch(cx, "kube-scheduler", types.MergePatchType, []byte(`{"spec":{"holderIdentity":"evil"}}`), dryPatch)
+	refused("take another component's Lease", err)
+
+	// An edge reading this cluster as a hub (manifests/hub-reader): the
+	// controller's slices, with their relay annotation, and the relay
+	// Leases; nothing else.
+	apply(t, c, manifests(t, "hub-reader"))
+	hubReader := harness.NewClient(t, c.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, "mcsannotations-hub-reader"), harness.ServiceAccountGroups(kubeSystem)...), 0)
+	ok, forbidden := verdicts(t)
+	harness.Eventually(t, 20*time.Second, func() error { // the grants just applied
+		sls, err := hubReader.DiscoveryV1().EndpointSlices("").List(cx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + mcsManagedBy})
+		if err != nil || len(sls.Items) == 0 || sls.Items[0].Annotations["multicluster.mcsannotations.io/relay"] == "" {
+			return fmt.Errorf("the hub reader lists the controller's slices: %v (%v)", sls, err)
+		}
+		return nil
+	})
+	wt, err := hubReader.DiscoveryV1().EndpointSlices(ns).Watch(cx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + mcsManagedBy})
+	ok("the hub reader watches slices", err)
+	if err == nil {
+		wt.Stop()
+	}
+	_, err = hubReader.CoordinationV1().Leases(kubeSystem).List(cx, metav1.ListOptions{LabelSelector: "multicluster.mcsannotations.io/relay-origin"})
+	ok("the hub reader lists the relay Leases", err)
+	_, err = hubReader.CoordinationV1().Leases(ns).List(cx, metav1.ListOptions{})
+	forbidden("the hub reader lists Leases of another namespace", err)
+	_, err = hubReader.CoreV1().Pods(ns).List(cx, metav1.ListOptions{})
+	forbidden("the hub reader lists Pods", err)
+	_, err = hubReader.CoreV1().Secrets(kubeSystem).List(cx, metav1.ListOptions{})
+	forbidden("the hub reader lists Secrets", err)
+	_, err = hubReader.CoordinationV1().Leases(kubeSystem).Patch(cx, "mcs-origin.edge-a", types.MergePatchType, []byte(`{"metadata":{"annotations":{"x":"y"}}}`), dryPatch)
+	forbidden("the hub reader changes a Lease", err)
 
 	// Without the binding, RBAC alone lets the Service with a selector in:
 	// the policy is what stops it.

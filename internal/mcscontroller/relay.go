@@ -1,0 +1,159 @@
+package mcscontroller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/mcsannotations/mcsannotations/internal/clusterset"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/store"
+)
+
+// A relay hub (Config.Relay) writes, beside each EndpointSlice's standard
+// fields, the origin Pods' own bytes (relay.SliceAnnotation, internal/relay)
+// and one Lease per source cluster saying when the hub last heard from it.
+// It relays only what it reads directly: the local cluster and its peers.
+
+// relaySlices is the bound of a hub's slices of one cluster's share: at most
+// clusterset.RelayEndpointsPerSlice endpoints, and no more than the relay
+// annotation holds. byAddr finds the records behind an endpoint.
+func relaySlices(byAddr map[string][]*store.Pod) clusterset.SliceLimit {
+	return clusterset.SliceLimit{Max: clusterset.RelayEndpointsPerSlice, Fits: func(eps []discoveryv1.Endpoint) bool {
+		_, fits, _ := relay.Annotation(relayPods(eps, byAddr))
+		return fits
+	}}
+}
+
+// byAddress indexes a share's records by endpoint address (as a slice
+// writes it).
+func (s *share) byAddress() map[string][]*store.Pod {
+	m := make(map[string][]*store.Pod, len(s.recs))
+	for _, p := range s.recs {
+		for _, a := range p.IPs {
+			k := a.Unmap().String()
+			m[k] = append(m[k], p)
+		}
+	}
+	return m
+}
+
+// relayPods are the records behind a slice's endpoints (each once).
+func relayPods(eps []discoveryv1.Endpoint, byAddr map[string][]*store.Pod) []*store.Pod {
+	var out []*store.Pod
+	seen := map[*store.Pod]bool{}
+	for _, ep := range eps {
+		for _, a := range ep.Addresses {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				a = ip.Unmap().String()
+			}
+			for _, p := range byAddr[a] {
+				if !seen[p] {
+					seen[p] = true
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// relayAnnotate sets a hub's slice's relay annotation.
+func relayAnnotate(sl *discoveryv1.EndpointSlice, byAddr map[string][]*store.Pod) {
+	v, _, skipped := relay.Annotation(relayPods(sl.Endpoints, byAddr))
+	if skipped > 0 {
+		klog.V(2).Infof("mcs-controller: slice %s/%s: %d records without proof not relayed", sl.Namespace, sl.Name, skipped)
+	}
+	sl.Annotations[relay.SliceAnnotation] = v
+}
+
+// leaseState is what a hub's Lease says of an origin.
+type leaseState struct {
+	state   string
+	contact time.Time
+}
+
+// stateOf is a source's state as a Lease names it (source.State's names).
+func stateOf(s Source) string {
+	if st, ok := s.(interface{ State() source.State }); ok {
+		return st.State().String()
+	}
+	switch {
+	case s.Connected() && s.HasSynced():
+		return source.Connected.String()
+	case s.Connected():
+		return source.Syncing.String()
+	}
+	return source.Disconnected.String()
+}
+
+// runLeases writes each source cluster's Lease once at the start and then
+// on each change of its state, looking every StatePoll, until ctx is done.
+// A write that fails is tried again at the next look; the others of that
+// look wait too (the local API server does not answer, most likely).
+func (c *Controller) runLeases(ctx context.Context) {
+	written := map[string]leaseState{}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		for _, s := range c.sources {
+			want := leaseState{state: stateOf(s), contact: s.LastContact()}
+			if w, ok := written[s.Cluster()]; ok && w.state == want.state {
+				continue
+			}
+			if err := c.applyLease(ctx, s.Cluster(), want); err != nil {
+				c.logOnce(fmt.Errorf("relay Lease of cluster %s: %w", s.Cluster(), err))
+				return
+			}
+			written[s.Cluster()] = want
+		}
+	}, c.cfg.StatePoll)
+}
+
+// applyLease applies the Lease of origin cluster. A cluster not heard from
+// since the controller started keeps the renewTime its Lease has (the last
+// contact of the controller before): its state is merge-patched, as an
+// apply without renewTime would drop it, and only a Lease that does not
+// exist yet is applied without one.
+func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseState) error {
+	l := &coordinationv1.Lease{
+		TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   c.cfg.RelayNamespace,
+			Name:        relay.LeasePrefix + cluster,
+			Labels:      map[string]string{relay.OriginLabel: cluster},
+			Annotations: map[string]string{relay.OriginStateAnnotation: st.state},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &c.cfg.LocalCluster},
+	}
+	leases := c.client.CoordinationV1().Leases(l.Namespace)
+	if st.contact.IsZero() {
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": l.Labels, "annotations": l.Annotations}, "spec": l.Spec})
+		if err != nil {
+			return err
+		}
+		_, err = leases.Patch(ctx, l.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager})
+		if !apierrors.IsNotFound(err) {
+			c.metrics.write("lease", err)
+			return err
+		}
+	} else {
+		l.Spec.RenewTime = &metav1.MicroTime{Time: st.contact}
+	}
+	body, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	_, err = leases.Patch(ctx, l.Name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
+	c.metrics.write("lease", err)
+	return err
+}
