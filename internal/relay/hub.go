@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
@@ -59,7 +60,8 @@ func (h *hub) LastContact() time.Time {
 // relay annotation's origin label.
 func sliceSelector() string {
 	managed, _ := labels.NewRequirement(discoveryv1.LabelManagedBy, selection.Equals, []string{clusterset.ManagedBy})
-	return labels.NewSelector().Add(*managed).String()
+	origin, _ := labels.NewRequirement(mcsv1beta1.LabelSourceCluster, selection.Exists, nil)
+	return labels.NewSelector().Add(*managed, *origin).String()
 }
 
 // start starts the hub's reflectors and check.

@@ -69,8 +69,10 @@ func (s *slimSlice) originLabel() string {
 // sliceChanged applies a change of one of h's slices (old nil: new; s nil:
 // deleted).
 func (r *Relay) sliceChanged(h *hub, old, s *slimSlice) {
+	r.write.Lock()
+	defer r.write.Unlock()
 	var out later
-	defer out.run()
+	defer func() { out.run() }() // the store's writes, in order, then the events
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -96,8 +98,10 @@ func (r *Relay) sliceChanged(h *hub, old, s *slimSlice) {
 
 // slicesReplaced applies a complete list of h's slices.
 func (r *Relay) slicesReplaced(h *hub, old, objs map[string]*slimSlice) {
+	r.write.Lock()
+	defer r.write.Unlock()
 	var out later
-	defer out.run()
+	defer func() { out.run() }() // the store's writes, in order, then the events
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -206,7 +210,8 @@ type candidate struct {
 }
 
 // syncOrigin writes the union of what the synced hubs hold of origin name
-// into the record store; r.mu is held.
+// into the record store (through out, which runs under r.write once r.mu is
+// released); r.mu and r.write are held.
 func (r *Relay) syncOrigin(name string, out *later) {
 	if r.ignored(name) {
 		return
@@ -292,7 +297,7 @@ func (r *Relay) syncOrigin(name string, out *later) {
 		}
 	}
 	o.records = len(recs)
-	r.records.ReplaceCluster(name, recs)
+	*out = append(*out, func() { r.records.ReplaceCluster(name, recs) })
 	r.originStateLocked(name, o, out)
 }
 
@@ -345,7 +350,7 @@ func (o *origin) prune(now time.Time) {
 // leaseChanged applies a change of one of h's Leases.
 func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 	var out later
-	defer out.run()
+	defer func() { out.run() }()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -364,7 +369,7 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 // leasesReplaced applies a complete list of h's Leases.
 func (r *Relay) leasesReplaced(h *hub, objs map[string]*slimLease) {
 	var out later
-	defer out.run()
+	defer func() { out.run() }()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
@@ -389,7 +394,7 @@ func (r *Relay) leasesReplaced(h *hub, objs map[string]*slimLease) {
 // hubChanged re-derives every origin's state after a hub's changed.
 func (r *Relay) hubChanged() {
 	var out later
-	defer out.run()
+	defer func() { out.run() }()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, o := range r.origins {

@@ -135,6 +135,11 @@ type Relay struct {
 	records *store.Store
 	cfg     Config
 
+	// write serialises the store's writes (taken before mu, held while
+	// they are made, once mu is released: Origins and Hubs never wait on
+	// the store's subscribers).
+	write sync.Mutex
+
 	mu        sync.Mutex
 	hubs      []*hub // sorted by name
 	started   bool
