@@ -356,13 +356,17 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 	if r.stopped {
 		return
 	}
+	touched := map[string]bool{}
 	if old != nil && old.origin != "" && h.leases[old.origin] == old {
 		delete(h.leases, old.origin)
-		r.originStateLocked(old.origin, r.origin(old.origin), &out)
+		touched[old.origin] = true
 	}
 	if l != nil && l.origin != "" && !r.ignored(l.origin) {
 		h.leases[l.origin] = l
-		r.originStateLocked(l.origin, r.origin(l.origin), &out)
+		touched[l.origin] = true
+	}
+	for o := range touched { // once each, after the whole change
+		r.originStateLocked(o, r.origin(o), &out)
 	}
 }
 
@@ -424,11 +428,15 @@ type view struct {
 
 // viewLocked derives an origin's state, last contact and hubs; r.mu is
 // held. Connected while some connected hub's Lease says connected (last
-// contact: the latest such hub's); otherwise the latest of each hub's
-// renewTime while its Lease says otherwise and each hub's own last contact
-// while its Lease says connected, and the seed.
+// contact: the latest such hub's); Disconnected when a Lease says so, or
+// says connected on a disconnected hub; Syncing otherwise (no Lease yet, a
+// Lease saying syncing, hubs not listed yet), as a source before its first
+// list. The last contact is the latest of each hub's renewTime while its
+// Lease does not say connected, each hub's own last contact while it does,
+// and the seed.
 func (r *Relay) viewLocked(name string) view {
 	var v view
+	lost := false
 	o := r.origins[name]
 	for _, h := range r.hubs {
 		l := h.leases[name]
@@ -439,11 +447,17 @@ func (r *Relay) viewLocked(name string) view {
 			continue
 		}
 		last := l.renew
-		if l.state == source.Connected {
+		switch {
+		case l.state == source.Connected:
 			last = h.LastContact()
-			if h.State() == source.Connected {
+			switch h.State() {
+			case source.Connected:
 				v.state = source.Connected
+			case source.Disconnected:
+				lost = true
 			}
+		case l.state == source.Disconnected:
+			lost = true
 		}
 		if last.After(v.last) {
 			v.last = last
@@ -452,7 +466,7 @@ func (r *Relay) viewLocked(name string) view {
 	if o != nil && o.seed.After(v.last) {
 		v.last = o.seed
 	}
-	if v.state != source.Connected && !v.last.IsZero() {
+	if v.state != source.Connected && lost {
 		v.state = source.Disconnected
 	}
 	return v

@@ -108,7 +108,9 @@ type Origin struct {
 	// Hubs are the hubs holding it now (a slice or a Lease of it), sorted.
 	Hubs []string
 	// State is Connected while some connected hub's Lease says connected;
-	// otherwise Disconnected once any hub knew it, Syncing before.
+	// Disconnected when a Lease says so, or says connected on a hub that is
+	// disconnected; Syncing otherwise (no Lease yet, or one saying syncing),
+	// as a source before its first list.
 	State source.State
 	// LastContact is now (the latest contact with a hub whose Lease says
 	// connected) while Connected; otherwise the latest of each hub's

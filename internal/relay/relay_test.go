@@ -141,8 +141,9 @@ func rec(ns, name, ip string, ready bool, exports ...string) string {
 	return fmt.Sprintf("%s/%s %v %v %v", ns, name, []netip.Addr{netip.MustParseAddr(ip)}, ready, exports)
 }
 
-// start starts a Relay over one fake hub per client, named hub-0, hub-1...
-func start(t *testing.T, st *store.Store, cfg Config, clients ...*fake.Clientset) *Relay {
+// start starts a Relay over one fake hub per client, named hub-0, hub-1...,
+// and waits until every hub that is up serves its watches.
+func start(t *testing.T, st *store.Store, cfg Config, clients ...*fakeHub) *Relay {
 	t.Helper()
 	r := New(st, cfg)
 	for i, c := range clients {
@@ -154,6 +155,14 @@ func start(t *testing.T, st *store.Store, cfg Config, clients ...*fake.Clientset
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Stop() })
+	for _, c := range clients {
+		c.mu.Lock()
+		gone := c.gone
+		c.mu.Unlock()
+		if !gone {
+			eventually(t, "watches", c.watching)
+		}
+	}
 	return r
 }
 
@@ -230,7 +239,7 @@ func TestRelayVerifies(t *testing.T) {
 			var ref refusals
 			st := store.New()
 			r := start(t, st, Config{Local: "edge", Keys: keys, Events: ref.events()},
-				fake.NewClientset(slice("prod", "backend-good", "origin-a", nil, good.pod(privA)), tc.slice))
+				newFakeHub(slice("prod", "backend-good", "origin-a", nil, good.pod(privA)), tc.slice))
 			eventually(t, "synced", func() bool { return synced(r) })
 			want := append([]string{goodRec}, tc.want...)
 			sort.Strings(want)
@@ -318,7 +327,7 @@ func TestRelayReplays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var ref refusals
 			st := store.New()
-			hubs := []*fake.Clientset{fake.NewClientset(), fake.NewClientset()}
+			hubs := []*fakeHub{newFakeHub(), newFakeHub()}
 			r := start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}, Events: ref.events()}, hubs...)
 			eventually(t, "synced", func() bool { return synced(r) })
 			for i, s := range tc.steps {
@@ -356,8 +365,7 @@ func TestRelayUnion(t *testing.T) {
 	onlyA := slice("prod", "backend", "origin-a", nil, p("a", "10.0.0.1"))
 	ra, rb := rec("prod", "a", "10.0.0.1", true, "backend"), rec("prod", "b", "10.0.0.2", true, "backend")
 
-	h0, h1 := fake.NewClientset(both), fake.NewClientset(onlyA)
-	down := breakable(h1)
+	h0, h1 := newFakeHub(both), newFakeHub(onlyA)
 	st := store.New()
 	r := start(t, st, Config{Keys: keys}, h0, h1)
 	eventually(t, "the union", func() bool { return slices.Equal(records(st, "origin-a"), []string{ra, rb}) })
@@ -375,45 +383,64 @@ func TestRelayUnion(t *testing.T) {
 	}
 	eventually(t, "b back", func() bool { return slices.Equal(records(st, "origin-a"), []string{ra, rb}) })
 	// hub-1 stops answering: what it holds stays.
-	down()
+	h1.down(true)
 	eventually(t, "hub-1 disconnected", func() bool { return r.Hubs()[1].State == source.Disconnected })
 	if got := records(st, "origin-a"); !slices.Equal(got, []string{ra, rb}) {
 		t.Errorf("after hub-1 went: %q", got)
 	}
 }
 
-// breakable makes c's watches and lists fail once the returned function is
-// called, which also ends the watches it serves: an API server gone.
-func breakable(c *fake.Clientset) func() {
-	var mu sync.Mutex
-	var gone bool
-	var watches []watch.Interface
-	c.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if gone {
+// fakeHub is a hub's API server: a fake clientset whose lists and watches
+// fail while it is down (set by down, which also ends the watches it
+// serves), and which counts the watches it serves: the fake serves a watch
+// only the changes made after it started, so a test waits for them before
+// it changes anything.
+type fakeHub struct {
+	*fake.Clientset
+	mu      sync.Mutex
+	gone    bool
+	watches []watch.Interface
+}
+
+func newFakeHub(objs ...runtime.Object) *fakeHub {
+	h := &fakeHub{Clientset: fake.NewClientset(objs...)}
+	h.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.gone {
 			return true, nil, errors.New("connection refused")
 		}
 		return false, nil, nil
 	})
-	c.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if gone {
+	h.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.gone {
 			return true, nil, errors.New("connection refused")
 		}
-		w, err := c.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		w, err := h.Tracker().Watch(a.GetResource(), a.GetNamespace())
 		if err == nil {
-			watches = append(watches, w)
+			h.watches = append(h.watches, w)
 		}
 		return true, w, err
 	})
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		gone = true
-		for _, w := range watches {
-			w.Stop()
-		}
+	return h
+}
+
+// down makes the hub fail (or answer again).
+func (h *fakeHub) down(gone bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gone = gone
+	for _, w := range h.watches {
+		w.Stop()
 	}
+	h.watches = nil
+}
+
+// watching reports whether the hub serves both watches of a reader.
+func (h *fakeHub) watching() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.watches) >= 2
 }
