@@ -265,7 +265,9 @@ func TestRelayVerifies(t *testing.T) {
 	}
 }
 
-func endsWith(s, suffix string) bool  { return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix }
+func endsWith(s, suffix string) bool {
+	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
+}
 func startsWith(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }
 
 // step is one change a hub makes in a replay scenario.

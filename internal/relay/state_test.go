@@ -116,7 +116,9 @@ func TestOriginView(t *testing.T) {
 		last  time.Time
 		lease *slimLease // nil: none
 	}
-	l := func(st source.State, renew time.Time) *slimLease { return &slimLease{origin: "o", state: st, renew: renew} }
+	l := func(st source.State, renew time.Time) *slimLease {
+		return &slimLease{origin: "o", state: st, renew: renew}
+	}
 	cases := []struct {
 		name  string
 		hubs  []hubAt
