@@ -318,6 +318,12 @@ func TestRelayReplays(t *testing.T) {
 			{hub: 1, slice: at(10, "10.0.0.10", true), want: []string{r11}, refuse: []string{replayed1}},
 			{del: "backend", refuse: []string{replayed1}},
 		}},
+		{"the first hub lags", []step{
+			{hub: 1, slice: at(10, "10.0.0.10", true), want: []string{r10}},
+			{slice: at(10, "10.0.0.10", true), want: []string{r10}},
+			{hub: 1, slice: at(11, "10.0.0.11", false), want: []string{r11}},
+			{slice: at(11, "10.0.0.11", false), want: []string{r11}},
+		}},
 		{"a lagging hub is superseded, not refused", []step{
 			{hub: 1, slice: at(10, "10.0.0.10", true), want: []string{r10}},
 			{slice: at(10, "10.0.0.10", true), want: []string{r10}},
