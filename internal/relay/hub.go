@@ -146,9 +146,7 @@ func (h *hub) sliceStore() *ingest.Store[*slimSlice] {
 		if old == s {
 			return
 		}
-		if old == nil || old.annoHash != s.annoHash {
-			h.r.report(h.name, s)
-		}
+		h.r.report(h.name, old, s)
 		h.r.sliceChanged(h, old, s)
 	}
 	st.Deleted = func(s *slimSlice) {
@@ -157,9 +155,7 @@ func (h *hub) sliceStore() *ingest.Store[*slimSlice] {
 	}
 	st.Replaced = func(old, objs map[string]*slimSlice) {
 		for k, s := range objs {
-			if o := old[k]; o == nil || o.annoHash != s.annoHash {
-				h.r.report(h.name, s)
-			}
+			h.r.report(h.name, old[k], s)
 		}
 		h.listedOnce.Store(true)
 		h.r.slicesReplaced(h, old, objs)

@@ -47,14 +47,26 @@ func (l later) run() {
 	}
 }
 
-// report hands the refusals of a slice's transform to Events.Refused.
-func (r *Relay) report(hub string, s *slimSlice) {
+// report hands the refusals of a slice's transform to Events.Refused,
+// those that old (what the store held under its key) did not make already:
+// a bad entry is reported when it arrives, not again at each change of the
+// slice's other entries.
+func (r *Relay) report(hub string, old, s *slimSlice) {
 	ev := r.cfg.Events.Refused
-	if ev == nil {
+	if ev == nil || len(s.refused) == 0 || old != nil && old.annoHash == s.annoHash {
 		return
 	}
+	var before map[refusal]bool
+	if old != nil && old.Namespace == s.Namespace && old.label == s.label {
+		before = make(map[refusal]bool, len(old.refused))
+		for _, f := range old.refused {
+			before[f] = true
+		}
+	}
 	for _, f := range s.refused {
-		ev(hub, s.originLabel(), s.Namespace, f.pod, f.r)
+		if !before[f] {
+			ev(hub, s.originLabel(), s.Namespace, f.pod, f.r)
+		}
 	}
 }
 

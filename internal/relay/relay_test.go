@@ -452,3 +452,35 @@ func (h *fakeHub) watching() bool {
 	defer h.mu.Unlock()
 	return len(h.watches) >= 2
 }
+
+// A refused entry is reported when it arrives, not again at each change of
+// its slice's other entries; a new refusal in the slice is.
+func TestRelayReportsOncePerChange(t *testing.T) {
+	pub, priv := genKey(t)
+	_, other := genKey(t)
+	good := func(seq uint64) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: "good", ip: "10.0.0.1", ready: true, seq: seq}.pod(priv)
+	}
+	bad := func(name string) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: name, ip: "10.0.0.2", seq: 1}.pod(other)
+	}
+	h := newFakeHub(slice("prod", "backend", "origin-a", nil, good(1), bad("bad")))
+	var ref refusals
+	st := store.New()
+	start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}, Events: ref.events()}, h)
+	first := []string{"hub-0 origin-a prod/bad bad_signature"}
+	eventually(t, "the first refusal", func() bool { return slices.Equal(ref.list(), first) })
+	es := h.DiscoveryV1().EndpointSlices("prod")
+	for seq := uint64(2); seq <= 4; seq++ {
+		if _, err := es.Update(t.Context(), slice("prod", "backend", "origin-a", nil, good(seq), bad("bad")), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := es.Update(t.Context(), slice("prod", "backend", "origin-a", nil, good(5), bad("bad"), bad("worse")), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := append(slices.Clone(first), "hub-0 origin-a prod/worse bad_signature")
+	eventually(t, "the second refusal alone", func() bool {
+		return slices.Equal(ref.list(), second) && len(st.Pods("origin-a")) == 1 && st.Pods("origin-a")[0].Ready
+	})
+}
