@@ -9,6 +9,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -82,6 +83,17 @@ func (h *hub) start(ctx context.Context, wg *sync.WaitGroup) {
 	h.leaseSt = h.leaseStore()
 	sopts, lopts := opts, opts
 	sopts.Name, lopts.Name = name+"/slices", name+"/leases"
+	// A hub whose Leases may not be read (a credential without the grant)
+	// still relays its records: the refusal is reported, the hub stays
+	// connected, and its origins' states stay unknown (Syncing).
+	lopts.Events.Failed = func(err error) {
+		if !apierrors.IsForbidden(err) {
+			h.setState(source.Disconnected, err)
+		}
+		if failed != nil {
+			failed(err)
+		}
+	}
 	lw := ingest.EndpointSlices(h.client, metav1.NamespaceAll, sliceSelector(), func(es *discoveryv1.EndpointSlice) (runtime.Object, error) {
 		if old, ok := h.slices.Get(es.Namespace + "/" + es.Name); ok && old.Same(ingest.MetaOf(es)) {
 			return old, nil

@@ -2,17 +2,24 @@ package relay
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
@@ -246,5 +253,34 @@ func TestSlimSliceIsSmall(t *testing.T) {
 	t.Logf("%d B per record slim, %d B per record as a slice", per, fullBytes/(nSlices*perSlice))
 	if per > 200 || slimBytes*2 > fullBytes {
 		t.Errorf("slim slices hold %d B per record, the slices %d B", per, fullBytes/(nSlices*perSlice))
+	}
+}
+
+// A hub whose Leases may not be read still relays its records and stays
+// connected; the refusal reaches the Ingest events.
+func TestHubWithoutLeaseGrant(t *testing.T) {
+	pub, priv := genKey(t)
+	h := newFakeHub(slice("prod", "backend", "origin-a", nil, stmt{origin: "origin-a", ns: "prod", name: "p", ip: "10.0.0.1", ready: true, seq: 1}.pod(priv)))
+	h.PrependReactor("list", "leases", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "", errors.New("no grant"))
+	})
+	var failures atomic.Int32
+	st := store.New()
+	r := New(st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub},
+		Ingest: ingest.Options{Events: ingest.Events{Failed: func(err error) {
+			if apierrors.IsForbidden(err) {
+				failures.Add(1)
+			}
+		}}}})
+	if err := r.AddHub("hub-0", h, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop() })
+	eventually(t, "the record and two refused lists", func() bool { return len(st.Pods("origin-a")) == 1 && failures.Load() >= 2 })
+	if hs := r.Hubs(); hs[0].State != source.Connected {
+		t.Errorf("hub %+v", hs[0])
 	}
 }

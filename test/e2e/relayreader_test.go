@@ -208,7 +208,7 @@ func TestRelayReader(t *testing.T) {
 		older := a2
 		older.ip, older.seq = "10.66.0.3", a2.seq-1
 		putSlice(t, h2, relaySlice("prod", "backend-a", "origin-a", altered, forged, p(older)))
-		putSlice(t, h2, relaySlice("staging", "backend-b", "origin-b", p(b1)))    // moved
+		putSlice(t, h2, relaySlice("staging", "backend-b", "origin-b", p(b1)))   // moved
 		putSlice(t, h2, relaySlice("prod", "backend-b-as-a", "origin-a", p(b2))) // relabelled
 		wantRefused := []string{
 			"hub-2 origin-a prod/a1 " + string(annotation.ReasonBadSignature),
