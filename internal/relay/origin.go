@@ -38,7 +38,24 @@ func (r *Relay) origin(name string) *origin {
 	return o
 }
 
-// later runs what the Relay calls out (events) once r.mu is released.
+// locked runs f under r.write and r.mu, unless the Relay stopped, then
+// what f queued in out (the store's writes, in order, then the events) once
+// r.mu is released, still under r.write: the writes are made in the order
+// they were decided, and Origins and Hubs never wait on the store's
+// subscribers or the events.
+func (r *Relay) locked(f func(out *later)) {
+	r.write.Lock()
+	defer r.write.Unlock()
+	var out later
+	r.mu.Lock()
+	if !r.stopped {
+		f(&out)
+	}
+	r.mu.Unlock()
+	out.run()
+}
+
+// later is what the Relay calls out once r.mu is released.
 type later []func()
 
 func (l later) run() {
@@ -81,78 +98,64 @@ func (s *slimSlice) originLabel() string {
 // sliceChanged applies a change of one of h's slices (old nil: new; s nil:
 // deleted).
 func (r *Relay) sliceChanged(h *hub, old, s *slimSlice) {
-	r.write.Lock()
-	defer r.write.Unlock()
-	var out later
-	defer func() { out.run() }() // the store's writes, in order, then the events
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	touched := map[string]bool{}
-	if old != nil && old.origin != "" {
-		h.remove(old)
-		touched[old.origin] = true
-	}
-	if s != nil && s.origin != "" {
-		r.checkReplays(h, old, s, &out)
-		h.add(s)
-		touched[s.origin] = true
-	}
-	if !h.listed {
-		return // it contributes nothing before its first list
-	}
-	for o := range touched {
-		r.syncOrigin(o, &out)
-	}
+	r.locked(func(out *later) {
+		touched := map[string]bool{}
+		if old != nil && old.origin != "" {
+			h.remove(old)
+			touched[old.origin] = true
+		}
+		if s != nil && s.origin != "" {
+			r.checkReplays(h, old, s, out)
+			h.add(s)
+			touched[s.origin] = true
+		}
+		if !h.listed {
+			return // it contributes nothing before its first list
+		}
+		for o := range touched {
+			r.syncOrigin(o, out)
+		}
+	})
 }
 
 // slicesReplaced applies a complete list of h's slices.
 func (r *Relay) slicesReplaced(h *hub, old, objs map[string]*slimSlice) {
-	r.write.Lock()
-	defer r.write.Unlock()
-	var out later
-	defer func() { out.run() }() // the store's writes, in order, then the events
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	touched := map[string]bool{}
-	for o := range h.byOrigin {
-		touched[o] = true
-	}
-	h.byOrigin = map[string]map[string]*slimSlice{}
-	for k, s := range objs {
-		if s.origin == "" {
-			continue
+	r.locked(func(out *later) {
+		touched := map[string]bool{}
+		for o := range h.byOrigin {
+			touched[o] = true
 		}
-		if o := old[k]; o != s {
-			r.checkReplays(h, o, s, &out)
+		h.byOrigin = map[string]map[string]*slimSlice{}
+		for k, s := range objs {
+			if s.origin == "" {
+				continue
+			}
+			if o := old[k]; o != s {
+				r.checkReplays(h, o, s, out)
+			}
+			h.add(s)
+			touched[s.origin] = true
 		}
-		h.add(s)
-		touched[s.origin] = true
-	}
-	first := !h.listed
-	h.listed = true
-	if first {
-		all := true
-		for _, g := range r.hubs {
-			all = all && g.listed
-		}
-		if all && !r.allSynced {
-			// From now on a record no hub holds goes: every origin known
-			// (from a snapshot too) is written again.
-			r.allSynced = true
-			for o := range r.origins {
-				touched[o] = true
+		first := !h.listed
+		h.listed = true
+		if first {
+			all := true
+			for _, g := range r.hubs {
+				all = all && g.listed
+			}
+			if all && !r.allSynced {
+				// From now on a record no hub holds goes: every origin known
+				// (from a snapshot too) is written again.
+				r.allSynced = true
+				for o := range r.origins {
+					touched[o] = true
+				}
 			}
 		}
-	}
-	for o := range touched {
-		r.syncOrigin(o, &out)
-	}
+		for o := range touched {
+			r.syncOrigin(o, out)
+		}
+	})
 }
 
 func (h *hub) add(s *slimSlice) {
@@ -361,61 +364,49 @@ func (o *origin) prune(now time.Time) {
 
 // leaseChanged applies a change of one of h's Leases.
 func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
-	var out later
-	defer func() { out.run() }()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	touched := map[string]bool{}
-	if old != nil && old.origin != "" && h.leases[old.origin] == old {
-		delete(h.leases, old.origin)
-		touched[old.origin] = true
-	}
-	if l != nil && l.origin != "" && !r.ignored(l.origin) {
-		h.leases[l.origin] = l
-		touched[l.origin] = true
-	}
-	for o := range touched { // once each, after the whole change
-		r.originStateLocked(o, r.origin(o), &out)
-	}
+	r.locked(func(out *later) {
+		touched := map[string]bool{}
+		if old != nil && old.origin != "" && h.leases[old.origin] == old {
+			delete(h.leases, old.origin)
+			touched[old.origin] = true
+		}
+		if l != nil && l.origin != "" && !r.ignored(l.origin) {
+			h.leases[l.origin] = l
+			touched[l.origin] = true
+		}
+		for o := range touched { // once each, after the whole change
+			r.originStateLocked(o, r.origin(o), out)
+		}
+	})
 }
 
 // leasesReplaced applies a complete list of h's Leases.
 func (r *Relay) leasesReplaced(h *hub, objs map[string]*slimLease) {
-	var out later
-	defer func() { out.run() }()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	touched := map[string]bool{}
-	for o := range h.leases {
-		touched[o] = true
-	}
-	h.leases = map[string]*slimLease{}
-	for _, l := range objs {
-		if l.origin != "" && !r.ignored(l.origin) {
-			h.leases[l.origin] = l
-			touched[l.origin] = true
+	r.locked(func(out *later) {
+		touched := map[string]bool{}
+		for o := range h.leases {
+			touched[o] = true
 		}
-	}
-	for o := range touched {
-		r.originStateLocked(o, r.origin(o), &out)
-	}
+		h.leases = map[string]*slimLease{}
+		for _, l := range objs {
+			if l.origin != "" && !r.ignored(l.origin) {
+				h.leases[l.origin] = l
+				touched[l.origin] = true
+			}
+		}
+		for o := range touched {
+			r.originStateLocked(o, r.origin(o), out)
+		}
+	})
 }
 
 // hubChanged re-derives every origin's state after a hub's changed.
 func (r *Relay) hubChanged() {
-	var out later
-	defer func() { out.run() }()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for name, o := range r.origins {
-		r.originStateLocked(name, o, &out)
-	}
+	r.locked(func(out *later) {
+		for name, o := range r.origins {
+			r.originStateLocked(name, o, out)
+		}
+	})
 }
 
 // originStateLocked reports a change of the origin's state; r.mu is held.

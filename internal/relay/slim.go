@@ -1,9 +1,8 @@
 package relay
 
 import (
-	"encoding/binary"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -165,14 +164,16 @@ func toLease(l *coordinationv1.Lease) *slimLease {
 	return s
 }
 
-// hash is FNV-1a (64 bits) of strs, each after its length.
+// seed keys hash: its values never leave the process.
+var seed = maphash.MakeSeed()
+
+// hash is a 64-bit hash of strs, each after its length.
 func hash(strs ...string) uint64 {
-	h := fnv.New64a()
-	var n [4]byte
+	var h maphash.Hash
+	h.SetSeed(seed)
 	for _, s := range strs {
-		binary.BigEndian.PutUint32(n[:], uint32(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
+		maphash.WriteComparable(&h, len(s))
+		h.WriteString(s)
 	}
 	return h.Sum64()
 }

@@ -124,11 +124,7 @@ func TestRelayReader(t *testing.T) {
 	keys := map[string]ed25519.PublicKey{}
 	priv := map[string]ed25519.PrivateKey{}
 	for _, o := range []string{"origin-a", "origin-b"} {
-		pub, k, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys[o], priv[o] = pub, k
+		priv[o], keys[o] = mustKey(t)
 	}
 	for _, c := range hubs {
 		for _, ns := range []string{"prod", "staging"} {
