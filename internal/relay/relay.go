@@ -88,7 +88,9 @@ type Config struct {
 // Events are what a Relay reports; each may be nil. They are called from
 // the Relay's goroutines and must not block.
 type Events struct {
-	// Refused hears of a record refused (pod is "" for a whole slice),
+	// Refused hears of a record refused (pod is "" for a whole slice; hub
+	// is "" for a Pod refused because the reader remembers ingest.MaxObjects
+	// Pods of its origin already, annotation.ReasonTooMany),
 	// once per change of what the hub holds, not per resync: unsigned, bad
 	// signature (altered, forged, or moved to another namespace or cluster
 	// than the signed ones), replayed, malformed, unknown origin, or an
@@ -223,7 +225,9 @@ func (r *Relay) Stop() error {
 }
 
 // Seed sets an origin's last contact from a snapshot, until a hub says
-// more; a later contact replaces it.
+// more; a later contact replaces it. It also names the origin as one the
+// hubs relay: once every hub listed once, its records that no hub holds go
+// (records of a cluster neither seeded nor held by a hub are never touched).
 func (r *Relay) Seed(origin string, lastContact time.Time) {
 	if r.ignored(origin) {
 		return

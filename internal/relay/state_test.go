@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/store"
@@ -283,4 +284,49 @@ func TestHubWithoutLeaseGrant(t *testing.T) {
 	if hs := r.Hubs(); hs[0].State != source.Connected {
 		t.Errorf("hub %+v", hs[0])
 	}
+}
+
+// The replay memory is bounded per origin: tombstones go after
+// TombstoneTTL, the oldest first when it is full; a new Pod that finds it
+// full of live ones is refused, once.
+func TestReplayMemoryBounded(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	o := &origin{seen: map[string]*seen{
+		"ns/live":  {seq: 1},
+		"ns/old":   {seq: 1, gone: now.Add(-TombstoneTTL - time.Second)},
+		"ns/young": {seq: 1, gone: now.Add(-time.Minute)},
+		"ns/newer": {seq: 1, gone: now.Add(-time.Second)},
+	}}
+	o.prune(now)
+	if _, ok := o.seen["ns/old"]; ok || len(o.seen) != 3 {
+		t.Errorf("after prune: %v", o.seen)
+	}
+	defer func(n int) { ingest.MaxObjects = n }(ingest.MaxObjects)
+	ingest.MaxObjects = 3
+	if !o.admit("ns/new", now) {
+		t.Fatal("full of tombstones: refused")
+	}
+	if _, ok := o.seen["ns/young"]; ok || len(o.seen) != 2 {
+		t.Errorf("the oldest tombstone should go: %v", o.seen)
+	}
+	o.seen["ns/new"] = &seen{seq: 1}
+	o.seen["ns/newer"].gone = time.Time{}
+	if o.admit("ns/another", now) {
+		t.Errorf("full of live Pods: admitted")
+	}
+
+	// Through a hub: two of three Pods fit, the third is refused once.
+	pub, priv := genKey(t)
+	var pods []Pod
+	for i := range 3 {
+		pods = append(pods, stmt{origin: "origin-a", ns: "prod", name: fmt.Sprintf("p%d", i), ip: fmt.Sprintf("10.0.0.%d", i+1), seq: 1}.pod(priv))
+	}
+	ingest.MaxObjects = 2
+	var ref refusals
+	st := store.New()
+	start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}, Events: ref.events()}, newFakeHub(slice("prod", "backend", "origin-a", nil, pods...)))
+	eventually(t, "two records, one refusal", func() bool {
+		got := ref.list()
+		return len(st.Pods("origin-a")) == 2 && len(got) == 1 && endsWith(got[0], string(annotation.ReasonTooMany))
+	})
 }
