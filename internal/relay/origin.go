@@ -224,17 +224,33 @@ type candidate struct {
 	hubs int // how many hubs hold it
 }
 
+// current reports whether h is current on origin: it listed, the reader is
+// in contact with it, and its Lease says it is in contact with the origin.
+// r.mu is held.
+func (h *hub) current(origin string) bool {
+	l := h.leases[origin]
+	return h.listed && l != nil && l.state == source.Connected && h.State() == source.Connected
+}
+
 // syncOrigin writes the union of what the synced hubs hold of origin name
 // into the record store (through out, which runs under r.write once r.mu is
-// released); r.mu and r.write are held.
+// released); r.mu and r.write are held. While some hub is current on the
+// origin, the union is that of the current hubs: a Pod the origin deleted
+// while another hub was cut off goes, although that hub still holds it.
+// Without a current hub (every hub cut off, or no Leases), it is the union
+// of every synced hub: nothing goes that some hub still holds.
 func (r *Relay) syncOrigin(name string, out *later) {
 	if r.ignored(name) {
 		return
 	}
 	o := r.origin(name)
+	current := false
+	for _, h := range r.hubs {
+		current = current || h.current(name)
+	}
 	best := map[string]*candidate{}
 	for _, h := range r.hubs {
-		if !h.listed {
+		if !h.listed || current && !h.current(name) {
 			continue
 		}
 		for _, s := range h.byOrigin[name] {
@@ -375,7 +391,7 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 			touched[l.origin] = true
 		}
 		for o := range touched { // once each, after the whole change
-			r.originStateLocked(o, r.origin(o), out)
+			r.syncOrigin(o, out)
 		}
 	})
 }
@@ -395,16 +411,17 @@ func (r *Relay) leasesReplaced(h *hub, objs map[string]*slimLease) {
 			}
 		}
 		for o := range touched {
-			r.originStateLocked(o, r.origin(o), out)
+			r.syncOrigin(o, out)
 		}
 	})
 }
 
-// hubChanged re-derives every origin's state after a hub's changed.
+// hubChanged writes every origin again after a hub's state changed: which
+// hubs are current, and so the unions and the origins' states, may change.
 func (r *Relay) hubChanged() {
 	r.locked(func(out *later) {
-		for name, o := range r.origins {
-			r.originStateLocked(name, o, out)
+		for name := range r.origins {
+			r.syncOrigin(name, out)
 		}
 	})
 }

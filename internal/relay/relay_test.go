@@ -484,3 +484,32 @@ func TestRelayReportsOncePerChange(t *testing.T) {
 		return slices.Equal(ref.list(), second) && len(st.Pods("origin-a")) == 1 && st.Pods("origin-a")[0].Ready
 	})
 }
+
+// While a hub is current on an origin (in contact, its Lease saying
+// connected), the union is the current hubs': a Pod the origin deleted while
+// another hub was cut off goes, though that hub still holds it.
+func TestRelayCurrentHubs(t *testing.T) {
+	pub, priv := genKey(t)
+	p := func(name, ip string) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: name, ip: ip, ready: true, seq: 1}.pod(priv)
+	}
+	both := slice("prod", "backend", "origin-a", nil, p("a", "10.0.0.1"), p("b", "10.0.0.2"))
+	ra, rb := rec("prod", "a", "10.0.0.1", true, "backend"), rec("prod", "b", "10.0.0.2", true, "backend")
+	connected := lease(DefaultNamespace, "origin-a", source.Connected, time.Now())
+	h0, h1 := newFakeHub(both, connected), newFakeHub(both, connected)
+	st := store.New()
+	r := start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}}, h0, h1)
+	eventually(t, "both records, origin connected", func() bool {
+		o := r.Origins()
+		return slices.Equal(records(st, "origin-a"), []string{ra, rb}) && len(o) == 1 && o[0].State == source.Connected
+	})
+	h1.down(true)
+	eventually(t, "hub-1 disconnected", func() bool { return r.Hubs()[1].State == source.Disconnected })
+	if got := records(st, "origin-a"); !slices.Equal(got, []string{ra, rb}) {
+		t.Fatalf("after hub-1 went: %q", got)
+	}
+	if _, err := h0.DiscoveryV1().EndpointSlices("prod").Update(t.Context(), slice("prod", "backend", "origin-a", nil, p("a", "10.0.0.1")), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b gone through the current hub", func() bool { return slices.Equal(records(st, "origin-a"), []string{ra}) })
+}
