@@ -24,10 +24,14 @@ import (
 // does for the cluster it reads.
 //
 // Records of several hubs are one union: a Pod held by two hubs is one
-// record, the statement with the larger Seq winning; a record goes when no
-// synced hub holds it. A hub contributes nothing and removes nothing until
-// its first list of slices arrived, and until every hub listed once no
-// record is removed at all (records loaded from a snapshot stay).
+// record, the statement with the larger Seq winning. While some hub is
+// current on an origin (the reader is in contact with it and its Lease says
+// it is in contact with the origin), the origin's union is that of the
+// current hubs; otherwise that of every hub that listed: a record goes when
+// no hub that counts holds it, and a hub cut off loses nothing while no
+// other is current. A hub contributes nothing and removes nothing until its
+// first list of slices arrived, and until every hub listed once no record
+// is removed at all (records loaded from a snapshot stay).
 //
 // Under verify (Config.Keys), a record counts only when its origin's key
 // signed its statement and export annotation for the slice's namespace and
