@@ -114,9 +114,10 @@ func relayRecords(st *store.Store) []string {
 }
 
 // TestRelayReader: an edge reading two hubs gets every origin's records as
-// one union; a hub's API server killed loses none; a hostile hub's forged,
-// altered, moved, relabelled and replayed records are each refused, the good
-// ones unchanged.
+// one union; a hostile hub's forged, altered, moved, relabelled and replayed
+// records are each refused, the good ones unchanged; a hub's API server
+// killed loses none, and a Pod deleted meanwhile goes through the other hub
+// (no stale answer from the one cut off).
 func TestRelayReader(t *testing.T) {
 	harness.RequireTools(t)
 	hubs := harness.StartClusters(t, "hub-1", "hub-2")
@@ -225,6 +226,25 @@ func TestRelayReader(t *testing.T) {
 	})
 
 	t.Run("one hub killed", func(t *testing.T) {
+		// hub-2 mends its ways and holds what hub-1 holds, and a change
+		// of b2 that hub-1 has not seen yet.
+		b2.ready, b2.seq = false, b2.seq+1
+		putSlice(t, h2, relaySlice("prod", "backend-a", "origin-a", p(a1), p(a2)))
+		putSlice(t, h2, relaySlice("prod", "backend-b", "origin-b", p(b1), p(b2)))
+		for _, name := range []string{"staging/backend-b", "prod/backend-b-as-a"} {
+			ns, n, _ := strings.Cut(name, "/")
+			if err := h2.Client.DiscoveryV1().EndpointSlices(ns).Delete(t.Context(), n, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want = []string{a1.record(), a2.record(), b1.record(), b2.record()}
+		sort.Strings(want)
+		harness.Eventually(t, propagation, func() error {
+			if got := relayRecords(st); !slices.Equal(got, want) {
+				return fmt.Errorf("records %q, want %q", got, want)
+			}
+			return nil
+		})
 		h1.KillAPIServer(t, syscall.SIGKILL)
 		harness.Eventually(t, propagation, func() error {
 			for _, h := range r.Hubs() {
@@ -241,11 +261,10 @@ func TestRelayReader(t *testing.T) {
 		if err := originsAre(r, source.Connected, "hub-1", "hub-2"); err != nil {
 			t.Error(err)
 		}
-		// A change through the hub left arrives; the records hub-1 alone
-		// held stay.
-		b2.ready, b2.seq = false, b2.seq+1
-		putSlice(t, h2, relaySlice("prod", "backend-b", "origin-b", p(b1), p(b2)))
-		want = []string{a1.record(), a2.record(), b1.record(), b2.record()}
+		// origin-b deletes b1: it goes through the hub left, though hub-1,
+		// cut off, still holds it; the other records stay.
+		putSlice(t, h2, relaySlice("prod", "backend-b", "origin-b", p(b2)))
+		want = []string{a1.record(), a2.record(), b2.record()}
 		sort.Strings(want)
 		harness.Eventually(t, propagation, func() error {
 			if got := relayRecords(st); !slices.Equal(got, want) {
