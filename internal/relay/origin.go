@@ -330,6 +330,13 @@ func (r *Relay) syncOrigin(name string, out *later) {
 	o.records = len(recs)
 	*out = append(*out, func() { r.records.ReplaceCluster(name, recs) })
 	r.originStateLocked(name, o, out)
+	// Without verify any name may come and go as an origin: one that no
+	// hub holds any more, with no record and no snapshot, is forgotten, so
+	// that origins churned by a hub do not pile up. Under verify the origins
+	// are those with a key, and their replay memory is kept.
+	if r.cfg.Keys == nil && len(recs) == 0 && o.seed.IsZero() && len(r.viewLocked(name).hubs) == 0 {
+		delete(r.origins, name)
+	}
 }
 
 // accepted reports whether c is the statement m remembers.

@@ -330,3 +330,27 @@ func TestReplayMemoryBounded(t *testing.T) {
 		return len(st.Pods("origin-a")) == 2 && len(got) == 1 && endsWith(got[0], string(annotation.ReasonTooMany))
 	})
 }
+
+// Without verify, an origin no hub holds any more, with no record and no
+// snapshot, is forgotten: origins a hub churns do not pile up.
+func TestChurnedOriginsForgotten(t *testing.T) {
+	h := newFakeHub()
+	st := store.New()
+	r := start(t, st, Config{}, h)
+	es := h.DiscoveryV1().EndpointSlices("prod")
+	for i := range 5 {
+		o := fmt.Sprintf("churn-%d", i)
+		s := slice("prod", "backend", o, nil, stmt{origin: o, ns: "prod", name: "p", ip: "10.0.0.1", seq: 1}.pod(nil))
+		if _, err := es.Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, o+" arrives", func() bool { return len(st.Pods(o)) == 1 })
+		if err := es.Delete(t.Context(), "backend", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, o+" goes", func() bool { return len(st.Pods(o)) == 0 })
+	}
+	if o := r.Origins(); len(o) != 0 {
+		t.Errorf("origins held: %+v", o)
+	}
+}
