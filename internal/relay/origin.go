@@ -218,12 +218,6 @@ func (r *Relay) checkReplays(h *hub, old, s *slimSlice, out *later) {
 	}
 }
 
-// candidate is the statement a union takes for one Pod.
-type candidate struct {
-	entry
-	hubs int // how many hubs hold it
-}
-
 // current reports whether h is current on origin: it listed, the reader is
 // in contact with it, and its Lease says it is in contact with the origin.
 // r.mu is held.
@@ -248,7 +242,7 @@ func (r *Relay) syncOrigin(name string, out *later) {
 	for _, h := range r.hubs {
 		current = current || h.current(name)
 	}
-	best := map[string]*candidate{}
+	best := map[string]entry{} // the statement the union takes for each Pod
 	for _, h := range r.hubs {
 		if !h.listed || current && !h.current(name) {
 			continue
@@ -256,16 +250,14 @@ func (r *Relay) syncOrigin(name string, out *later) {
 		for _, s := range h.byOrigin[name] {
 			for _, e := range s.entries {
 				k := s.Namespace + "/" + e.rec.Name
-				c := best[k]
+				c, ok := best[k]
 				switch {
-				case c == nil:
-					best[k] = &candidate{entry: e, hubs: 1}
-				case e.seq > c.seq:
-					c.entry = e
+				case !ok, e.seq > c.seq:
+					best[k] = e
 				case e.seq == c.seq && e.hash != c.hash:
 					// Two statements of one Seq: the one accepted before stays.
 					if m := o.seen[k]; m != nil && m.hash == e.hash {
-						c.entry = e
+						best[k] = e
 					}
 				}
 			}
@@ -308,7 +300,7 @@ func (r *Relay) syncOrigin(name string, out *later) {
 		for k, m := range o.seen {
 			// A Pod no synced hub holds (or whose statement there was
 			// refused) has gone: its Seq stays as a tombstone.
-			if m.gone.IsZero() && r.allSynced && !r.accepted(best[k], m) {
+			if c, ok := best[k]; m.gone.IsZero() && r.allSynced && (!ok || c.seq != m.seq || c.hash != m.hash) {
 				m.gone = now
 			}
 		}
@@ -337,11 +329,6 @@ func (r *Relay) syncOrigin(name string, out *later) {
 	if r.cfg.Keys == nil && len(recs) == 0 && o.seed.IsZero() && len(r.viewLocked(name).hubs) == 0 {
 		delete(r.origins, name)
 	}
-}
-
-// accepted reports whether c is the statement m remembers.
-func (r *Relay) accepted(c *candidate, m *seen) bool {
-	return c != nil && c.seq == m.seq && c.hash == m.hash
 }
 
 // admit makes room in the memory for one more Pod: it drops expired

@@ -95,6 +95,17 @@ func putSlice(t *testing.T, c *harness.Cluster, es *discoveryv1.EndpointSlice) {
 	}
 }
 
+// waitRecords waits until the store's records are want.
+func waitRecords(t *testing.T, st *store.Store, want []string) {
+	t.Helper()
+	harness.Eventually(t, propagation, func() error {
+		if got := relayRecords(st); !slices.Equal(got, want) {
+			return fmt.Errorf("records %q, want %q", got, want)
+		}
+		return nil
+	})
+}
+
 // relayRecords renders the store's records of every cluster, sorted.
 func relayRecords(st *store.Store) []string {
 	var out []string
@@ -239,12 +250,7 @@ func TestRelayReader(t *testing.T) {
 		}
 		want = []string{a1.record(), a2.record(), b1.record(), b2.record()}
 		sort.Strings(want)
-		harness.Eventually(t, propagation, func() error {
-			if got := relayRecords(st); !slices.Equal(got, want) {
-				return fmt.Errorf("records %q, want %q", got, want)
-			}
-			return nil
-		})
+		waitRecords(t, st, want)
 		h1.KillAPIServer(t, syscall.SIGKILL)
 		harness.Eventually(t, propagation, func() error {
 			for _, h := range r.Hubs() {
@@ -266,12 +272,7 @@ func TestRelayReader(t *testing.T) {
 		putSlice(t, h2, relaySlice("prod", "backend-b", "origin-b", p(b2)))
 		want = []string{a1.record(), a2.record(), b2.record()}
 		sort.Strings(want)
-		harness.Eventually(t, propagation, func() error {
-			if got := relayRecords(st); !slices.Equal(got, want) {
-				return fmt.Errorf("records %q, want %q", got, want)
-			}
-			return nil
-		})
+		waitRecords(t, st, want)
 		// hub-2 says origin-a is lost: with hub-1 down, it is disconnected,
 		// as of hub-2's renewTime.
 		lost := originLease("origin-a", source.Disconnected)
