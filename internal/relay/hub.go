@@ -25,15 +25,15 @@ import (
 // hub is one hub read: two reflectors (its relay slices in every
 // namespace, its origin Leases in its namespace) and its /readyz check.
 type hub struct {
-	r                     *Relay
-	name, namespace       string
-	client                kubernetes.Interface
-	slices                *ingest.Store[*slimSlice]
-	leaseSt               *ingest.Store[*slimLease]
-	runs                  []*ingest.Run
-	state                 atomic.Int32
-	lastContact           atomic.Int64 // unix nanoseconds
-	listedOnce, leaseOnce atomic.Bool
+	r               *Relay
+	name, namespace string
+	client          kubernetes.Interface
+	slices          *ingest.Store[*slimSlice]
+	leaseSt         *ingest.Store[*slimLease]
+	runs            []*ingest.Run
+	state           atomic.Int32
+	lastContact     atomic.Int64 // unix nanoseconds
+	listedOnce      atomic.Bool  // the first list of slices arrived (read without r.mu)
 
 	// Under r.mu.
 	listed   bool                             // the first list of slices arrived
@@ -188,7 +188,6 @@ func (h *hub) leaseStore() *ingest.Store[*slimLease] {
 		h.r.leaseChanged(h, l, nil)
 	}
 	st.Replaced = func(old, objs map[string]*slimLease) {
-		h.leaseOnce.Store(true)
 		h.r.leasesReplaced(h, objs)
 		h.touch()
 	}
