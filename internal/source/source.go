@@ -290,29 +290,43 @@ func (s *Source) setState(to State, err error) {
 }
 
 // check looks at /readyz so that contact is tracked (and a hung API server
-// is noticed) even when no Pod changes: at once on start, then
-// ProbeInterval after each check that passed and ReconnectInterval after
-// each that failed. A client that cannot be checked is not checked again.
+// is noticed) even when no Pod changes (see Contact).
 func (s *Source) check(ctx context.Context) {
+	Contact(ctx, s.client, s.opts, func(err error) {
+		if err != nil {
+			s.setState(Disconnected, err)
+			return
+		}
+		s.touch()
+	})
+}
+
+// Contact checks client's /readyz (opts.Check instead, when set), each check
+// within opts.ProbeTimeout: at once, then opts.ProbeInterval after each check
+// that passed and opts.ReconnectInterval after each that failed, until ctx
+// ends; result hears of each check's outcome. A client that cannot be
+// checked (a fake clientset without opts.Check) is not checked again:
+// contact is then learned from events alone. Every reader of a cluster
+// (sources, relay hubs) tracks contact so; zero durations take New's
+// defaults.
+func Contact(ctx context.Context, client kubernetes.Interface, opts Options, result func(err error)) {
+	opts = New("", nil, nil, Events{}, opts).opts
 	failing := true
 	next := wait.DelayFunc(func() time.Duration {
 		if failing {
-			return s.opts.ReconnectInterval
+			return opts.ReconnectInterval
 		}
-		return s.opts.ProbeInterval
+		return opts.ProbeInterval
 	})
 	_ = next.Until(ctx, true, true, func(ctx context.Context) (bool, error) {
-		err := s.checkOnce(ctx)
+		err := checkOnce(ctx, client, opts)
 		switch {
 		case ctx.Err() != nil:
 		case errors.Is(err, errNoCheck):
 			return true, nil
-		case err != nil:
-			failing = true
-			s.setState(Disconnected, err)
 		default:
-			failing = false
-			s.touch()
+			failing = err != nil
+			result(err)
 		}
 		return false, nil
 	})
@@ -323,13 +337,13 @@ func (s *Source) check(ctx context.Context) {
 var errNoCheck = errors.New("no REST client to check")
 
 // checkOnce checks /readyz once, within ProbeTimeout.
-func (s *Source) checkOnce(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
+func checkOnce(ctx context.Context, client kubernetes.Interface, opts Options) error {
+	cctx, cancel := context.WithTimeout(ctx, opts.ProbeTimeout)
 	defer cancel()
-	if s.opts.Check != nil {
-		return s.opts.Check(cctx)
+	if opts.Check != nil {
+		return opts.Check(cctx)
 	}
-	rc := s.client.Discovery().RESTClient()
+	rc := client.Discovery().RESTClient()
 	if rc == nil { // fake clientsets have none
 		return errNoCheck
 	}

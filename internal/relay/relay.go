@@ -1,0 +1,276 @@
+package relay
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/store"
+)
+
+// The reader of hubs: Relay follows the relay slices and origin Leases of
+// one or more hubs and writes the records of every origin they hold into the
+// record store, one origin at a time (store.ReplaceCluster), as a source
+// does for the cluster it reads.
+//
+// Records of several hubs are one union: a Pod held by two hubs is one
+// record, the statement with the larger Seq winning; a record goes when no
+// synced hub holds it. A hub contributes nothing and removes nothing until
+// its first list of slices arrived, and until every hub listed once no
+// record is removed at all (records loaded from a snapshot stay).
+//
+// Under verify (Config.Keys), a record counts only when its origin's key
+// signed its statement and export annotation for the slice's namespace and
+// source-cluster label, and only when its statement is not older than one
+// accepted for the same Pod (see ReasonReplayed).
+
+// Reasons of refusals a reader of hubs adds to annotation's.
+const (
+	// ReasonReplayed: under verify, a statement with a smaller Seq than one
+	// accepted for the Pod (across every hub, deleted Pods included, see
+	// TombstoneTTL), or with the same Seq and other bytes.
+	ReasonReplayed annotation.Reason = "replayed"
+	// ReasonMalformed: a relay annotation that does not parse, a slice
+	// without a valid source-cluster label, or a Pod entry whose name or
+	// statement is invalid or that the slice lists twice.
+	ReasonMalformed annotation.Reason = "malformed_relay"
+	// ReasonNoKey: under verify, a record of an origin that has no key.
+	ReasonNoKey annotation.Reason = "unknown_origin"
+)
+
+// Reasons lists every Reason Events.Refused may report, for metric labels.
+var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMalformed, ReasonNoKey)
+
+// TombstoneTTL is how long the Seq of a deleted record is remembered, so
+// that an older statement of it that a lagging or hostile hub presents is
+// refused (ReasonReplayed) rather than brought back. At most
+// ingest.MaxObjects statements (live and deleted) are remembered per origin;
+// the oldest tombstones go first. A variable for tests.
+var TombstoneTTL = 24 * time.Hour
+
+// DefaultNamespace is where a hub keeps its origin Leases unless AddHub
+// says otherwise.
+const DefaultNamespace = metav1.NamespaceSystem
+
+// Config configures a Relay.
+type Config struct {
+	// Local is the reader's own cluster: relayed records of it are ignored.
+	Local string
+	// Direct reports the clusters the reader reads directly: relayed
+	// records of them are ignored. May be nil.
+	Direct func(cluster string) bool
+	// Keys, when non-nil, turns verify on: a record counts only when its
+	// endpoint statement is signed by its origin's key; an origin without
+	// a key is refused (ReasonNoKey).
+	Keys map[string]ed25519.PublicKey
+	// Events hears of refusals and state changes.
+	Events Events
+	// Ingest tunes the reflectors of every hub, as those of every reader of
+	// a cluster (its Failed event turns the hub Disconnected).
+	Ingest ingest.Options
+	// Contact tunes the /readyz check of each hub: ProbeInterval,
+	// ProbeTimeout, ReconnectInterval and Check (see source.Options and
+	// source.Contact); its other fields are ignored. Check, when set, is
+	// called for every hub.
+	Contact source.Options
+}
+
+// Events are what a Relay reports; each may be nil. They are called from
+// the Relay's goroutines and must not block.
+type Events struct {
+	// Refused hears of a record refused (pod is "" for a whole slice),
+	// once per change of what the hub holds, not per resync: unsigned, bad
+	// signature (altered, forged, or moved to another namespace or cluster
+	// than the signed ones), replayed, malformed, unknown origin, or an
+	// export entry the parse refused (annotation.Reason*).
+	Refused func(hub, origin, namespace, pod string, r annotation.Rejection)
+	// HubState hears of a hub's transitions, with the error that caused it
+	// if any.
+	HubState func(hub string, from, to source.State, err error)
+	// OriginState hears of an origin's transitions, as the hubs report it
+	// (see Origin).
+	OriginState func(origin string, from, to source.State)
+}
+
+// Origin is what a Relay knows of one origin cluster.
+type Origin struct {
+	Cluster string
+	// Hubs are the hubs holding it now (a slice or a Lease of it), sorted.
+	Hubs []string
+	// State is Connected while some connected hub's Lease says connected;
+	// otherwise Disconnected once any hub knew it, Syncing before.
+	State source.State
+	// LastContact is now (the latest contact with a hub whose Lease says
+	// connected) while Connected; otherwise the latest of each hub's
+	// renewTime of a Lease saying otherwise, each hub's last contact while
+	// its Lease said connected, and the snapshot's (Seed).
+	LastContact time.Time
+	// Records is the number of the origin's records written.
+	Records int
+}
+
+// Hub is the state of one hub, as a source's.
+type Hub struct {
+	Name        string
+	State       source.State
+	LastContact time.Time
+	// Synced: its first list of slices arrived (never reset).
+	Synced bool
+	// Origins is the number of origins it holds (a slice or a Lease).
+	Origins int
+}
+
+// Relay reads hubs into a record store.
+type Relay struct {
+	records *store.Store
+	cfg     Config
+
+	mu        sync.Mutex
+	hubs      []*hub // sorted by name
+	started   bool
+	stopped   bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	origins   map[string]*origin
+	allSynced bool
+}
+
+// New returns a Relay writing into records; AddHub adds its hubs, Start
+// starts it.
+func New(records *store.Store, cfg Config) *Relay {
+	return &Relay{records: records, cfg: cfg, origins: map[string]*origin{}}
+}
+
+// AddHub adds a hub, read with client (made by ingest.Reader.Pods, the
+// client every reader of a cluster uses), whose origin Leases are in
+// namespace (DefaultNamespace when empty). Before Start only.
+func (r *Relay) AddHub(name string, client kubernetes.Interface, namespace string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.started:
+		return errors.New("relay already started")
+	case name == "" || client == nil:
+		return errors.New("a hub needs a name and a client")
+	}
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	for _, h := range r.hubs {
+		if h.name == name {
+			return fmt.Errorf("hub %q added twice", name)
+		}
+	}
+	r.hubs = append(r.hubs, newHub(r, name, client, namespace))
+	slices.SortFunc(r.hubs, func(a, b *hub) int { return cmpString(a.name, b.name) })
+	return nil
+}
+
+// Start starts reading every hub in the background and returns at once.
+func (r *Relay) Start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("relay already started")
+	}
+	r.started = true
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	for _, h := range r.hubs {
+		h.start(ctx, &r.wg)
+	}
+	return nil
+}
+
+// Stop stops every hub's reflectors and checks and waits for them, each
+// reflector at most its StopWait (the error then wraps ingest.ErrSlow). The
+// records written stay in the store.
+func (r *Relay) Stop() error {
+	r.mu.Lock()
+	if !r.started || r.stopped {
+		r.mu.Unlock()
+		return nil
+	}
+	r.stopped = true
+	r.cancel()
+	hubs := slices.Clone(r.hubs)
+	r.mu.Unlock()
+	errs := make([]error, len(hubs))
+	var wg sync.WaitGroup
+	for i, h := range hubs {
+		wg.Go(func() { errs[i] = h.stop() })
+	}
+	wg.Wait()
+	r.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Seed sets an origin's last contact from a snapshot, until a hub says
+// more; a later contact replaces it.
+func (r *Relay) Seed(origin string, lastContact time.Time) {
+	if r.ignored(origin) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.origin(origin)
+	if lastContact.After(o.seed) {
+		o.seed = lastContact
+	}
+}
+
+// Origins returns what the Relay knows of each origin, sorted by cluster.
+func (r *Relay) Origins() []Origin {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Origin, 0, len(r.origins))
+	for name, o := range r.origins {
+		v := r.viewLocked(name)
+		out = append(out, Origin{Cluster: name, Hubs: v.hubs, State: v.state, LastContact: v.last, Records: o.records})
+	}
+	slices.SortFunc(out, func(a, b Origin) int { return cmpString(a.Cluster, b.Cluster) })
+	return out
+}
+
+// Hubs returns the state of each hub, sorted by name.
+func (r *Relay) Hubs() []Hub {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Hub, 0, len(r.hubs))
+	for _, h := range r.hubs {
+		n := len(h.byOrigin)
+		for o := range h.leases {
+			if _, ok := h.byOrigin[o]; !ok {
+				n++
+			}
+		}
+		out = append(out, Hub{Name: h.name, State: h.State(), LastContact: h.LastContact(), Synced: h.listed, Origins: n})
+	}
+	return out
+}
+
+// ignored reports whether relayed records of cluster are ignored: the
+// reader's own, or one it reads directly.
+func (r *Relay) ignored(cluster string) bool {
+	return cluster == r.cfg.Local || (r.cfg.Direct != nil && r.cfg.Direct(cluster))
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

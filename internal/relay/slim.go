@@ -1,0 +1,178 @@
+package relay
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/store"
+)
+
+// slimSlice is what a hub's slice store keeps of an EndpointSlice: its key
+// and version, its origin, and the records its relay annotation makes, each
+// checked (and, under verify, verified) as the slice arrives; the slice
+// itself is dropped at once.
+type slimSlice struct {
+	ingest.Meta
+	origin   string // "" when the slice relays nothing the reader takes
+	label    string // the source-cluster label, for reports
+	entries  []entry
+	refused  []refusal // what the transform refused, reported once per change
+	annoHash uint64    // of the relay annotation and the origin
+}
+
+// entry is one relayed Pod record.
+type entry struct {
+	rec  *store.Pod
+	seq  uint64
+	hash uint64 // of the export annotation, the statement and the signature
+}
+
+type refusal struct {
+	pod string
+	r   annotation.Rejection
+}
+
+func (s *slimSlice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (s *slimSlice) DeepCopyObject() runtime.Object {
+	c := *s
+	return &c // entries and refused are never mutated after the transform
+}
+
+// toSlim returns the transform of a hub's slices.
+func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
+	s := &slimSlice{Meta: ingest.MetaOf(es)}
+	raw, ok := es.Annotations[SliceAnnotation]
+	if !ok {
+		return s // a slice of the hub's own, or of a hub that relays nothing
+	}
+	origin := es.Labels[mcsv1beta1.LabelSourceCluster]
+	s.label = annotation.Clip(origin)
+	s.annoHash = hash(origin, raw)
+	refuse := func(pod string, reason annotation.Reason, format string, a ...any) {
+		s.refused = append(s.refused, refusal{pod, annotation.Rejection{Index: -1, Reason: reason, Detail: fmt.Sprintf(format, a...)}})
+	}
+	if msgs := validation.IsDNS1123Subdomain(origin); len(msgs) > 0 || len(origin) > 127 {
+		refuse("", ReasonMalformed, "slice %s: source-cluster label %q is no cluster ID", es.Name, annotation.Clip(origin))
+		return s
+	}
+	if r.ignored(origin) {
+		return s // read directly, or the reader's own
+	}
+	var key []byte
+	if r.cfg.Keys != nil {
+		key = r.cfg.Keys[origin]
+		if key == nil {
+			refuse("", ReasonNoKey, "slice %s: no key for cluster %s: its records are ignored", es.Name, origin)
+			return s
+		}
+	}
+	sl, err := Parse(raw)
+	if err != nil {
+		refuse("", ReasonMalformed, "slice %s: %v", es.Name, err)
+		return s
+	}
+	s.origin = origin
+	type parsed struct {
+		common   *store.Common
+		rejected []annotation.Rejection
+	}
+	commons := make([]*parsed, len(sl.Exports))
+	seen := make(map[string]bool, len(sl.Pods))
+	for _, p := range sl.Pods {
+		if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
+			refuse(annotation.Clip(p.Name), ReasonMalformed, "slice %s: %q is no Pod name", es.Name, annotation.Clip(p.Name))
+			continue
+		}
+		if seen[p.Name] {
+			refuse(p.Name, ReasonMalformed, "slice %s lists the Pod twice", es.Name)
+			continue
+		}
+		seen[p.Name] = true
+		export := sl.Exports[p.Export]
+		if key != nil {
+			if rej, ok := annotation.VerifyEndpoint(key, p.Signature, origin, es.Namespace, p.Name, p.UID, export, p.Endpoint); !ok {
+				s.refused = append(s.refused, refusal{p.Name, rej})
+				continue
+			}
+		}
+		ep, ips, err := annotation.ParseEndpoint(p.Endpoint)
+		if err != nil {
+			refuse(p.Name, ReasonMalformed, "%v", err)
+			continue
+		}
+		c := commons[p.Export]
+		if c == nil {
+			c = &parsed{common: &store.Common{Cluster: origin, Namespace: es.Namespace}}
+			c.common.Exports, c.rejected = annotation.ParseExports(export, es.Namespace, origin)
+			commons[p.Export] = c
+		}
+		for _, rej := range c.rejected {
+			s.refused = append(s.refused, refusal{p.Name, rej})
+		}
+		s.entries = append(s.entries, entry{
+			rec:  &store.Pod{Common: c.common, Name: p.Name, Hostname: ep.Hostname, IPs: ips, Ready: ep.Ready},
+			seq:  ep.Seq,
+			hash: hash(export, p.Endpoint),
+		})
+	}
+	return s
+}
+
+// slimLease is what a hub's Lease store keeps of an origin Lease.
+type slimLease struct {
+	ingest.Meta
+	origin string
+	state  source.State
+	renew  time.Time
+}
+
+func (l *slimLease) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (l *slimLease) DeepCopyObject() runtime.Object {
+	c := *l
+	return &c
+}
+
+// toLease is the transform of a hub's Leases. A Lease whose origin label is
+// not its name's, or whose state is unknown, says the origin is
+// disconnected as of its renewTime.
+func toLease(l *coordinationv1.Lease) *slimLease {
+	s := &slimLease{Meta: ingest.MetaOf(l), origin: l.Labels[OriginLabel], state: source.Disconnected}
+	if l.Name != LeasePrefix+s.origin {
+		s.origin = ""
+	}
+	for _, st := range source.States {
+		if l.Annotations[OriginStateAnnotation] == st.String() {
+			s.state = st
+		}
+	}
+	if l.Spec.RenewTime != nil {
+		s.renew = l.Spec.RenewTime.Time
+	}
+	return s
+}
+
+// hash is FNV-1a (64 bits) of strs, each after its length.
+func hash(strs ...string) uint64 {
+	h := fnv.New64a()
+	var n [4]byte
+	for _, s := range strs {
+		binary.BigEndian.PutUint32(n[:], uint32(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	return h.Sum64()
+}
