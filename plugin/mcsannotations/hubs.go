@@ -1,7 +1,7 @@
 package mcsannotations
 
 import (
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,7 +69,7 @@ type originSet struct {
 	// last contact, and whether they were out of contact then.
 	seededLost map[string]bool
 	saved      map[string]time.Time // last contact last written to the snapshot, by origin
-	via        map[string]string    // the hubs holding each origin, as last reported in the metrics and logs
+	via        map[string][]string  // the hubs that last held each origin (also from the snapshot), sorted
 }
 
 // get returns the contact of a relayed origin, or nil.
@@ -131,7 +131,7 @@ func (m *MCS) newRelay(cfg config, local string) error {
 	m.relay = r
 	m.origins.seededLost = map[string]bool{}
 	m.origins.saved = map[string]time.Time{}
-	m.origins.via = map[string]string{}
+	m.origins.via = map[string][]string{}
 	return nil
 }
 
@@ -186,38 +186,28 @@ func (m *MCS) refreshOrigins() {
 		if o.State != source.Connected {
 			next.down = true
 		}
-		if via := joinHubs(o.Hubs); via != s.via[o.Cluster] {
-			log.Infof("origin %s: relayed through %s", o.Cluster, orNone(via))
-			s.via[o.Cluster] = via
+		// The path is the hubs holding it now, else those that last did.
+		changed := prev == nil || prev.State != o.State
+		if len(o.Hubs) > 0 && !slices.Equal(o.Hubs, s.via[o.Cluster]) {
+			log.Infof("origin %s: relayed through %s", o.Cluster, strings.Join(o.Hubs, ","))
+			s.via[o.Cluster] = slices.Clone(o.Hubs)
+			changed = true
 		}
 		if st == nil {
 			continue
 		}
-		if prev == nil || prev.State != o.State || joinHubs(prev.Hubs) != joinHubs(o.Hubs) || o.LastContact.Sub(s.saved[o.Cluster]) >= contactSaveEvery {
-			st.SetMeta(o.Cluster, originMeta(o))
+		if changed || o.LastContact.Sub(s.saved[o.Cluster]) >= contactSaveEvery {
+			st.SetMeta(o.Cluster, m.originMeta(o))
 			s.saved[o.Cluster] = o.LastContact
 		}
 	}
 	s.cur.Store(next)
 }
 
-func originMeta(o relay.Origin) snapshot.Meta {
-	return snapshot.Meta{ClusterID: o.Cluster, LastContact: o.LastContact, State: o.State.String(), Via: sortedHubs(o.Hubs)}
-}
-
-func sortedHubs(hubs []string) []string {
-	h := append([]string(nil), hubs...)
-	sort.Strings(h)
-	return h
-}
-
-func joinHubs(hubs []string) string { return strings.Join(sortedHubs(hubs), ",") }
-
-func orNone(s string) string {
-	if s == "" {
-		return "no hub (its records are kept as last relayed)"
-	}
-	return s
+// originMeta is the snapshot's meta of a relayed origin: its state, last
+// contact and the hubs that last held it.
+func (m *MCS) originMeta(o relay.Origin) snapshot.Meta {
+	return snapshot.Meta{ClusterID: o.Cluster, LastContact: o.LastContact, State: o.State.String(), Via: m.origins.via[o.Cluster]}
 }
 
 // isOrigin says whether records of cluster, not read by a source of m, may
@@ -231,6 +221,9 @@ func (m *MCS) seedOrigin(cluster string, meta snapshot.Meta) {
 	m.relay.Seed(cluster, meta.LastContact)
 	m.origins.mu.Lock()
 	m.origins.seededLost[cluster] = meta.State == source.Disconnected.String()
+	if len(meta.Via) > 0 {
+		m.origins.via[cluster] = slices.Clone(meta.Via)
+	}
 	m.origins.mu.Unlock()
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 )
@@ -301,7 +302,7 @@ func (m *MCS) registerSeries() {
 	if m.relay != nil {
 		informers = append(informers, hubsInformer)
 		for _, h := range m.relay.Hubs() {
-			for _, r := range annotation.Reasons {
+			for _, r := range relay.Reasons {
 				relayRefused.WithLabelValues(h.Name, string(r))
 			}
 		}

@@ -376,7 +376,7 @@ func (m *MCS) writeTable(st *snapshot.Store) {
 	if m.relay != nil {
 		for _, o := range m.relay.Origins() {
 			if held[o.Cluster] > 0 {
-				write(o.Cluster, originMeta(o))
+				write(o.Cluster, m.originMeta(o))
 			}
 		}
 	}
