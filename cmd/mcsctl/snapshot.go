@@ -45,6 +45,9 @@ type sourceInfo struct {
 	// ("connected", "syncing", "disconnected"; absent in files of older
 	// builds).
 	State string `json:"state,omitempty"`
+	// Via names the hubs the cluster's records were relayed through when
+	// the file was last written for it; absent: read directly.
+	Via []string `json:"via,omitempty"`
 }
 
 type clusterSetIP struct {
@@ -157,7 +160,7 @@ func readSite(path string, timeout time.Duration) (*site, error) {
 	}
 	err = st.Scan(func(name string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
 		src := sourceInfo{Cluster: name, Complete: !meta.LastFullSync.IsZero(),
-			LastContact: timePtr(meta.LastContact), LastFullSync: timePtr(meta.LastFullSync), State: meta.State}
+			LastContact: timePtr(meta.LastContact), LastFullSync: timePtr(meta.LastFullSync), State: meta.State, Via: meta.Via}
 		s.metas[name] = meta
 		dec := snapshot.NewPodDecoder()
 		for k, v := range records {
@@ -247,13 +250,17 @@ func printSite(w io.Writer, s *site, now time.Time) {
 	}
 	fmt.Fprintf(w, "Snapshot %s%s\n\n", s.File, how)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tRECORDS\tCOMPLETE\tSTATE WRITTEN\tLAST CONTACT\tLAST FULL SYNC\tBAD RECORDS")
+	fmt.Fprintln(tw, "SOURCE\tPATH\tRECORDS\tCOMPLETE\tSTATE WRITTEN\tLAST CONTACT\tLAST FULL SYNC\tBAD RECORDS")
 	for _, src := range s.Sources {
 		state := src.State
 		if state == "" {
 			state = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%t\t%s\t%s\t%s\t%d\n", src.Cluster, src.Records, src.Complete, state, ago(src.LastContact, now), ago(src.LastFullSync, now), src.BadRecords)
+		path := "direct"
+		if len(src.Via) > 0 {
+			path = "via " + strings.Join(src.Via, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%t\t%s\t%s\t%s\t%d\n", src.Cluster, path, src.Records, src.Complete, state, ago(src.LastContact, now), ago(src.LastFullSync, now), src.BadRecords)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nLocal Pods known as DNS clients: %d\n", s.Clients)

@@ -113,7 +113,7 @@ func TestSnapshotStaleStates(t *testing.T) {
 		stalePods("edge-a", 1, map[string]string{"db": "serve"}))
 	put("edge-b", snapshot.Meta{State: "disconnected", LastContact: now.Add(-2 * time.Minute)},
 		stalePods("edge-b", 2, map[string]string{"web": "drop-after=30s", "db": "drop-if-local-after=30s", "api": "serve"}))
-	put("edge-c", snapshot.Meta{State: "disconnected", LastContact: now.Add(-2 * time.Hour)},
+	put("edge-c", snapshot.Meta{State: "disconnected", LastContact: now.Add(-2 * time.Hour), Via: []string{"hub-1", "hub-2"}},
 		stalePods("edge-c", 3, map[string]string{"web": "serve"}))
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestSnapshotStaleStates(t *testing.T) {
 	}
 	text := out.String()
 	for _, w := range []string{
-		"STATE WRITTEN", "disconnected",
+		"STATE WRITTEN", "disconnected", "PATH", "direct", "via hub-1,hub-2",
 		// (ages as of the run, from about 2 minutes and 2 hours)
 		"state stale, 2m", "since its last contact; policy: the service's drop-after=30s (stricter than the Corefile's expire 1h0m0s); its endpoints are left out of the answers",
 		"since its last contact; policy: the Corefile's expire 1h0m0s (stricter than the service's serve); its endpoints are answered, marked stale to EDNS0 clients, for 5",

@@ -52,6 +52,7 @@ type storedMeta struct {
 	LastContact  time.Time `json:"lastContact"`
 	LastFullSync time.Time `json:"lastFullSync"`
 	State        string    `json:"state,omitempty"`
+	Via          []string  `json:"via,omitempty"`
 }
 
 func encodeMeta(m Meta) ([]byte, error) {
@@ -60,6 +61,7 @@ func encodeMeta(m Meta) ([]byte, error) {
 		LastContact:  m.LastContact.UTC(),
 		LastFullSync: m.LastFullSync.UTC(),
 		State:        m.State,
+		Via:          m.Via,
 	})
 }
 
@@ -68,7 +70,7 @@ func decodeMeta(b []byte) (Meta, error) {
 	if err := json.Unmarshal(b, &sm); err != nil {
 		return Meta{}, err
 	}
-	return Meta{ClusterID: sm.ClusterID, LastContact: sm.LastContact, LastFullSync: sm.LastFullSync, State: sm.State}, nil
+	return Meta{ClusterID: sm.ClusterID, LastContact: sm.LastContact, LastFullSync: sm.LastFullSync, State: sm.State, Via: sm.Via}, nil
 }
 
 // errUnusable marks a problem with the file's contents (as opposed to an I/O

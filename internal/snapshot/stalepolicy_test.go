@@ -195,10 +195,15 @@ func TestMetaState(t *testing.T) {
 	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	s.ReplaceSource("edge-b", map[string][]byte{}, Meta{ClusterID: "edge-b", LastContact: at, LastFullSync: at, State: "connected"})
 	s.SetMeta("edge-b", Meta{ClusterID: "edge-b", LastContact: at, LastFullSync: at, State: "disconnected"})
+	s.ReplaceSource("edge-o", map[string][]byte{}, Meta{ClusterID: "edge-o", LastContact: at, State: "connected", Via: []string{"hub-1", "hub-2"}})
 	mustClose(t, s)
 	s, _ = mustOpen(t, path, testOptions(&l))
-	if m := mustLoad(t, s)["edge-b"].Meta; m.State != "disconnected" || !m.LastContact.Equal(at) {
+	loaded := mustLoad(t, s)
+	if m := loaded["edge-b"].Meta; m.State != "disconnected" || !m.LastContact.Equal(at) || m.Via != nil {
 		t.Errorf("meta %+v, want the state and contact last written", m)
+	}
+	if m := loaded["edge-o"].Meta; !slices.Equal(m.Via, []string{"hub-1", "hub-2"}) {
+		t.Errorf("a relayed cluster's meta %+v, want the hubs it came through", m)
 	}
 	mustClose(t, s)
 

@@ -26,6 +26,7 @@ type Meta struct {
 	LastContact  time.Time // last successful contact with the source
 	LastFullSync time.Time // last time a full list replaced the source's records
 	State        string    // the source's state when the meta was written ("connected", ...); "": not recorded
+	Via          []string  // the hubs that relayed the cluster's records; empty: read directly
 	Records      int       // number of records; filled by Load, ignored on write
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/clients"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/probe"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
@@ -40,6 +41,8 @@ type MCS struct {
 	records *store.Store // what the sources write and the snapshot journals
 	table   *table.Table // the DNS answers of records
 	sources []*source.Source
+	relay   *relay.Relay // the hubs' relayed origins; nil without hub words
+	origins originSet    // the relayed origins, as the stale rules read them
 
 	expire time.Duration // 0: a source's records are kept however long it is gone
 	stale  staleness     // which sources' records answers mark as stale
@@ -123,11 +126,7 @@ func newMCS(cfg config) (*MCS, error) {
 	clientOf := func(name, kubeconfig, kubecontext string) (kubernetes.Interface, error) {
 		client, err := clientFor(kubeconfig, kubecontext)
 		if err != nil {
-			where := "in-cluster config"
-			if kubeconfig != "" {
-				where = "kubeconfig " + kubeconfig
-			}
-			return nil, fmt.Errorf("cluster %s: %s: %w", name, where, err)
+			return nil, clientError("cluster "+name, kubeconfig, err)
 		}
 		return client, nil
 	}
@@ -142,6 +141,11 @@ func newMCS(cfg config) (*MCS, error) {
 	for _, p := range cfg.peers {
 		if p.name == cluster {
 			return nil, fmt.Errorf("peer %q has the name of the local cluster", p.name)
+		}
+	}
+	for _, h := range cfg.hubs {
+		if h.name == cluster {
+			return nil, fmt.Errorf("hub %q has the name of the local cluster", h.name)
 		}
 	}
 	// parse checked the keys of the clusters the Corefile names; an ID
@@ -203,8 +207,20 @@ func newMCS(cfg config) (*MCS, error) {
 		m.sources = append(m.sources, source.New(p.name, client, records, m.sourceEvents(p.name),
 			source.Options{Key: cfg.keys[p.name], Ingest: ingestOptions(clusterInformer(p.name)), Scoped: true}))
 	}
+	if err := m.newRelay(cfg, cluster); err != nil {
+		return nil, err
+	}
 	m.newProber(cfg.probe)
 	return m, nil
+}
+
+// clientError says which client of what could not be made.
+func clientError(what, kubeconfig string, err error) error {
+	where := "in-cluster config"
+	if kubeconfig != "" {
+		where = "kubeconfig " + kubeconfig
+	}
+	return fmt.Errorf("%s: %s: %w", what, where, err)
 }
 
 // sourceFor returns the source of cluster, or nil.
@@ -365,6 +381,12 @@ func (m *MCS) start() error {
 			return fmt.Errorf("cluster %s: %w", s.Cluster(), err)
 		}
 	}
+	if m.relay != nil {
+		m.origins.started = time.Now()
+		if err := m.relay.Start(); err != nil {
+			return fmt.Errorf("hubs: %w", err)
+		}
+	}
 	if err := m.watcher.Start(); err != nil {
 		return fmt.Errorf("local Pods: %w", err)
 	}
@@ -391,6 +413,9 @@ func (m *MCS) stop() error {
 	}
 	for _, s := range m.sources {
 		wg.Go(func() { stopped(clusterInformer(s.Cluster()), s.Stop()) })
+	}
+	if m.relay != nil {
+		wg.Go(func() { stopped(hubsInformer, m.relay.Stop()) })
 	}
 	wg.Wait()
 	if m.cancel != nil {

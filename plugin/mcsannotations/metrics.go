@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/serviceimport"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 )
@@ -151,6 +152,13 @@ var (
 		Help:      "Parts of ServiceImports ignored, by reason: malformed, invalid_type, invalid_ip, invalid_port.",
 	}, []string{"reason"})
 
+	relayRefused = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: subsystem,
+		Name:      "relay_refused_total",
+		Help:      "Records relayed by a hub and refused, by hub and reason (unsigned, bad_signature, replayed, malformed, ...); counted once per change of the record.",
+	}, []string{"hub", "reason"})
+
 	indexBuilds = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
@@ -174,6 +182,12 @@ var (
 		"Record changes waiting for the next snapshot commit (grows while writes fail).", nil, nil)
 	lastWriteDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "snapshot_last_write_timestamp_seconds"),
 		"Unix time of the last successful snapshot commit.", nil, nil)
+	hubStateDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "hub_state"),
+		"1 for the hub's current state (syncing, connected, disconnected), 0 for the others.", []string{"hub", "state"}, nil)
+	hubContactDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "hub_last_contact_seconds"),
+		"Seconds since the hub's API server last answered (-1 if never).", []string{"hub"}, nil)
+	originViaDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "origin_via"),
+		"1 for each hub that relays the records of a cluster the plugin does not read itself.", []string{"cluster", "hub"}, nil)
 	contactDesc = prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, subsystem, "source_last_contact_seconds"),
 		"Seconds since the source's API server last answered (-1 if never).", []string{"cluster"}, nil)
 )
@@ -194,6 +208,9 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- recordsDesc
 	ch <- stateDesc
 	ch <- contactDesc
+	ch <- hubStateDesc
+	ch <- hubContactDesc
+	ch <- originViaDesc
 	ch <- writesDesc
 	ch <- writeErrorsDesc
 	ch <- lastWriteDesc
@@ -237,6 +254,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(contactDesc, prometheus.GaugeValue, since, cl)
 		}
+		m.collectHubs(ch, seen, counts)
 	}
 }
 
@@ -261,6 +279,16 @@ const (
 // clusterInformer names the informer of a source.
 func clusterInformer(cluster string) string { return "cluster/" + cluster }
 
+// registerClusterSeries creates, at 0, the series of a cluster's counters.
+func registerClusterSeries(cl string) {
+	sourceExpirations.WithLabelValues(cl)
+	staleAnswers.WithLabelValues(cl)
+	unencodableNames.WithLabelValues(cl)
+	for _, r := range annotation.Reasons {
+		rejectedAnnotations.WithLabelValues(cl, string(r))
+	}
+}
+
 // registerSeries creates, at 0, every labelled series of m's clusters and
 // informers before anything starts, so that an alert on a counter's increase
 // sees its first event (Prometheus takes a series' first sample as its
@@ -268,13 +296,15 @@ func clusterInformer(cluster string) string { return "cluster/" + cluster }
 func (m *MCS) registerSeries() {
 	informers := []string{clientsInformer}
 	for _, s := range m.sources {
-		cl := s.Cluster()
-		informers = append(informers, clusterInformer(cl))
-		sourceExpirations.WithLabelValues(cl)
-		staleAnswers.WithLabelValues(cl)
-		unencodableNames.WithLabelValues(cl)
-		for _, r := range annotation.Reasons {
-			rejectedAnnotations.WithLabelValues(cl, string(r))
+		informers = append(informers, clusterInformer(s.Cluster()))
+		registerClusterSeries(s.Cluster())
+	}
+	if m.relay != nil {
+		informers = append(informers, hubsInformer)
+		for _, h := range m.relay.Hubs() {
+			for _, r := range relay.Reasons {
+				relayRefused.WithLabelValues(h.Name, string(r))
+			}
 		}
 	}
 	for _, inf := range informers {

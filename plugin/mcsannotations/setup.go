@@ -88,6 +88,7 @@ type config struct {
 	fall        fall.F
 	snapshot    string        // bbolt file; empty: no snapshot
 	peers       []peerConfig  // in Corefile order
+	hubs        []peerConfig  // in Corefile order: clusters whose MCS controller relays other clusters' records
 	expire      time.Duration // 0: never
 	enforce     bool          // imports enforce
 	allow       []netip.Prefix
@@ -192,23 +193,17 @@ func parse(c *caddy.Controller) (config, error) {
 				}
 				cfg.snapshot = v
 			case "peer":
-				a := c.RemainingArgs()
-				if len(a) < 2 || len(a) > 3 {
-					return cfg, c.Errf("peer takes NAME KUBECONFIG [CONTEXT], got %d arguments", len(a))
-				}
-				if !annotation.ValidClusterID(a[0]) {
-					return cfg, c.Errf("peer %q: the name must be an RFC 1123 subdomain of at most %d characters", a[0], annotation.MaxClusterIDLen)
-				}
-				for _, p := range cfg.peers {
-					if p.name == a[0] {
-						return cfg, c.Errf("peer %q is listed twice", a[0])
-					}
-				}
-				p := peerConfig{name: a[0], kubeconfig: a[1]}
-				if len(a) == 3 {
-					p.kubecontext = a[2]
+				p, err := clusterWord(c, "peer", cfg.peers)
+				if err != nil {
+					return cfg, err
 				}
 				cfg.peers = append(cfg.peers, p)
+			case "hub":
+				h, err := clusterWord(c, "hub", cfg.hubs)
+				if err != nil {
+					return cfg, err
+				}
+				cfg.hubs = append(cfg.hubs, h)
 			case "expire":
 				v, err := oneArg(c)
 				if err != nil {
@@ -278,6 +273,11 @@ func parse(c *caddy.Controller) (config, error) {
 			return cfg, fmt.Errorf("peer %q has the name of the local cluster", p.name)
 		}
 	}
+	for _, h := range cfg.hubs {
+		if cfg.cluster != "" && h.name == cfg.cluster {
+			return cfg, fmt.Errorf("hub %q has the name of the local cluster", h.name)
+		}
+	}
 	if cfg.keys != nil {
 		// Every watched cluster needs its key. A local ID not in the
 		// Corefile is checked once it is known (newMCS).
@@ -293,6 +293,28 @@ func parse(c *caddy.Controller) (config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// clusterWord reads the arguments of a peer or hub word (NAME KUBECONFIG
+// [CONTEXT]), whose name must be new in listed.
+func clusterWord(c *caddy.Controller, word string, listed []peerConfig) (peerConfig, error) {
+	a := c.RemainingArgs()
+	if len(a) < 2 || len(a) > 3 {
+		return peerConfig{}, c.Errf("%s takes NAME KUBECONFIG [CONTEXT], got %d arguments", word, len(a))
+	}
+	if !annotation.ValidClusterID(a[0]) {
+		return peerConfig{}, c.Errf("%s %q: the name must be an RFC 1123 subdomain of at most %d characters", word, a[0], annotation.MaxClusterIDLen)
+	}
+	for _, p := range listed {
+		if p.name == a[0] {
+			return peerConfig{}, c.Errf("%s %q is listed twice", word, a[0])
+		}
+	}
+	p := peerConfig{name: a[0], kubeconfig: a[1]}
+	if len(a) == 3 {
+		p.kubecontext = a[2]
+	}
+	return p, nil
 }
 
 // hasKey says whether verify has the public key of cluster, which is what

@@ -34,6 +34,7 @@ func TestParse(t *testing.T) {
 		fallQ    string // a name fallthrough must cover, if set
 		snapshot string
 		peers    []peerConfig
+		hubs     []peerConfig
 		expire   time.Duration
 		enforce  bool
 		allow    []netip.Prefix
@@ -45,6 +46,8 @@ func TestParse(t *testing.T) {
 		{input: "mcsannotations {\n cluster edge-a\n snapshot /var/lib/mcs/table.db\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, snapshot: "/var/lib/mcs/table.db"},
 		{input: "mcsannotations {\n cluster edge-a\n peer edge-b /b.yaml\n peer edge-c /c.yaml ctx-c\n expire 24h\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5,
 			peers: []peerConfig{{"edge-b", "/b.yaml", ""}, {"edge-c", "/c.yaml", "ctx-c"}}, expire: 24 * time.Hour},
+		{input: "mcsannotations {\n cluster edge-a\n peer edge-b /b.yaml\n hub hub-1 /h1.yaml\n hub hub-2 /h2.yaml ctx-2\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5,
+			peers: []peerConfig{{"edge-b", "/b.yaml", ""}}, hubs: []peerConfig{{"hub-1", "/h1.yaml", ""}, {"hub-2", "/h2.yaml", "ctx-2"}}},
 		{input: "mcsannotations {\n cluster edge-a\n imports enforce\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, enforce: true},
 		{input: "mcsannotations {\n cluster edge-a\n imports enforce allow 10.1.2.3/8 fd00::/8\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, enforce: true,
 			allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}},
@@ -75,6 +78,11 @@ func TestParse(t *testing.T) {
 		{input: "mcsannotations {\n cluster a\n peer B_ /k\n}", err: `peer "B_": the name must be an RFC 1123 subdomain`},
 		{input: "mcsannotations {\n cluster a\n peer b /k\n peer b /k2\n}", err: `peer "b" is listed twice`},
 		{input: "mcsannotations {\n peer a /k\n cluster a\n}", err: `peer "a" has the name of the local cluster`},
+		{input: "mcsannotations {\n cluster a\n hub h\n}", err: "hub takes NAME KUBECONFIG [CONTEXT], got 1 arguments"},
+		{input: "mcsannotations {\n cluster a\n hub h /k c d\n}", err: "hub takes NAME KUBECONFIG [CONTEXT], got 4 arguments"},
+		{input: "mcsannotations {\n cluster a\n hub H_ /k\n}", err: `hub "H_": the name must be an RFC 1123 subdomain`},
+		{input: "mcsannotations {\n cluster a\n hub h /k\n hub h /k2\n}", err: `hub "h" is listed twice`},
+		{input: "mcsannotations {\n hub a /k\n cluster a\n}", err: `hub "a" has the name of the local cluster`},
 		{input: "mcsannotations {\n cluster a\n expire\n}", err: "expire takes exactly one argument, got 0"},
 		{input: "mcsannotations {\n cluster a\n imports\n}", err: "imports takes enforce [allow CIDR...]"},
 		{input: "mcsannotations {\n cluster a\n imports allow 10.0.0.0/8\n}", err: "imports takes enforce [allow CIDR...]"},
@@ -95,7 +103,7 @@ func TestParse(t *testing.T) {
 			}
 			if strings.Join(cfg.zones, ",") != strings.Join(tc.zones, ",") || cfg.cluster != tc.cluster ||
 				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc || cfg.snapshot != tc.snapshot ||
-				!slices.Equal(cfg.peers, tc.peers) || cfg.expire != tc.expire ||
+				!slices.Equal(cfg.peers, tc.peers) || !slices.Equal(cfg.hubs, tc.hubs) || cfg.expire != tc.expire ||
 				cfg.enforce != tc.enforce || !slices.Equal(cfg.allow, tc.allow) || cfg.nsRecords != cmp.Or(tc.records, defaultNamespaceRecords) {
 				t.Errorf("got %+v", cfg)
 			}

@@ -153,7 +153,7 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	// memory).
 	err := st.Scan(func(cluster string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
 		s := m.sourceFor(cluster)
-		if s == nil {
+		if s == nil && !m.isOrigin(cluster) {
 			st.DropSource(cluster)
 			log.Infof("snapshot: dropping records of cluster %s, which is no longer configured", cluster)
 			return nil
@@ -167,9 +167,13 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 			st.Delete(cluster, k)
 		}
 		m.records.ReplaceCluster(cluster, pods)
-		s.SeedLastContact(meta.LastContact)
-		s.SeedLastFullSync(meta.LastFullSync)
-		m.staleState().seedLost(cluster, meta.State)
+		if s != nil {
+			s.SeedLastContact(meta.LastContact)
+			s.SeedLastFullSync(meta.LastFullSync)
+			m.staleState().seedLost(cluster, meta.State)
+		} else {
+			m.seedOrigin(cluster, meta)
+		}
 		total += len(pods)
 		if !meta.LastFullSync.IsZero() {
 			m.snapshotLoaded.Store(true)
@@ -354,17 +358,27 @@ func (m *MCS) reopenSnapshot() error {
 // the DNS clients and the ClusterSetIP services.
 func (m *MCS) writeTable(st *snapshot.Store) {
 	held := m.records.Len()
-	for _, s := range m.sources {
-		if !s.HasSynced() && held[s.Cluster()] == 0 {
-			continue
-		}
+	write := func(cluster string, meta snapshot.Meta) {
 		recs := map[string][]byte{}
-		for _, p := range m.records.Pods(s.Cluster()) {
+		for _, p := range m.records.Pods(cluster) {
 			if b, err := snapshot.EncodePod(p); err == nil {
 				recs[p.Namespace+"/"+p.Name] = b
 			}
 		}
-		st.ReplaceSource(s.Cluster(), recs, m.meta(s))
+		st.ReplaceSource(cluster, recs, meta)
+	}
+	for _, s := range m.sources {
+		if !s.HasSynced() && held[s.Cluster()] == 0 {
+			continue
+		}
+		write(s.Cluster(), m.meta(s))
+	}
+	if m.relay != nil {
+		for _, o := range m.relay.Origins() {
+			if held[o.Cluster] > 0 {
+				write(o.Cluster, m.originMeta(o))
+			}
+		}
 	}
 	st.ReplaceClients(func(yield func(*clients.Client, []netip.Addr) bool) {
 		m.clients.Each(func(c *clients.Client, ips []netip.Addr) { yield(c, ips) })

@@ -139,19 +139,29 @@ const staleEvery = time.Second
 // to the answers.
 func (m *MCS) staleLoop(ctx context.Context) {
 	st := m.staleState()
-	wait.UntilWithContext(ctx, func(context.Context) { m.applyStalePolicies(st.now()) }, staleEvery)
+	wait.UntilWithContext(ctx, func(context.Context) {
+		m.refreshOrigins()
+		m.applyStalePolicies(st.now())
+	}, staleEvery)
 }
 
 func (m *MCS) applyStalePolicies(now time.Time) {
 	for _, c := range m.staleState().all {
-		d := c.outOfContact(now)
-		if n := m.table.SetStaleFor(c.Cluster(), d); n > 0 {
-			if d == 0 {
-				log.Infof("cluster %s: in contact again: %d services whose exporters drop stale endpoints answer with its endpoints again", c.Cluster(), n)
-			} else {
-				log.Infof("cluster %s: out of contact for %s: %d services answer with or without its endpoints as their exporters' stale policy says", c.Cluster(), d.Round(time.Second), n)
-			}
-		}
+		m.applyStalePolicy(c, now)
+	}
+	m.origins.each(func(c *clusterContact) { m.applyStalePolicy(c, now) })
+}
+
+// applyStalePolicy hands the table how long c has been out of contact.
+func (m *MCS) applyStalePolicy(c *clusterContact, now time.Time) {
+	d := c.outOfContact(now)
+	n := m.table.SetStaleFor(c.Cluster(), d)
+	switch {
+	case n == 0:
+	case d == 0:
+		log.Infof("cluster %s: in contact again: %d services whose exporters drop stale endpoints answer with its endpoints again", c.Cluster(), n)
+	default:
+		log.Infof("cluster %s: out of contact for %s: %d services answer with or without its endpoints as their exporters' stale policy says", c.Cluster(), d.Round(time.Second), n)
 	}
 }
 
@@ -161,7 +171,7 @@ func (m *MCS) applyStalePolicies(now time.Time) {
 // source connected, costs a look at each source's state and no allocation.
 func (m *MCS) markStale(msg, r *dns.Msg, clusters []string) {
 	st := m.staleState()
-	down := false
+	down := m.origins.anyDown()
 	for _, c := range st.all {
 		if c.State() != source.Connected {
 			down = true
@@ -177,7 +187,9 @@ func (m *MCS) markStale(msg, r *dns.Msg, clusters []string) {
 	for _, cluster := range clusters {
 		c := st.by[cluster]
 		if c == nil {
-			continue // no source: the table holds no records of it
+			if c = m.origins.get(cluster); c == nil {
+				continue // no source, no relayed origin: the table holds no records of it
+			}
 		}
 		age, stale := c.age(now)
 		if !stale {

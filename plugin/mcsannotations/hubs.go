@@ -1,0 +1,284 @@
+package mcsannotations
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+)
+
+// Relayed origins (docs/DESIGN.md#relay-hubs): with hub words, the records
+// of clusters the plugin does not read itself come through the hubs' MCS
+// controllers (internal/relay), each still tagged with its origin cluster.
+// An origin counts as a cluster like a source does for every rule that
+// follows contact: the stale mark, the stale policies, the snapshot's last
+// contact and the metrics. Its state and last contact are the relay's: what
+// the hubs say of it, and how current the hubs are.
+
+// hubsInformer names the informers of the hubs in the informer metrics.
+const hubsInformer = "hubs"
+
+// originContact is one relayed origin as the stale rules read it: the
+// relay's view of it as of the last refresh (at most staleEvery old).
+type originContact struct {
+	cluster string
+	started time.Time // the relay's start: the first grace, as a source's start gives
+	view    atomic.Pointer[relay.Origin]
+}
+
+func (o *originContact) Cluster() string { return o.cluster }
+func (o *originContact) Started() time.Time {
+	return o.started
+}
+
+func (o *originContact) State() source.State {
+	if v := o.view.Load(); v != nil {
+		return v.State
+	}
+	return source.Syncing
+}
+
+func (o *originContact) LastContact() time.Time {
+	if v := o.view.Load(); v != nil {
+		return v.LastContact
+	}
+	return time.Time{}
+}
+
+// origins is the set of relayed origins, replaced whole at each refresh, so
+// that the query path reads it without a lock.
+type origins struct {
+	by   map[string]*clusterContact
+	down bool // some origin is not connected
+}
+
+// originSet keeps the relayed origins of m.
+type originSet struct {
+	mu      sync.Mutex // serialises refreshes
+	started time.Time
+	cur     atomic.Pointer[origins]
+	// seeded: what the snapshot said of origins before the relay started:
+	// last contact, and whether they were out of contact then.
+	seededLost map[string]bool
+	saved      map[string]time.Time // last contact last written to the snapshot, by origin
+	via        map[string][]string  // the hubs that last held each origin (also from the snapshot), sorted
+}
+
+// get returns the contact of a relayed origin, or nil.
+func (s *originSet) get(cluster string) *clusterContact {
+	if o := s.cur.Load(); o != nil {
+		return o.by[cluster]
+	}
+	return nil
+}
+
+// anyDown reports whether some relayed origin is not connected.
+func (s *originSet) anyDown() bool {
+	o := s.cur.Load()
+	return o != nil && o.down
+}
+
+// each calls f for every relayed origin.
+func (s *originSet) each(f func(*clusterContact)) {
+	if o := s.cur.Load(); o != nil {
+		for _, c := range o.by {
+			f(c)
+		}
+	}
+}
+
+// newRelay builds the relay of cfg's hubs, which writes the records of the
+// origins it relays into m's record store; nil without hub words.
+func (m *MCS) newRelay(cfg config, local string) error {
+	if len(cfg.hubs) == 0 {
+		return nil
+	}
+	direct := map[string]bool{}
+	for _, p := range cfg.peers {
+		direct[p.name] = true
+	}
+	r := relay.New(m.records, relay.Config{
+		Local:  local,
+		Direct: func(cluster string) bool { return direct[cluster] },
+		Keys:   cfg.keys,
+		Events: relay.Events{
+			Refused:     logRelayRefused,
+			HubState:    m.hubStateChanged,
+			OriginState: m.originStateChanged,
+		},
+		Ingest: ingestOptions(hubsInformer),
+	})
+	for _, h := range cfg.hubs {
+		client, err := clientFor(h.kubeconfig, h.kubecontext)
+		if err != nil {
+			return clientError("hub "+h.name, h.kubeconfig, err)
+		}
+		if err := r.AddHub(h.name, client, ""); err != nil {
+			return err
+		}
+	}
+	if cfg.keys != nil {
+		log.Infof("hubs: relayed records count only when their origin cluster's key signed their endpoint statement")
+	}
+	m.relay = r
+	m.origins.seededLost = map[string]bool{}
+	m.origins.saved = map[string]time.Time{}
+	m.origins.via = map[string][]string{}
+	return nil
+}
+
+// logRelayRefused logs and counts a relayed record refused.
+func logRelayRefused(hub, origin, namespace, pod string, r annotation.Rejection) {
+	relayRefused.WithLabelValues(hub, string(r.Reason)).Inc()
+	log.Warningf("hub %s: origin %s: Pod %s/%s: relayed record refused: %s", hub, origin, namespace, pod, r)
+}
+
+func (m *MCS) hubStateChanged(hub string, from, to source.State, err error) {
+	if err != nil {
+		log.Warningf("hub %s: %s -> %s: %v", hub, from, to, err)
+		return
+	}
+	log.Infof("hub %s: %s -> %s", hub, from, to)
+}
+
+func (m *MCS) originStateChanged(origin string, from, to source.State) {
+	log.Infof("origin %s (through hubs): %s -> %s", origin, from, to)
+	m.refreshOrigins()
+}
+
+// refreshOrigins takes the relay's view of its origins: new origins get a
+// contact (and their series), the others their current state, and the
+// snapshot the meta of those whose state changed or whose contact ran
+// contactSaveEvery ahead of the one written.
+func (m *MCS) refreshOrigins() {
+	if m.relay == nil {
+		return
+	}
+	s := &m.origins
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.cur.Load()
+	next := &origins{by: map[string]*clusterContact{}}
+	st := m.store.Load()
+	for _, o := range m.relay.Origins() {
+		o := o
+		c := (*clusterContact)(nil)
+		if cur != nil {
+			c = cur.by[o.Cluster]
+		}
+		if c == nil {
+			oc := &originContact{cluster: o.Cluster, started: s.started}
+			c = &clusterContact{contact: oc, answers: staleAnswers.WithLabelValues(o.Cluster)}
+			c.lost.Store(s.seededLost[o.Cluster])
+			registerClusterSeries(o.Cluster)
+		}
+		oc := c.contact.(*originContact)
+		prev := oc.view.Swap(&o)
+		next.by[o.Cluster] = c
+		if o.State != source.Connected {
+			next.down = true
+		}
+		// The path is the hubs holding it now, else those that last did.
+		changed := prev == nil || prev.State != o.State
+		if len(o.Hubs) > 0 && !slices.Equal(o.Hubs, s.via[o.Cluster]) {
+			log.Infof("origin %s: relayed through %s", o.Cluster, strings.Join(o.Hubs, ","))
+			s.via[o.Cluster] = slices.Clone(o.Hubs)
+			changed = true
+		}
+		if st == nil {
+			continue
+		}
+		if changed || o.LastContact.Sub(s.saved[o.Cluster]) >= contactSaveEvery {
+			st.SetMeta(o.Cluster, m.originMeta(o))
+			s.saved[o.Cluster] = o.LastContact
+		}
+	}
+	s.cur.Store(next)
+}
+
+// originMeta is the snapshot's meta of a relayed origin: its state, last
+// contact and the hubs that last held it.
+func (m *MCS) originMeta(o relay.Origin) snapshot.Meta {
+	return snapshot.Meta{ClusterID: o.Cluster, LastContact: o.LastContact, State: o.State.String(), Via: m.origins.via[o.Cluster]}
+}
+
+// isOrigin says whether records of cluster, not read by a source of m, may
+// come through its hubs (and so are kept from the snapshot).
+func (m *MCS) isOrigin(cluster string) bool {
+	return m.relay != nil && m.sourceFor(cluster) == nil
+}
+
+// seedOrigin notes what the snapshot recorded of a relayed origin.
+func (m *MCS) seedOrigin(cluster string, meta snapshot.Meta) {
+	m.relay.Seed(cluster, meta.LastContact)
+	m.origins.mu.Lock()
+	m.origins.seededLost[cluster] = meta.State == source.Disconnected.String()
+	if len(meta.Via) > 0 {
+		m.origins.via[cluster] = slices.Clone(meta.Via)
+	}
+	m.origins.mu.Unlock()
+}
+
+// hubsSynced: every hub has applied its first complete list.
+func (m *MCS) hubsSynced() bool {
+	if m.relay == nil {
+		return true
+	}
+	for _, h := range m.relay.Hubs() {
+		if !h.Synced {
+			return false
+		}
+	}
+	return true
+}
+
+// collectHubs reports the hubs' and the relayed origins' gauges.
+func (m *MCS) collectHubs(ch chan<- prometheus.Metric, seen map[string]bool, counts map[string]int) {
+	if m.relay == nil {
+		return
+	}
+	for _, h := range m.relay.Hubs() {
+		for _, st := range source.States {
+			v := 0.0
+			if h.State == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(hubStateDesc, prometheus.GaugeValue, v, h.Name, st.String())
+		}
+		since := -1.0
+		if !h.LastContact.IsZero() {
+			since = time.Since(h.LastContact).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(hubContactDesc, prometheus.GaugeValue, since, h.Name)
+	}
+	for _, o := range m.relay.Origins() {
+		if seen[o.Cluster] {
+			continue
+		}
+		seen[o.Cluster] = true
+		ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.GaugeValue, float64(counts[o.Cluster]), o.Cluster)
+		for _, st := range source.States {
+			v := 0.0
+			if o.State == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, o.Cluster, st.String())
+		}
+		since := -1.0
+		if !o.LastContact.IsZero() {
+			since = time.Since(o.LastContact).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(contactDesc, prometheus.GaugeValue, since, o.Cluster)
+		for _, h := range o.Hubs {
+			ch <- prometheus.MustNewConstMetric(originViaDesc, prometheus.GaugeValue, 1, o.Cluster, h)
+		}
+	}
+}
