@@ -12,7 +12,7 @@ import (
 
 const exportWeb = `{"services":[{"name":"web","ports":[{"port":80}]}]}`
 
-func rec(name string, ready bool, proof *store.Proof, ips ...string) *store.Pod {
+func proofRec(name string, ready bool, proof *store.Proof, ips ...string) *store.Pod {
 	p := &store.Pod{Common: &store.Common{Cluster: "origin", Namespace: "ns", Proof: proof}, Name: name, Ready: ready}
 	for _, ip := range ips {
 		p.IPs = append(p.IPs, netip.MustParseAddr(ip))
@@ -39,9 +39,9 @@ func TestEncode(t *testing.T) {
 		{
 			name: "exports listed once, in the order of the Pods by name",
 			pods: []*store.Pod{
-				rec("c", true, &store.Proof{UID: "uid-c", Export: other, Endpoint: `{"seq":3}`, EndpointSignature: "ed25519:x"}, "10.0.0.3"),
-				rec("a", true, &store.Proof{UID: "uid-a", Export: strings.Clone(exportWeb), Endpoint: `{"seq":1}`, EndpointSignature: "ed25519:y"}, "10.0.0.1"),
-				rec("b", true, signed, "10.0.0.2"),
+				proofRec("c", true, &store.Proof{UID: "uid-c", Export: other, Endpoint: `{"seq":3}`, EndpointSignature: "ed25519:x"}, "10.0.0.3"),
+				proofRec("a", true, &store.Proof{UID: "uid-a", Export: strings.Clone(exportWeb), Endpoint: `{"seq":1}`, EndpointSignature: "ed25519:y"}, "10.0.0.1"),
+				proofRec("b", true, signed, "10.0.0.2"),
 			},
 			wantExports: []string{exportWeb, other},
 			wantPods: []Pod{
@@ -54,11 +54,11 @@ func TestEncode(t *testing.T) {
 			name: "no statement: one from the record, unsigned, two addresses at most",
 			pods: []*store.Pod{
 				func() *store.Pod {
-					p := rec("d", false, &store.Proof{UID: "uid-d", Export: exportWeb}, "10.0.0.4", "fd00::4", "10.0.0.5")
+					p := proofRec("d", false, &store.Proof{UID: "uid-d", Export: exportWeb}, "10.0.0.4", "fd00::4", "10.0.0.5")
 					p.Hostname = "web-0"
 					return p
 				}(),
-				rec("e", true, &store.Proof{UID: "uid-e", Export: exportWeb}, "10.0.0.6"),
+				proofRec("e", true, &store.Proof{UID: "uid-e", Export: exportWeb}, "10.0.0.6"),
 			},
 			wantExports: []string{exportWeb},
 			wantPods: []Pod{
@@ -68,7 +68,7 @@ func TestEncode(t *testing.T) {
 		},
 		{
 			name:        "records without proof and names twice left out",
-			pods:        []*store.Pod{rec("f", true, nil, "10.0.0.7"), rec("b", true, signed, "10.0.0.2"), rec("b", true, signed, "10.0.0.2")},
+			pods:        []*store.Pod{proofRec("f", true, nil, "10.0.0.7"), proofRec("b", true, signed, "10.0.0.2"), proofRec("b", true, signed, "10.0.0.2")},
 			wantExports: []string{exportWeb},
 			wantPods:    []Pod{{Name: "b", UID: "uid-b", Endpoint: signedStmt, Signature: signed.EndpointSignature}},
 			wantSkipped: 2,
@@ -111,7 +111,7 @@ func TestEncode(t *testing.T) {
 // keeps), and a slice of too many does not, so that the hub splits it.
 func TestAnnotationBound(t *testing.T) {
 	worst := func(name string) *store.Pod {
-		return rec(name, true, &store.Proof{
+		return proofRec(name, true, &store.Proof{
 			UID:               strings.Repeat("u", 36),
 			Export:            strings.Repeat(`"\`, annotation.MaxBytes/2) + name, // every byte escaped
 			Endpoint:          strings.Repeat(`"`, annotation.MaxEndpointBytes),

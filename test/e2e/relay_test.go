@@ -90,14 +90,14 @@ func TestRelayThroughTwoHubs(t *testing.T) {
 	plainPod(t, o, ns, "backend-1", "10.7.0.1", sel)
 	plainPod(t, o, ns, "backend-2", "10.7.0.2", sel)
 	harness.StartAnnotator(t, o.Kubeconfig, "--cluster", "edge-o", "--sign-key", keysO.PrivatePath, "--sign-endpoints", "--leader-elect=false")
-	waitStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return e.Ready })
-	waitStatement(t, o, ns, "backend-2", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	waitSignedStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	waitSignedStatement(t, o, ns, "backend-2", keysO, func(e annotation.Endpoint) bool { return e.Ready })
 
 	// The hubs: each reads edge-o directly and relays it.
 	hubCtl := map[string]*harness.Annotator{}
 	for _, h := range []*harness.Cluster{h1, h2} {
 		hubCtl[h.Name] = harness.StartAnnotator(t, h.Kubeconfig, "--cluster", h.Name, "--leader-elect=false",
-			"-mcs-controller", "--relay", "-peer", "edge-o="+o.Kubeconfig, "--verify", keysO.Dir)
+			"-mcs-controller", "--relay", "-peer", "edge-o="+o.Kubeconfig)
 	}
 
 	// The edge reads the hubs only, hub-1 through a link the test can cut.
@@ -130,7 +130,7 @@ func TestRelayThroughTwoHubs(t *testing.T) {
 	// A change at the origin: backend-1 not ready, backend-3 new.
 	o.SetPodReady(t, ns, "backend-1", false, "10.7.0.1")
 	plainPod(t, o, ns, "backend-3", "10.7.0.3", sel)
-	notReady := waitStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return !e.Ready })
+	notReady := waitSignedStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return !e.Ready })
 	took = waitPeers(t, d, relayPropagation, q, hasAddrs("10.7.0.2", "10.7.0.3"))
 	t.Logf("a readiness flip and a new Pod at edge-o answered at edge-e after %s", took.Round(time.Millisecond))
 
@@ -150,7 +150,7 @@ func TestRelayThroughTwoHubs(t *testing.T) {
 	// hub-2 turns hostile: its controller stops, and whoever holds its API
 	// server writes slices of their own.
 	hubCtl["hub-2"].Stop(t)
-	now := waitStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	now := waitSignedStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return e.Ready })
 	forge := newSigningKeyPair(t, "edge-o") // the right name, the wrong key
 	evil := annotation.FormatEndpoint(annotation.Endpoint{IPs: []string{"10.66.0.66"}, Ready: true, Seq: uint64(time.Now().UnixMilli())})
 	altered := annotation.FormatEndpoint(annotation.Endpoint{IPs: []string{"10.66.0.1"}, Ready: true, Seq: now.endpoint.Seq})
@@ -193,9 +193,9 @@ type statement struct {
 	endpoint              annotation.Endpoint
 }
 
-// waitStatement waits until the origin's annotator has written an endpoint
+// waitSignedStatement waits until the origin's annotator has written an endpoint
 // statement on ns/name that verifies with keys and that ok accepts.
-func waitStatement(t *testing.T, c *harness.Cluster, ns, name string, keys signingKeyPair, ok func(annotation.Endpoint) bool) statement {
+func waitSignedStatement(t *testing.T, c *harness.Cluster, ns, name string, keys signingKeyPair, ok func(annotation.Endpoint) bool) statement {
 	t.Helper()
 	var s statement
 	harness.Eventually(t, signingPropagation, func() error {
