@@ -68,7 +68,8 @@ FUZZ_TARGETS := ./annotation:FuzzParseExports ./annotation:FuzzParseImports ./an
 # A fault loop against real kube-apiservers for SOAK_DURATION (test/soak),
 # then each fuzz target for SOAK_FUZZTIME. Not part of `make test`, which
 # runs soak-short (about 75 s), the short form. soak.json and soak.md go to
-# SOAK_OUT.
+# SOAK_OUT; the short form's to SOAK_OUT/short, so that a make test does not
+# replace the summary of the last make soak, which make bench includes.
 SOAK_DURATION ?= 10m
 SOAK_FUZZTIME ?= 2m
 SOAK_OUT ?= $(ROOT)/soak-results
@@ -79,7 +80,7 @@ soak: build tools ## Fault loop (API server kill/hang, peer flaps, CoreDNS resta
 		$(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' ./test/soak/
 	$(MAKE) fuzz FUZZTIME=$(SOAK_FUZZTIME)
 soak-short: build tools ## The soak's short form (75 s of faults), as make test could run it
-	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator SOAK_DURATION=75s SOAK_OUT=$(SOAK_OUT) \
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator SOAK_DURATION=75s SOAK_OUT=$(SOAK_OUT)/short \
 		$(GO) test -count=1 -timeout 10m -v -run '^TestSoak$$' ./test/soak/
 
 .PHONY: fuzz
