@@ -242,14 +242,33 @@ func (r *Relay) syncOrigin(name string, out *later) {
 	for _, h := range r.hubs {
 		current = current || h.current(name)
 	}
-	best := map[string]entry{} // the statement the union takes for each Pod
+	// Which Pods the origin has: those the hubs that count hold (the
+	// current ones while there are any). Which statement of each: the
+	// newest any listed hub holds, so that a current hub that lags (it has
+	// not seen the last statement yet, or a proxy hides that it is gone)
+	// never takes a Pod back to an older statement.
+	held := map[string]bool{}
 	for _, h := range r.hubs {
 		if !h.listed || current && !h.current(name) {
 			continue
 		}
 		for _, s := range h.byOrigin[name] {
 			for _, e := range s.entries {
+				held[s.Namespace+"/"+e.rec.Name] = true
+			}
+		}
+	}
+	best := map[string]entry{} // the statement the union takes for each Pod
+	for _, h := range r.hubs {
+		if !h.listed {
+			continue
+		}
+		for _, s := range h.byOrigin[name] {
+			for _, e := range s.entries {
 				k := s.Namespace + "/" + e.rec.Name
+				if !held[k] {
+					continue
+				}
 				c, ok := best[k]
 				switch {
 				case !ok, e.seq > c.seq:

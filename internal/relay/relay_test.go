@@ -513,3 +513,64 @@ func TestRelayCurrentHubs(t *testing.T) {
 	}
 	eventually(t, "b gone through the current hub", func() bool { return slices.Equal(records(st, "origin-a"), []string{ra}) })
 }
+
+// A hub that lags (it went down while a Pod was not ready) and one that
+// holds the newer statement beside a replay of the older one: once neither
+// is current, the union still takes the newest statement, never the older.
+func TestRelayLaggingHubAndReplayWhenNoneCurrent(t *testing.T) {
+	pub, priv := genKey(t)
+	s := func(ready bool, seq uint64) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: "a", ip: "10.0.0.1", ready: ready, seq: seq}.pod(priv)
+	}
+	b := stmt{origin: "origin-a", ns: "prod", name: "b", ip: "10.0.0.2", ready: true, seq: 1}.pod(priv)
+	connected := lease(DefaultNamespace, "origin-a", source.Connected, time.Now())
+	h0 := newFakeHub(slice("prod", "backend", "origin-a", nil, s(false, 2), b), connected)
+	h1 := newFakeHub(slice("prod", "backend", "origin-a", nil, s(false, 2), b), connected)
+	st := store.New()
+	r := start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}}, h0, h1)
+	notReady, ready := rec("prod", "a", "10.0.0.1", false, "backend"), rec("prod", "a", "10.0.0.1", true, "backend")
+	rb := rec("prod", "b", "10.0.0.2", true, "backend")
+	eventually(t, "a not ready", func() bool { return slices.Equal(records(st, "origin-a"), []string{notReady, rb}) })
+	h0.down(true)
+	eventually(t, "hub-0 disconnected", func() bool { return r.Hubs()[0].State == source.Disconnected })
+	if _, err := h1.DiscoveryV1().EndpointSlices("prod").Update(t.Context(), slice("prod", "backend", "origin-a", nil, s(true, 3), b), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a ready through hub-1", func() bool { return slices.Equal(records(st, "origin-a"), []string{ready, rb}) })
+	if _, err := h1.DiscoveryV1().EndpointSlices("prod").Create(t.Context(), slice("prod", "backend-replayed", "origin-a", nil, s(false, 2)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := records(st, "origin-a"); !slices.Equal(got, []string{ready, rb}) {
+		t.Fatalf("after hub-1 replayed the older statement: %q", got)
+	}
+	h1.down(true)
+	eventually(t, "hub-1 disconnected", func() bool { return r.Hubs()[1].State == source.Disconnected })
+	time.Sleep(200 * time.Millisecond)
+	if got := records(st, "origin-a"); !slices.Equal(got, []string{ready, rb}) {
+		t.Fatalf("with neither hub current: %q, want a's newest statement (ready)", got)
+	}
+}
+
+// A current hub that lags (it holds an older statement of a Pod than the one
+// accepted) does not take the Pod back to it, nor drop it, when the hub that
+// held the newer statement goes: the newest statement stays.
+func TestRelayCurrentHubLags(t *testing.T) {
+	pub, priv := genKey(t)
+	s := func(ready bool, seq uint64) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: "a", ip: "10.0.0.1", ready: ready, seq: seq}.pod(priv)
+	}
+	connected := lease(DefaultNamespace, "origin-a", source.Connected, time.Now())
+	h0 := newFakeHub(slice("prod", "backend", "origin-a", nil, s(false, 2)), connected)
+	h1 := newFakeHub(slice("prod", "backend", "origin-a", nil, s(true, 3)), connected)
+	st := store.New()
+	r := start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}}, h0, h1)
+	ready := rec("prod", "a", "10.0.0.1", true, "backend")
+	eventually(t, "a ready (the newer statement)", func() bool { return slices.Equal(records(st, "origin-a"), []string{ready}) })
+	h1.down(true)
+	eventually(t, "hub-1 disconnected", func() bool { return r.Hubs()[1].State == source.Disconnected })
+	time.Sleep(200 * time.Millisecond)
+	if got := records(st, "origin-a"); !slices.Equal(got, []string{ready}) {
+		t.Fatalf("with only the lagging hub current: %q, want a's newest statement (ready)", got)
+	}
+}
