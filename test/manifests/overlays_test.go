@@ -378,3 +378,78 @@ func TestNonRootSnapshot(t *testing.T) {
 		t.Errorf("snapshot owned by %d, want %d", st.Uid, imageUID)
 	}
 }
+
+// The example edge that reads two relay hubs: its Corefile is the base's
+// with its ID, verify and a hub line per hub; its MCS controller reads the
+// same hubs (--hub) from the same Secret at the same place as CoreDNS, and
+// states its endpoints signed, so that hubs can relay its exports.
+func TestOverlayEdgeReadingHubs(t *testing.T) {
+	base := manifests(t, "base")
+	baseCorefile := find(t, base, "ConfigMap", "coredns").Object["data"].(map[string]any)["Corefile"].(string)
+	objs := manifests(t, "overlays/edge-c")
+	if len(objs) != len(base) {
+		t.Errorf("%d objects, the base has %d", len(objs), len(base))
+	}
+	corefile := find(t, objs, "ConfigMap", "coredns").Object["data"].(map[string]any)["Corefile"].(string)
+	wantCorefile := strings.NewReplacer(
+		"cluster "+clusterPlaceholder+"\n", "cluster edge-c\n",
+		"        # One line per peer cluster; the kubeconfigs come from the Secret\n"+
+			"        # mcsannotations-peers (see manifests/README.md):\n"+
+			"        # peer edge-b /etc/mcs/peers/edge-b.kubeconfig\n",
+		"        # One line per hub; the kubeconfigs come from the Secret\n"+
+			"        # mcsannotations-hubs. Either hub may fail: the answers are the\n"+
+			"        # union of both.\n"+
+			"        hub hub-1 /etc/mcs/hubs/hub-1.kubeconfig\n"+
+			"        hub hub-2 /etc/mcs/hubs/hub-2.kubeconfig\n",
+		"snapshot /var/lib/mcsannotations/table.db\n", "snapshot /var/lib/mcsannotations/table.db\n"+
+			"        # Answer only what the annotator of each cluster signed: the\n"+
+			"        # public keys <cluster>.pub of ConfigMap mcsannotations-keys.\n"+
+			"        # Relayed records count only when their origin signed them.\n"+
+			"        verify /etc/mcs/keys\n",
+	).Replace(baseCorefile)
+	if corefile != wantCorefile {
+		t.Errorf("the Corefile differs from the base's by more than cluster, hubs and verify:\n%s\nwant:\n%s", corefile, wantCorefile)
+	}
+	var dns, ann appsv1.Deployment
+	if err := harness.ToTyped(find(t, objs, "Deployment", "coredns"), &dns); err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.ToTyped(find(t, objs, "Deployment", annotatorSA), &ann); err != nil {
+		t.Fatal(err)
+	}
+	nonRootCoreDNS(t, &dns, "snapshot")
+	secretsReadable(t, &dns)
+	secretsReadable(t, &ann)
+	hubsSecret := func(d *appsv1.Deployment) string {
+		for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+			for _, v := range d.Spec.Template.Spec.Volumes {
+				if m.Name == v.Name && m.MountPath == "/etc/mcs/hubs" && v.Secret != nil {
+					return v.Secret.SecretName
+				}
+			}
+		}
+		return ""
+	}
+	if a, c := hubsSecret(&ann), hubsSecret(&dns); a != "mcsannotations-hubs" || c != a {
+		t.Errorf("/etc/mcs/hubs: the annotator mounts Secret %q, CoreDNS %q: want mcsannotations-hubs in both", a, c)
+	}
+	var hubs []string
+	has := map[string]bool{}
+	for _, a := range ann.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--hub="); ok {
+			hubs = append(hubs, v)
+		}
+		has[strings.SplitN(a, "=", 2)[0]] = true
+	}
+	for _, h := range []string{"hub-1", "hub-2"} {
+		file := "/etc/mcs/hubs/" + h + ".kubeconfig"
+		if !slices.Contains(hubs, h+"="+file) || !strings.Contains(corefile, "hub "+h+" "+file+"\n") {
+			t.Errorf("hub %s: the controller's --hub %v and the Corefile must both read %s", h, hubs, file)
+		}
+	}
+	for _, f := range []string{"--mcs-controller", "--sign-key", "--sign-endpoints", "--verify"} {
+		if !has[f] {
+			t.Errorf("annotator flags lack %s", f)
+		}
+	}
+}
