@@ -2,7 +2,6 @@ package annotation
 
 import (
 	"crypto/ed25519"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -101,44 +100,19 @@ func ParseEndpoint(raw string) (Endpoint, []netip.Addr, error) {
 // cluster ID, the Pod's namespace, name and UID, the export annotation and
 // the statement, each preceded by its length (as in SignedMessage).
 func EndpointSignedMessage(cluster, namespace, name, uid, export, endpoint string) []byte {
-	parts := [...]string{cluster, namespace, name, uid, export, endpoint}
-	n := len(EndpointSignatureContext)
-	for _, p := range parts {
-		n += 4 + len(p)
-	}
-	b := make([]byte, 0, n)
-	b = append(b, EndpointSignatureContext...)
-	for _, p := range parts {
-		l := len(p)
-		b = append(b, byte(l>>24), byte(l>>16), byte(l>>8), byte(l))
-		b = append(b, p...)
-	}
-	return b
+	return signedMessage(EndpointSignatureContext, cluster, namespace, name, uid, export, endpoint)
 }
 
 // SignEndpoint returns EndpointSignatureAnnotation's value for a statement
 // and the export annotation on the Pod namespace/name (uid) in cluster.
 func SignEndpoint(key ed25519.PrivateKey, cluster, namespace, name, uid, export, endpoint string) string {
-	sig := ed25519.Sign(key, EndpointSignedMessage(cluster, namespace, name, uid, export, endpoint))
-	return SignaturePrefix + base64.StdEncoding.EncodeToString(sig)
+	return signature(key, EndpointSignedMessage(cluster, namespace, name, uid, export, endpoint))
 }
 
 // VerifyEndpoint checks an endpoint signature; the Rejection says why it
 // fails (Index -1).
 func VerifyEndpoint(key ed25519.PublicKey, sig, cluster, namespace, name, uid, export, endpoint string) (Rejection, bool) {
-	if sig == "" {
-		return Rejection{-1, ReasonUnsigned, "no " + EndpointSignatureAnnotation + ": the endpoint is ignored"}, false
-	}
-	b64, ok := strings.CutPrefix(sig, SignaturePrefix)
-	if !ok {
-		return Rejection{-1, ReasonBadSignature, fmt.Sprintf("%q: not %s<base64>", Clip(sig), SignaturePrefix)}, false
-	}
-	raw, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil || len(raw) != ed25519.SignatureSize {
-		return Rejection{-1, ReasonBadSignature, fmt.Sprintf("%q: not a base64 ed25519 signature", Clip(sig))}, false
-	}
-	if !ed25519.Verify(key, EndpointSignedMessage(cluster, namespace, name, uid, export, endpoint), raw) {
-		return Rejection{-1, ReasonBadSignature, "endpoint statement does not verify with cluster " + cluster + "'s key: the endpoint is ignored"}, false
-	}
-	return Rejection{}, true
+	return verify(key, sig, EndpointSignedMessage(cluster, namespace, name, uid, export, endpoint),
+		"no "+EndpointSignatureAnnotation+": the endpoint is ignored",
+		"endpoint statement does not verify with cluster "+cluster+"'s key: the endpoint is ignored")
 }

@@ -36,13 +36,18 @@ const (
 
 // SignedMessage is the message a signature covers.
 func SignedMessage(cluster, namespace, name, uid, value string) []byte {
-	parts := [...]string{cluster, namespace, name, uid, value}
-	n := len(SignatureContext)
+	return signedMessage(SignatureContext, cluster, namespace, name, uid, value)
+}
+
+// signedMessage is context followed by each part, each preceded by its
+// length as 4 bytes, big-endian.
+func signedMessage(context string, parts ...string) []byte {
+	n := len(context)
 	for _, p := range parts {
 		n += 4 + len(p)
 	}
 	b := make([]byte, 0, n)
-	b = append(b, SignatureContext...)
+	b = append(b, context...)
 	for _, p := range parts {
 		l := len(p)
 		b = append(b, byte(l>>24), byte(l>>16), byte(l>>8), byte(l))
@@ -54,15 +59,28 @@ func SignedMessage(cluster, namespace, name, uid, value string) []byte {
 // Sign returns the signature annotation's value for an export annotation
 // value on the Pod namespace/name (uid) in cluster.
 func Sign(key ed25519.PrivateKey, cluster, namespace, name, uid, value string) string {
-	sig := ed25519.Sign(key, SignedMessage(cluster, namespace, name, uid, value))
-	return SignaturePrefix + base64.StdEncoding.EncodeToString(sig)
+	return signature(key, SignedMessage(cluster, namespace, name, uid, value))
+}
+
+// signature is a signature annotation's value: SignaturePrefix and the
+// signature of msg in base64.
+func signature(key ed25519.PrivateKey, msg []byte) string {
+	return SignaturePrefix + base64.StdEncoding.EncodeToString(ed25519.Sign(key, msg))
 }
 
 // Verify checks a signature annotation's value; the Rejection says why it
 // fails (Index -1: it is about the annotation as a whole).
 func Verify(key ed25519.PublicKey, sig, cluster, namespace, name, uid, value string) (Rejection, bool) {
+	return verify(key, sig, SignedMessage(cluster, namespace, name, uid, value),
+		"no "+SignatureAnnotation+" annotation: the export annotation is ignored",
+		"does not verify with cluster "+cluster+"'s key: the export annotation is ignored")
+}
+
+// verify checks sig, a signature annotation's value, over msg; unsigned and
+// wrong are the details of a missing and a failing signature.
+func verify(key ed25519.PublicKey, sig string, msg []byte, unsigned, wrong string) (Rejection, bool) {
 	if sig == "" {
-		return Rejection{-1, ReasonUnsigned, "no " + SignatureAnnotation + " annotation: the export annotation is ignored"}, false
+		return Rejection{-1, ReasonUnsigned, unsigned}, false
 	}
 	b64, ok := strings.CutPrefix(sig, SignaturePrefix)
 	if !ok {
@@ -72,8 +90,8 @@ func Verify(key ed25519.PublicKey, sig, cluster, namespace, name, uid, value str
 	if err != nil || len(raw) != ed25519.SignatureSize {
 		return Rejection{-1, ReasonBadSignature, fmt.Sprintf("%q: not a base64 ed25519 signature", Clip(sig))}, false
 	}
-	if !ed25519.Verify(key, SignedMessage(cluster, namespace, name, uid, value), raw) {
-		return Rejection{-1, ReasonBadSignature, "does not verify with cluster " + cluster + "'s key: the export annotation is ignored"}, false
+	if !ed25519.Verify(key, msg, raw) {
+		return Rejection{-1, ReasonBadSignature, wrong}, false
 	}
 	return Rejection{}, true
 }
