@@ -2,12 +2,17 @@ package mcscontroller
 
 import (
 	"crypto/ed25519"
+	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/internal/relay"
@@ -52,9 +57,23 @@ func hubLease(t *testing.T, h *env, st source.State, contact time.Time) {
 // hub as "hub-1", started, once the Relay listed it.
 func edgeOf(t *testing.T, cfg Config, hub *env, sources ...*fakeSource) *env {
 	t.Helper()
-	e := newEnv(t, cfg, sources)
+	e := newEdge(t, cfg, hub.client, sources)
+	e.poll("the hub listed", func() bool {
+		srcs, pending := e.ctl.relayed()
+		return !pending && len(srcs) == 1 && srcs[0].HasSynced()
+	})
+	e.start(false)
+	e.waitSynced()
+	return e
+}
+
+// newEdge returns an edge's controller whose Relay reads hub as "hub-1",
+// over the fakes holding objs; nothing of the controller runs yet.
+func newEdge(t *testing.T, cfg Config, hub kubernetes.Interface, sources []*fakeSource, objs ...runtime.Object) *env {
+	t.Helper()
+	e := newEnv(t, cfg, sources, objs...)
 	r := relay.New(e.table, relay.Config{Local: cfg.LocalCluster, Direct: e.ctl.direct})
-	if err := r.AddHub("hub-1", hub.client, ""); err != nil {
+	if err := r.AddHub("hub-1", hub, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Start(); err != nil {
@@ -63,13 +82,50 @@ func edgeOf(t *testing.T, cfg Config, hub *env, sources ...*fakeSource) *env {
 	t.Cleanup(func() { _ = r.Stop() })
 	e.ctl.cfg.Hubs = r
 	e.metrics.hubs.Store(r)
-	e.poll("the hub listed", func() bool {
-		srcs, pending := e.ctl.relayed()
-		return !pending && len(srcs) == 1 && srcs[0].HasSynced()
-	})
-	e.start(false)
-	e.waitSynced()
 	return e
+}
+
+// After a restart with the hub out of reach (it never listed), the shares
+// of relayed origins stay as the local API server holds them, until
+// Expire counted from the start passes.
+func TestHubPendingKeepsShares(t *testing.T) {
+	hub := hubOf(t, 2)
+	before := edgeOf(t, Config{LocalCluster: "edge"}, hub, newSource("edge", true, time.Now()))
+	if err := before.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for _, s := range before.slices() {
+		objs = append(objs, s.DeepCopy())
+	}
+	for _, s := range before.derivedServices() {
+		objs = append(objs, s.DeepCopy())
+	}
+	objs = append(objs, before.serviceImports()...)
+	for _, c := range []struct {
+		expire time.Duration
+		kept   bool
+	}{{0, true}, {time.Hour, true}, {time.Minute, false}} {
+		t.Run(fmt.Sprint("expire=", c.expire), func(t *testing.T) {
+			down := &atomic.Bool{}
+			down.Store(true)
+			cut := fake.NewSimpleClientset()
+			unreachable(&cut.Fake, down)
+			e := newEdge(t, Config{LocalCluster: "edge", Expire: c.expire}, cut, []*fakeSource{newSource("edge", true, time.Now())}, objs...)
+			e.start(false)
+			e.waitSynced()
+			e.ctl.started = time.Now().Add(-10 * time.Minute)
+			if _, pending := e.ctl.relayed(); !pending {
+				t.Fatal("the hub listed while cut")
+			}
+			if err := e.reconcile(); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(e.slicesBy("web")["b"]); (got == 2) != c.kept || (e.serviceImport("web") != nil) != c.kept {
+				t.Errorf("b's slices %v, import %v; want kept %v", e.slicesBy("web"), e.serviceImport("web") != nil, c.kept)
+			}
+		})
+	}
 }
 
 // A relayed origin gets its ServiceImport and EndpointSlices as a peer
