@@ -55,6 +55,7 @@ type options struct {
 	signEndpoints  bool
 	mcsController  bool
 	peers          peerFlags
+	hubs           hubFlags
 	peerExpire     time.Duration
 	verify         string
 	keys           map[string]ed25519.PublicKey // read from verify
@@ -84,6 +85,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.signEndpoints, "sign-endpoints", false, "also state each exported Pod's addresses, hostname and readiness, with a growing sequence number, in a signed endpoint statement, so that relay hubs can pass its records on unaltered (needs --sign-key)")
 	fs.BoolVar(&o.mcsController, "mcs-controller", false, "also run the MCS controller: ServiceImports, derived Services and EndpointSlices from every cluster's export annotations (needs --cluster)")
 	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
+	fs.Var(&o.hubs, "hub", "a relay hub for the MCS controller, NAME=KUBECONFIG (repeatable; the same hubs as CoreDNS's hub words): the origins it relays are imported as peers are")
 	fs.StringVar(&o.verify, "verify", "", "folder of the clusters' public keys (<cluster>.pub, as CoreDNS's verify word): the MCS controller then uses only export annotations signed with their cluster's key, as CoreDNS answers only those (give it wherever CoreDNS verifies)")
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")

@@ -58,3 +58,29 @@ func TestSignEndpointsFlag(t *testing.T) {
 		}
 	}
 }
+
+// --hub names relay hubs as --peer names peers: NAME=KUBECONFIG, each name
+// once, only for the MCS controller.
+func TestHubFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--hub", "hub-1=/k"}, "-hub needs -mcs-controller"},
+		{[]string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1"}, "want NAME=KUBECONFIG"},
+		{[]string{"--mcs-controller", "--cluster", "edge", "--hub", "Hub_1=/k"}, "hub \"Hub_1\": must be an RFC 1123 subdomain"},
+		{[]string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--hub", "hub-1=/j"}, "hub \"hub-1\" named twice"},
+		{[]string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--hub", "hub-2=/j", "--peer", "hub-1=/k"}, ""},
+	} {
+		o, err := parseFlags(tc.args)
+		if tc.err == "" {
+			if err != nil || len(o.hubs) != 2 || o.hubs[1] != (peer{"hub-2", "/j"}) || len(o.peers) != 1 {
+				t.Errorf("%q: %v, hubs %v; want accepted", tc.args, err, o.hubs)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.err)
+		}
+	}
+}

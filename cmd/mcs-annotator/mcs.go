@@ -39,20 +39,32 @@ func (p *peerFlags) String() string {
 	return strings.Join(s, ",")
 }
 
-func (p *peerFlags) Set(v string) error {
+func (p *peerFlags) Set(v string) error { return addNamed((*[]peer)(p), "peer", v) }
+
+// hubFlags collects -hub NAME=KUBECONFIG, as CoreDNS's `hub` words name the
+// same relay hubs with the same credentials.
+type hubFlags []peer
+
+func (h *hubFlags) String() string { return (*peerFlags)(h).String() }
+
+func (h *hubFlags) Set(v string) error { return addNamed((*[]peer)(h), "hub", v) }
+
+// addNamed adds NAME=KUBECONFIG v to list, a kind ("peer", "hub") of
+// cluster each named once.
+func addNamed(list *[]peer, kind, v string) error {
 	name, path, ok := strings.Cut(v, "=")
 	if !ok || name == "" || path == "" {
 		return fmt.Errorf("%q: want NAME=KUBECONFIG", v)
 	}
 	if !annotation.ValidClusterID(name) {
-		return fmt.Errorf("peer %q: must be an RFC 1123 subdomain of at most %d characters", name, annotation.MaxClusterIDLen)
+		return fmt.Errorf("%s %q: must be an RFC 1123 subdomain of at most %d characters", kind, name, annotation.MaxClusterIDLen)
 	}
-	for _, x := range *p {
+	for _, x := range *list {
 		if x.name == name {
-			return fmt.Errorf("peer %q named twice", name)
+			return fmt.Errorf("%s %q named twice", kind, name)
 		}
 	}
-	*p = append(*p, peer{name, path})
+	*list = append(*list, peer{name, path})
 	return nil
 }
 
@@ -61,6 +73,9 @@ func checkMCS(o *options) error {
 	if !o.mcsController {
 		if len(o.peers) > 0 {
 			return errors.New("-peer needs -mcs-controller")
+		}
+		if len(o.hubs) > 0 {
+			return errors.New("-hub needs -mcs-controller: the MCS controller reads the hubs")
 		}
 		if o.verify != "" {
 			return errors.New("-verify needs -mcs-controller: only the MCS controller reads export annotations")
@@ -160,6 +175,10 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		}
 		srcs = append(srcs, source.New(p.name, c, records, events, source.Options{Key: o.keys[p.name], Scoped: true, KeepProof: o.relay, Ingest: sm.ingestOptions(p.name)}))
 	}
+	hubs, err := readHubs(o, reader, records, sm)
+	if err != nil {
+		return nil, err
+	}
 	var feeds []mcscontroller.Source
 	for _, s := range srcs {
 		if err := s.Start(); err != nil {
@@ -167,10 +186,18 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 		}
 		feeds = append(feeds, feed{s})
 	}
+	if hubs != nil {
+		if err := hubs.Start(); err != nil {
+			return nil, err
+		}
+	}
 	go func() {
 		<-ctx.Done()
 		for _, s := range srcs {
 			_ = s.Stop()
+		}
+		if hubs != nil {
+			_ = hubs.Stop()
 		}
 	}()
 	// Events on the ServiceExports and ServiceImports (conflicts, refusals),
@@ -179,13 +206,62 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	rec := bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: mcscontroller.FieldManager})
 	ctl := mcscontroller.New(records, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec,
-		Relay: o.relay, RelayNamespace: o.leaseNamespace}, mcscontroller.NewMetrics(reg))
+		Relay: o.relay, RelayNamespace: o.leaseNamespace, Hubs: hubs}, mcscontroller.NewMetrics(reg))
 	go ctl.Run(ctx)
-	klog.Infof("mcs-controller: cluster %s, %d peers, expiry %v", o.cluster, len(o.peers), o.peerExpire)
+	klog.Infof("mcs-controller: cluster %s, %d peers, %d relay hubs, expiry %v", o.cluster, len(o.peers), len(o.hubs), o.peerExpire)
 	if o.relay {
 		klog.Infof("mcs-controller: relay hub: EndpointSlices carry the origins' bytes (%s), one Lease per cluster in %s", relay.SliceAnnotation, o.leaseNamespace)
 	}
 	return ctl.RunLoop, nil
+}
+
+// readHubs returns the reader of the -hub clusters (nil without any): each
+// read with the client every cluster is read with, writing every origin's
+// records into records, ignoring the local cluster's and the peers' (read
+// directly), and under -verify accepting only what an origin's key signed.
+func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMetrics) (*relay.Relay, error) {
+	if len(o.hubs) == 0 {
+		return nil, nil
+	}
+	direct := map[string]bool{}
+	for _, p := range o.peers {
+		direct[p.name] = true
+	}
+	r := relay.New(records, relay.Config{
+		Local:  o.cluster,
+		Direct: func(cluster string) bool { return direct[cluster] },
+		Keys:   o.keys,
+		Events: relay.Events{
+			Refused: func(hub, origin, ns, pod string, rej annotation.Rejection) {
+				sm.relayRefused.WithLabelValues(hub, string(rej.Reason)).Inc()
+				klog.Warningf("mcs-controller: hub %s: origin %s: %s/%s refused: %s", hub, origin, ns, pod, rej)
+			},
+			HubState: func(hub string, from, to source.State, err error) {
+				klog.Infof("mcs-controller: hub %s: %s -> %s (%v)", hub, from, to, err)
+			},
+			OriginState: func(origin string, from, to source.State) {
+				klog.Infof("mcs-controller: origin %s (through hubs): %s -> %s", origin, from, to)
+			},
+		},
+		Ingest: sm.ingestOptions("hubs"),
+	})
+	for _, h := range o.hubs {
+		rc, err := ingest.RESTConfig(h.kubeconfig, "")
+		if err != nil {
+			return nil, fmt.Errorf("hub %s: %w", h.name, err)
+		}
+		c, err := reader.Pods(rc)
+		if err != nil {
+			return nil, fmt.Errorf("hub %s: %w", h.name, err)
+		}
+		if err := r.AddHub(h.name, c, ""); err != nil {
+			return nil, fmt.Errorf("hub %s: %w", h.name, err)
+		}
+	}
+	if o.relay {
+		klog.Infof("mcs-controller: -relay with -hub: the origins read through hubs are written here without their bytes and relayed no further")
+	}
+	return r, nil
 }
 
 // feed is a cluster's source as the controller reads it.
@@ -198,6 +274,8 @@ type sourceMetrics struct {
 	rejected  *prometheus.CounterVec
 	oversized prometheus.Counter
 	malformed *prometheus.CounterVec
+	// relayRefused counts the records read through hubs that were refused.
+	relayRefused *prometheus.CounterVec
 }
 
 // ingestOptions are the options of cluster's reflectors: they log and count
@@ -225,9 +303,11 @@ func newSourceMetrics(reg prometheus.Registerer) sourceMetrics {
 			Help: "Replies of an API server the MCS controller refused for exceeding their size bound."}),
 		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_malformed_lists_total",
 			Help: "Lists of Pods the MCS controller's sources refused (broken off, undecodable, over a size or object bound) and spells of a source's store dropping Pods for holding the most a reader holds, by cluster."}, []string{"cluster"}),
+		relayRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_relay_refused_total",
+			Help: "Records read through relay hubs that the MCS controller refused (unsigned, bad signature, replayed, malformed, unknown origin, ...), by hub and reason."}, []string{"hub", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.rejected, m.oversized, m.malformed)
+		reg.MustRegister(m.rejected, m.oversized, m.malformed, m.relayRefused)
 	}
 	return m
 }

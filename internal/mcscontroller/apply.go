@@ -70,13 +70,14 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 		entry, _ := json.Marshal(s.entry)
 		var limit clusterset.SliceLimit
 		var byAddr map[string][]*store.Pod
-		if c.cfg.Relay {
+		relays := c.cfg.Relay && c.direct(cl) // never a relayed origin's records
+		if relays {
 			byAddr = s.byAddress()
 			limit = relaySlices(byAddr)
 		}
 		for _, sl := range clusterset.LimitedSlices(k, cl, derived, im, s.endpoints, owner, limit) {
 			sl.Annotations = map[string]string{AnnotationExport: string(entry)}
-			if c.cfg.Relay {
+			if relays {
 				relayAnnotate(sl, byAddr)
 			}
 			taken, err := c.applySlice(ctx, sl, out)

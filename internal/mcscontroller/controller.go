@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
@@ -114,6 +115,11 @@ type Config struct {
 	// the start and on each change of the cluster's state.
 	Relay          bool
 	RelayNamespace string
+	// Hubs, when set, is the reader of the relay hubs this cluster reads
+	// (internal/relay), writing into the same records: each origin it knows
+	// is a source cluster too (see relayedOrigin). The caller starts and
+	// stops it.
+	Hubs *relay.Relay
 }
 
 // Controller keeps the MCS objects of the local cluster.
@@ -273,6 +279,10 @@ func New(rs records, sources []Source, client kubernetes.Interface, dyn dynamic.
 		c.refusedNS[ns] = true
 	}
 	onRecordChange(rs, func() { c.queue.Add(keyRecords) })
-	m.sources.Store(&sources)
+	all := c.allSources
+	m.sources.Store(&all)
+	if cfg.Hubs != nil {
+		m.hubs.Store(cfg.Hubs)
+	}
 	return c
 }

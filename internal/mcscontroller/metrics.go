@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 )
 
 // Metrics are the controller's metrics, under mcs_controller_.
@@ -25,11 +27,13 @@ type Metrics struct {
 
 	// sources are read at scrape time for the clusters' last contact (set
 	// by New; none before).
-	sources atomic.Pointer[[]Source]
+	sources atomic.Pointer[func() ([]Source, bool)]
+	// hubs are read at scrape time for the hubs' metrics (none without).
+	hubs atomic.Pointer[relay.Relay]
 }
 
 var contactDesc = prometheus.NewDesc("mcs_controller_cluster_last_contact_seconds",
-	"Seconds since the cluster's API server last answered the controller (-1 if never), by cluster (the local one and each peer).", []string{"cluster"}, nil)
+	"Seconds since the cluster's API server last answered the controller (-1 if never), by cluster (the local one, each peer, and each origin read through relay hubs, as the hubs report it).", []string{"cluster"}, nil)
 
 // contact is the collector of mcs_controller_cluster_last_contact_seconds.
 type contact struct{ m *Metrics }
@@ -41,7 +45,8 @@ func (c contact) Collect(ch chan<- prometheus.Metric) {
 	if srcs == nil {
 		return
 	}
-	for _, s := range *srcs {
+	all, _ := (*srcs)()
+	for _, s := range all {
 		since := -1.0
 		if t := s.LastContact(); !t.IsZero() {
 			since = time.Since(t).Seconds()
@@ -84,7 +89,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Writes.WithLabelValues(k, "error")
 	}
 	if reg != nil {
-		reg.MustRegister(m.Imports, m.Slices, m.Conflicts, m.Writes, m.Foreign, m.Reconcile, m.Refused, m.RefusedNow, m.Deferred, contact{m})
+		reg.MustRegister(m.Imports, m.Slices, m.Conflicts, m.Writes, m.Foreign, m.Reconcile, m.Refused, m.RefusedNow, m.Deferred, contact{m}, hubCollector{m})
 	}
 	return m
 }

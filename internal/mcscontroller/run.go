@@ -97,12 +97,13 @@ func (c *Controller) waitFirstLists(ctx context.Context) {
 	cx, cancel := context.WithTimeout(ctx, c.cfg.FirstLists)
 	defer cancel()
 	_ = wait.PollUntilContextCancel(cx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		for _, s := range c.sources {
+		srcs, pending := c.allSources()
+		for _, s := range srcs {
 			if !s.HasSynced() {
 				return false, nil
 			}
 		}
-		return true, nil
+		return !pending, nil
 	})
 }
 
@@ -245,7 +246,10 @@ func (c *Controller) clusterState(now time.Time) (current, stale func(string) bo
 	out = map[string]time.Duration{}
 	var b strings.Builder
 	local := c.localCluster()
-	for _, s := range c.sources {
+	srcs, pending := c.allSources()
+	known := make(map[string]bool, len(srcs))
+	for _, s := range srcs {
+		known[s.Cluster()] = true
 		if d := outOfContact(s, c.started, now); d > 0 && s.Cluster() != local {
 			out[s.Cluster()] = d
 			b.WriteString("out:")
@@ -268,7 +272,15 @@ func (c *Controller) clusterState(now time.Time) (current, stale func(string) bo
 			b.WriteString("=stale,")
 		}
 	}
-	return func(cl string) bool { return cur[cl] }, func(cl string) bool { return st[cl] }, out, b.String()
+	// Until every hub listed once, an unknown cluster may be an origin
+	// that a hub will list: its slices are kept, as a peer's not heard
+	// from since the start (and expire as one).
+	keepUnknown := pending && !(c.cfg.Expire > 0 && now.Sub(c.started) > c.cfg.Expire)
+	if keepUnknown {
+		b.WriteString("hubs-pending")
+	}
+	return func(cl string) bool { return cur[cl] },
+		func(cl string) bool { return st[cl] || (keepUnknown && !known[cl] && cl != local) }, out, b.String()
 }
 
 // localCluster is the local cluster's ID.
