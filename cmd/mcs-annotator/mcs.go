@@ -300,9 +300,9 @@ func newSourceMetrics(reg prometheus.Registerer) sourceMetrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_rejected_annotations_total",
 			Help: "Export annotation entries the MCS controller skipped (unsigned, bad signature, invalid, ...), by cluster and reason."}, []string{"cluster", "reason"}),
 		oversized: prometheus.NewCounter(prometheus.CounterOpts{Name: "mcs_controller_oversized_replies_total",
-			Help: "Replies of an API server the MCS controller refused for exceeding their size bound."}),
+			Help: "Replies of an API server the MCS controller refused for exceeding their bound (a reply, event, Pod or list metadata over its size; a list of more Pods than a reader holds)."}),
 		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_malformed_lists_total",
-			Help: "Lists of Pods the MCS controller's sources refused (broken off, undecodable, over a size or object bound) and spells of a source's store dropping Pods for holding the most a reader holds, by cluster."}, []string{"cluster"}),
+			Help: "Lists the MCS controller's sources refused for breaking off or not decoding, and spells of a source's store dropping Pods for holding the most a reader holds, by cluster."}, []string{"cluster"}),
 		relayRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_relay_refused_total",
 			Help: "Records read through relay hubs that the MCS controller refused (unsigned, bad signature, replayed, malformed, unknown origin, ...), by hub and reason."}, []string{"hub", "reason"}),
 	}
