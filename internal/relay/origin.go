@@ -118,14 +118,22 @@ func (r *Relay) sliceChanged(h *hub, old, s *slimSlice) {
 	})
 }
 
-// slicesReplaced applies a complete list of h's slices.
-func (r *Relay) slicesReplaced(h *hub, old, objs map[string]*slimSlice) {
+// slicesReplaced applies a complete list of h's slices in part p's
+// namespace (every namespace for "").
+func (r *Relay) slicesReplaced(h *hub, p *slicePart, old, objs map[string]*slimSlice) {
 	r.locked(func(out *later) {
 		touched := map[string]bool{}
-		for o := range h.byOrigin {
-			touched[o] = true
+		for o, m := range h.byOrigin {
+			for k, s := range m {
+				if p.namespace == "" || s.Namespace == p.namespace {
+					delete(m, k)
+					touched[o] = true
+				}
+			}
+			if len(m) == 0 {
+				delete(h.byOrigin, o)
+			}
 		}
-		h.byOrigin = map[string]map[string]*slimSlice{}
 		for k, s := range objs {
 			if s.origin == "" {
 				continue
@@ -137,7 +145,16 @@ func (r *Relay) slicesReplaced(h *hub, old, objs map[string]*slimSlice) {
 			touched[s.origin] = true
 		}
 		first := !h.listed
+		p.listed = true
 		h.listed = true
+		for _, q := range h.parts {
+			h.listed = h.listed && q.listed
+		}
+		h.listedOnce.Store(h.listed)
+		first = first && h.listed
+		if !h.listed {
+			return // it contributes nothing before every part listed
+		}
 		if first {
 			all := true
 			for _, g := range r.hubs {

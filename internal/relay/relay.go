@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -62,6 +63,10 @@ var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMal
 // the oldest tombstones go first. A variable for tests.
 var TombstoneTTL = 24 * time.Hour
 
+// MaxNamespaces bounds Config.Namespaces: the watches a reader holds on
+// each hub, as source.Options.MaxNamespaces bounds a scoped source's.
+const MaxNamespaces = 1000
+
 // DefaultNamespace is where a hub keeps its origin Leases unless AddHub
 // says otherwise.
 const DefaultNamespace = metav1.NamespaceSystem
@@ -77,6 +82,13 @@ type Config struct {
 	// endpoint statement is signed by its origin's key; an origin without
 	// a key is refused (ReasonNoKey).
 	Keys map[string]ed25519.PublicKey
+	// Namespaces, when not empty, limits what the reader takes from every
+	// hub to the relay slices of these namespaces: one watch per namespace
+	// on each hub, so that the hub's API server filters and the slices of
+	// other namespaces never cross the link (and the reader's credential
+	// on the hub needs only a Role in each). At most MaxNamespaces, each a
+	// namespace name, none twice.
+	Namespaces []string
 	// Events hears of refusals and state changes.
 	Events Events
 	// Ingest tunes the reflectors of every hub, as those of every reader of
@@ -196,6 +208,9 @@ func (r *Relay) Start() error {
 	if r.started {
 		return errors.New("relay already started")
 	}
+	if err := CheckNamespaces(r.cfg.Namespaces); err != nil {
+		return err
+	}
 	r.started = true
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -278,6 +293,25 @@ func (r *Relay) Hubs() []Hub {
 // reader's own, or one it reads directly.
 func (r *Relay) ignored(cluster string) bool {
 	return cluster == r.cfg.Local || (r.cfg.Direct != nil && r.cfg.Direct(cluster))
+}
+
+// CheckNamespaces checks a Config.Namespaces: at most MaxNamespaces
+// namespace names, none twice.
+func CheckNamespaces(namespaces []string) error {
+	if len(namespaces) > MaxNamespaces {
+		return fmt.Errorf("%d namespaces, more than %d", len(namespaces), MaxNamespaces)
+	}
+	seen := make(map[string]bool, len(namespaces))
+	for _, ns := range namespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("namespace %q: %s", annotation.Clip(ns), errs[0])
+		}
+		if seen[ns] {
+			return fmt.Errorf("namespace %q named twice", ns)
+		}
+		seen[ns] = true
+	}
+	return nil
 }
 
 func cmpString(a, b string) int {

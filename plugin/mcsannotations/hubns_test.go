@@ -1,0 +1,77 @@
+package mcsannotations
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coretest "github.com/coredns/coredns/test"
+	"github.com/miekg/dns"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/mcsannotations/mcsannotations/internal/source"
+)
+
+// With hub_namespaces, a CoreDNS reads only the hub's relay slices of the
+// namespaces named: an origin's Service there is answered, one of another
+// namespace that the hub holds too is not, and the hub is never asked for
+// slices outside the namespaces named.
+func TestHubNamespacesFromCorefile(t *testing.T) {
+	originKey := writeKey(t, t.TempDir(), "edge-o")
+	export := `{"services":[{"name":"backend","ports":[{"name":"http","port":80,"targetPort":8080}]}]}`
+	hub := fake.NewClientset(
+		relaySliceObject("default", "backend-edge-o-1", "edge-o", export,
+			relayedPod(originKey, "edge-o", "default", "backend-1", "10.7.0.1", true, 1, export)),
+		relaySliceObject("other", "backend-edge-o-1", "edge-o", export,
+			relayedPod(originKey, "edge-o", "other", "backend-2", "10.7.0.2", true, 1, export)),
+		originLease("hub-1", "edge-o", source.Connected, time.Now()))
+	clients := map[string]kubernetes.Interface{"/local": fake.NewClientset(), "/hub-1": hub}
+	withClient(t, func(kubeconfig, _ string) (kubernetes.Interface, error) { return clients[kubeconfig], nil })
+
+	i, udp, _, err := coretest.CoreDNSServerAndPorts(`clusterset.local:0 {
+    bind 127.0.0.1
+    mcsannotations {
+        cluster edge-a
+        kubeconfig /local
+        hub hub-1 /hub-1
+        hub_namespaces default kube-public
+    }
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopServer(i)
+
+	var r *dns.Msg
+	for range 500 {
+		r = exchange(t, "udp", udp, "backend.default.svc.clusterset.local.", dns.TypeA, 1232)
+		if len(r.Answer) == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "10.7.0.1" {
+		t.Fatalf("backend.default: %v, want 10.7.0.1", r)
+	}
+	// The hub's lists came in (default's answer shows it): a slice of other
+	// would be there now if it were read.
+	if r := exchange(t, "udp", udp, "backend.other.svc.clusterset.local.", dns.TypeA, 1232); len(r.Answer) != 0 {
+		t.Errorf("backend.other: %v, want no answer (not in hub_namespaces)", r.Answer)
+	}
+	asked := map[string]bool{}
+	for _, a := range hub.Actions() {
+		if a.GetResource().Resource != "endpointslices" {
+			continue
+		}
+		if _, ok := a.(k8stesting.ListAction); ok {
+			asked[a.GetNamespace()] = true
+		}
+	}
+	if len(asked) != 2 || !asked["default"] || !asked["kube-public"] {
+		t.Errorf("the hub's slices were listed in %v, want default and kube-public only", strings.Join(slices.Sorted(maps.Keys(asked)), ","))
+	}
+}
