@@ -20,6 +20,9 @@ type origin struct {
 	seed    time.Time // last contact from a snapshot
 	state   source.State
 	full    bool // a new Pod was refused for a full memory (reported once)
+	// expired: Expire dropped its records; they stay out until some hub is
+	// current on it again.
+	expired bool
 }
 
 type seen struct {
@@ -258,6 +261,15 @@ func (r *Relay) syncOrigin(name string, out *later) {
 	current := false
 	for _, h := range r.hubs {
 		current = current || h.current(name)
+	}
+	if o.expired && current {
+		o.expired = false // in contact again: the union comes back
+	}
+	if o.expired {
+		o.records = 0
+		*out = append(*out, func() { r.records.ReplaceCluster(name, nil) })
+		r.originStateLocked(name, o, out)
+		return
 	}
 	best := map[string]entry{} // the statement the union takes for each Pod
 	for _, h := range r.hubs {

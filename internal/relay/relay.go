@@ -137,6 +137,9 @@ type Origin struct {
 	LastContact time.Time
 	// Records is the number of the origin's records written.
 	Records int
+	// Expired: Expire dropped its records, and no hub has been current on
+	// it since.
+	Expired bool
 }
 
 // Hub is the state of one hub, as a source's.
@@ -259,6 +262,25 @@ func (r *Relay) Seed(origin string, lastContact time.Time) {
 	}
 }
 
+// Expire drops the records of origin from the store (for a reader's
+// expire setting) and keeps them out until some hub is current on the
+// origin again (listed, in contact, and its Lease says it is in contact
+// with the origin): then the hubs' union comes back. False when the Relay
+// knows no such origin.
+func (r *Relay) Expire(origin string) bool {
+	known := false
+	r.locked(func(out *later) {
+		o := r.origins[origin]
+		if o == nil {
+			return
+		}
+		known = true
+		o.expired = true
+		r.syncOrigin(origin, out)
+	})
+	return known
+}
+
 // Origins returns what the Relay knows of each origin, sorted by cluster.
 func (r *Relay) Origins() []Origin {
 	r.mu.Lock()
@@ -266,7 +288,7 @@ func (r *Relay) Origins() []Origin {
 	out := make([]Origin, 0, len(r.origins))
 	for name, o := range r.origins {
 		v := r.viewLocked(name)
-		out = append(out, Origin{Cluster: name, Hubs: v.hubs, State: v.state, LastContact: v.last, Records: o.records})
+		out = append(out, Origin{Cluster: name, Hubs: v.hubs, State: v.state, LastContact: v.last, Records: o.records, Expired: o.expired})
 	}
 	slices.SortFunc(out, func(a, b Origin) int { return cmpString(a.Cluster, b.Cluster) })
 	return out

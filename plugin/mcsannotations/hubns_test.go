@@ -9,10 +9,13 @@ import (
 
 	coretest "github.com/coredns/coredns/test"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 )
 
@@ -74,4 +77,58 @@ func TestHubNamespacesFromCorefile(t *testing.T) {
 	if len(asked) != 2 || !asked["default"] || !asked["kube-public"] {
 		t.Errorf("the hub's slices were listed in %v, want default and kube-public only", strings.Join(slices.Sorted(maps.Keys(asked)), ","))
 	}
+}
+
+// expire applies to relayed origins: an origin whose hub has been out of
+// contact with it for longer than the setting answers nothing, counted in
+// source_expirations_total, until the hub is in contact with it again.
+func TestHubOriginExpires(t *testing.T) {
+	originKey := writeKey(t, t.TempDir(), "edge-o")
+	export := `{"services":[{"name":"backend","ports":[{"name":"http","port":80,"targetPort":8080}]}]}`
+	hub := fake.NewClientset(
+		relaySliceObject("default", "backend-edge-o-1", "edge-o", export,
+			relayedPod(originKey, "edge-o", "default", "backend-1", "10.7.0.1", true, 1, export)),
+		originLease("hub-1", "edge-o", source.Disconnected, time.Now().Add(-time.Hour)))
+	clients := map[string]kubernetes.Interface{"/local": fake.NewClientset(), "/hub-1": hub}
+	withClient(t, func(kubeconfig, _ string) (kubernetes.Interface, error) { return clients[kubeconfig], nil })
+	before := testutil.ToFloat64(sourceExpirations.WithLabelValues("edge-o"))
+
+	i, udp, _, err := coretest.CoreDNSServerAndPorts(`clusterset.local:0 {
+    bind 127.0.0.1
+    mcsannotations {
+        cluster edge-a
+        kubeconfig /local
+        hub hub-1 /hub-1
+        expire 200ms
+    }
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopServer(i)
+
+	const name = "backend.default.svc.clusterset.local."
+	until := func(what string, cond func(*dns.Msg) bool) {
+		t.Helper()
+		var r *dns.Msg
+		for range 500 {
+			if r = exchange(t, "udp", udp, name, dns.TypeA, 1232); cond(r) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s never: last answer %v", what, r)
+	}
+	until("expired", func(*dns.Msg) bool { return testutil.ToFloat64(sourceExpirations.WithLabelValues("edge-o")) > before })
+	until("no answer", func(r *dns.Msg) bool { return len(r.Answer) == 0 })
+	if got := testutil.ToFloat64(sourceExpirations.WithLabelValues("edge-o")) - before; got != 1 {
+		t.Errorf("source_expirations_total{edge-o} grew by %v, want 1", got)
+	}
+
+	l := originLease("hub-1", "edge-o", source.Connected, time.Now())
+	l.ResourceVersion = "2"
+	if _, err := hub.CoordinationV1().Leases(relay.DefaultNamespace).Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	until("back", func(r *dns.Msg) bool { return len(r.Answer) == 1 && r.Answer[0].(*dns.A).A.String() == "10.7.0.1" })
 }
