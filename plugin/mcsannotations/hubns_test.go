@@ -1,6 +1,7 @@
 package mcsannotations
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	coretest "github.com/coredns/coredns/test"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -19,35 +22,44 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/source"
 )
 
-// With hub_namespaces, a CoreDNS reads only the hub's relay slices of the
-// namespaces named: an origin's Service there is answered, one of another
-// namespace that the hub holds too is not, and the hub is never asked for
-// slices outside the namespaces named.
-func TestHubNamespacesFromCorefile(t *testing.T) {
+// oneHubEdge starts a CoreDNS (edge-a) reading one fake hub (hub-1) with
+// the Corefile word extra, the hub holding lease and, for origin edge-o, a
+// slice of backend in each of namespaces, whose Pod backend-N has address
+// 10.7.0.N (N counting from 1); it returns the hub and the DNS address.
+func oneHubEdge(t *testing.T, extra string, lease *coordinationv1.Lease, namespaces ...string) (*fake.Clientset, string) {
+	t.Helper()
 	originKey := writeKey(t, t.TempDir(), "edge-o")
 	export := `{"services":[{"name":"backend","ports":[{"name":"http","port":80,"targetPort":8080}]}]}`
-	hub := fake.NewClientset(
-		relaySliceObject("default", "backend-edge-o-1", "edge-o", export,
-			relayedPod(originKey, "edge-o", "default", "backend-1", "10.7.0.1", true, 1, export)),
-		relaySliceObject("other", "backend-edge-o-1", "edge-o", export,
-			relayedPod(originKey, "edge-o", "other", "backend-2", "10.7.0.2", true, 1, export)),
-		originLease("hub-1", "edge-o", source.Connected, time.Now()))
+	objs := []runtime.Object{lease}
+	for n, ns := range namespaces {
+		objs = append(objs, relaySliceObject(ns, "backend-edge-o-1", "edge-o", export,
+			relayedPod(originKey, "edge-o", ns, fmt.Sprintf("backend-%d", n+1), fmt.Sprintf("10.7.0.%d", n+1), true, 1, export)))
+	}
+	hub := fake.NewClientset(objs...)
 	clients := map[string]kubernetes.Interface{"/local": fake.NewClientset(), "/hub-1": hub}
 	withClient(t, func(kubeconfig, _ string) (kubernetes.Interface, error) { return clients[kubeconfig], nil })
-
 	i, udp, _, err := coretest.CoreDNSServerAndPorts(`clusterset.local:0 {
     bind 127.0.0.1
     mcsannotations {
         cluster edge-a
         kubeconfig /local
         hub hub-1 /hub-1
-        hub_namespaces default kube-public
+        ` + extra + `
     }
 }`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopServer(i)
+	t.Cleanup(func() { stopServer(i) })
+	return hub, udp
+}
+
+// With hub_namespaces, a CoreDNS reads only the hub's relay slices of the
+// namespaces named: an origin's Service there is answered, one of another
+// namespace that the hub holds too is not, and the hub is never asked for
+// slices outside the namespaces named.
+func TestHubNamespacesFromCorefile(t *testing.T) {
+	hub, udp := oneHubEdge(t, "hub_namespaces default kube-public", originLease("hub-1", "edge-o", source.Connected, time.Now()), "default", "other")
 
 	var r *dns.Msg
 	for range 500 {
@@ -83,29 +95,8 @@ func TestHubNamespacesFromCorefile(t *testing.T) {
 // contact with it for longer than the setting answers nothing, counted in
 // source_expirations_total, until the hub is in contact with it again.
 func TestHubOriginExpires(t *testing.T) {
-	originKey := writeKey(t, t.TempDir(), "edge-o")
-	export := `{"services":[{"name":"backend","ports":[{"name":"http","port":80,"targetPort":8080}]}]}`
-	hub := fake.NewClientset(
-		relaySliceObject("default", "backend-edge-o-1", "edge-o", export,
-			relayedPod(originKey, "edge-o", "default", "backend-1", "10.7.0.1", true, 1, export)),
-		originLease("hub-1", "edge-o", source.Disconnected, time.Now().Add(-time.Hour)))
-	clients := map[string]kubernetes.Interface{"/local": fake.NewClientset(), "/hub-1": hub}
-	withClient(t, func(kubeconfig, _ string) (kubernetes.Interface, error) { return clients[kubeconfig], nil })
 	before := testutil.ToFloat64(sourceExpirations.WithLabelValues("edge-o"))
-
-	i, udp, _, err := coretest.CoreDNSServerAndPorts(`clusterset.local:0 {
-    bind 127.0.0.1
-    mcsannotations {
-        cluster edge-a
-        kubeconfig /local
-        hub hub-1 /hub-1
-        expire 200ms
-    }
-}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stopServer(i)
+	hub, udp := oneHubEdge(t, "expire 200ms", originLease("hub-1", "edge-o", source.Disconnected, time.Now().Add(-time.Hour)), "default")
 
 	const name = "backend.default.svc.clusterset.local."
 	until := func(what string, cond func(*dns.Msg) bool) {
