@@ -22,13 +22,14 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/source"
 )
 
-// hub is one hub read: two reflectors (its relay slices in every
-// namespace, its origin Leases in its namespace) and its /readyz check.
+// hub is one hub read: the reflectors of its relay slices (one in every
+// namespace, or one per namespace of Config.Namespaces), the reflector of
+// its origin Leases in its namespace, and its /readyz check.
 type hub struct {
 	r               *Relay
 	name, namespace string
 	client          kubernetes.Interface
-	slices          *ingest.Store[*slimSlice]
+	parts           []*slicePart
 	leaseSt         *ingest.Store[*slimLease]
 	runs            []*ingest.Run
 	state           atomic.Int32
@@ -36,7 +37,7 @@ type hub struct {
 	listedOnce      atomic.Bool  // the first list of slices arrived (read without r.mu)
 
 	// Under r.mu.
-	listed   bool                             // the first list of slices arrived
+	listed   bool                             // every part's first list of slices arrived
 	byOrigin map[string]map[string]*slimSlice // origin → slice key → slice
 	leases   map[string]*slimLease            // origin → its Lease
 }
@@ -55,6 +56,14 @@ func (h *hub) LastContact() time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, n)
+}
+
+// slicePart is the reflector of a hub's slices in one namespace ("" for
+// every namespace).
+type slicePart struct {
+	namespace string
+	st        *ingest.Store[*slimSlice]
+	listed    bool // its first list arrived (under r.mu)
 }
 
 // sliceSelector selects the slices our controller manages that carry the
@@ -79,10 +88,9 @@ func (h *hub) start(ctx context.Context, wg *sync.WaitGroup) {
 	if name == "" {
 		name = "hub/" + h.name
 	}
-	h.slices = h.sliceStore()
 	h.leaseSt = h.leaseStore()
-	sopts, lopts := opts, opts
-	sopts.Name, lopts.Name = name+"/slices", name+"/leases"
+	lopts := opts
+	lopts.Name = name + "/leases"
 	// A hub whose Leases may not be read (a credential without the grant)
 	// still relays its records: the refusal is reported, the hub stays
 	// connected, and its origins' states stay unknown (Syncing).
@@ -94,16 +102,33 @@ func (h *hub) start(ctx context.Context, wg *sync.WaitGroup) {
 			failed(err)
 		}
 	}
-	lw := ingest.EndpointSlices(h.client, metav1.NamespaceAll, sliceSelector(), func(es *discoveryv1.EndpointSlice) (runtime.Object, error) {
-		if old, ok := h.slices.Get(es.Namespace + "/" + es.Name); ok && old.Same(ingest.MetaOf(es)) {
-			return old, nil
+	// With a namespace limit, one watch per namespace: the hub's API server
+	// filters, so slices of other namespaces never cross the link.
+	namespaces := h.r.cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, ns := range namespaces {
+		p := &slicePart{namespace: ns}
+		p.st = h.sliceStore(p)
+		lw := ingest.EndpointSlices(h.client, ns, sliceSelector(), func(es *discoveryv1.EndpointSlice) (runtime.Object, error) {
+			if old, ok := p.st.Get(es.Namespace + "/" + es.Name); ok && old.Same(ingest.MetaOf(es)) {
+				return old, nil
+			}
+			return h.r.toSlim(es), nil
+		})
+		sopts := opts
+		sopts.Name = name + "/slices"
+		if ns != metav1.NamespaceAll {
+			sopts.Name += "/" + ns
 		}
-		return h.r.toSlim(es), nil
-	})
+		h.parts = append(h.parts, p)
+		h.runs = append(h.runs, ingest.Start(lw, p.st, sopts))
+	}
 	ll := ingest.Leases(h.client, h.namespace, OriginLabel, func(l *coordinationv1.Lease) (runtime.Object, error) {
 		return toLease(l), nil
 	})
-	h.runs = []*ingest.Run{ingest.Start(lw, h.slices, sopts), ingest.Start(ll, h.leaseSt, lopts)}
+	h.runs = append(h.runs, ingest.Start(ll, h.leaseSt, lopts))
 	wg.Go(func() {
 		source.Contact(ctx, h.client, h.r.cfg.Contact, func(err error) {
 			if err != nil {
@@ -118,10 +143,12 @@ func (h *hub) start(ctx context.Context, wg *sync.WaitGroup) {
 // stop stops the reflectors; the stores are closed first, so nothing
 // changes once it returns.
 func (h *hub) stop() error {
-	if h.slices == nil {
+	if h.leaseSt == nil {
 		return nil
 	}
-	h.slices.Close()
+	for _, p := range h.parts {
+		p.st.Close()
+	}
 	h.leaseSt.Close()
 	var errs []error
 	for _, run := range h.runs {
@@ -149,9 +176,9 @@ func (h *hub) setState(to source.State, err error) {
 	h.r.hubChanged() // the origins it reports on may change state
 }
 
-// sliceStore returns the store of the hub's slices: each change updates
-// the hub's index and the union of the origins it touches.
-func (h *hub) sliceStore() *ingest.Store[*slimSlice] {
+// sliceStore returns the store of part p of the hub's slices: each change
+// updates the hub's index and the union of the origins it touches.
+func (h *hub) sliceStore(p *slicePart) *ingest.Store[*slimSlice] {
 	st := &ingest.Store[*slimSlice]{}
 	st.Changed = func(old, s *slimSlice) {
 		h.touch()
@@ -169,8 +196,7 @@ func (h *hub) sliceStore() *ingest.Store[*slimSlice] {
 		for k, s := range objs {
 			h.r.report(h.name, old[k], s)
 		}
-		h.listedOnce.Store(true)
-		h.r.slicesReplaced(h, old, objs)
+		h.r.slicesReplaced(h, p, old, objs)
 		h.touch()
 	}
 	return st

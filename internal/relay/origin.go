@@ -20,6 +20,9 @@ type origin struct {
 	seed    time.Time // last contact from a snapshot
 	state   source.State
 	full    bool // a new Pod was refused for a full memory (reported once)
+	// expired: Expire dropped its records; they stay out until some hub is
+	// current on it again.
+	expired bool
 }
 
 type seen struct {
@@ -118,14 +121,22 @@ func (r *Relay) sliceChanged(h *hub, old, s *slimSlice) {
 	})
 }
 
-// slicesReplaced applies a complete list of h's slices.
-func (r *Relay) slicesReplaced(h *hub, old, objs map[string]*slimSlice) {
+// slicesReplaced applies a complete list of h's slices in part p's
+// namespace (every namespace for "").
+func (r *Relay) slicesReplaced(h *hub, p *slicePart, old, objs map[string]*slimSlice) {
 	r.locked(func(out *later) {
 		touched := map[string]bool{}
-		for o := range h.byOrigin {
-			touched[o] = true
+		for o, m := range h.byOrigin {
+			for k, s := range m {
+				if p.namespace == "" || s.Namespace == p.namespace {
+					delete(m, k)
+					touched[o] = true
+				}
+			}
+			if len(m) == 0 {
+				delete(h.byOrigin, o)
+			}
 		}
-		h.byOrigin = map[string]map[string]*slimSlice{}
 		for k, s := range objs {
 			if s.origin == "" {
 				continue
@@ -137,7 +148,16 @@ func (r *Relay) slicesReplaced(h *hub, old, objs map[string]*slimSlice) {
 			touched[s.origin] = true
 		}
 		first := !h.listed
+		p.listed = true
 		h.listed = true
+		for _, q := range h.parts {
+			h.listed = h.listed && q.listed
+		}
+		h.listedOnce.Store(h.listed)
+		first = first && h.listed
+		if !h.listed {
+			return // it contributes nothing before every part listed
+		}
 		if first {
 			all := true
 			for _, g := range r.hubs {
@@ -229,10 +249,11 @@ func (h *hub) current(origin string) bool {
 // syncOrigin writes the union of what the synced hubs hold of origin name
 // into the record store (through out, which runs under r.write once r.mu is
 // released); r.mu and r.write are held. While some hub is current on the
-// origin, the union is that of the current hubs: a Pod the origin deleted
+// origin, the Pods are those the current hubs hold: a Pod the origin deleted
 // while another hub was cut off goes, although that hub still holds it.
-// Without a current hub (every hub cut off, or no Leases), it is the union
-// of every synced hub: nothing goes that some hub still holds.
+// Without a current hub (every hub cut off, or no Leases), they are those
+// any synced hub holds: nothing goes that some hub still holds. Each Pod's
+// record is the newest statement any synced hub holds of it.
 func (r *Relay) syncOrigin(name string, out *later) {
 	if r.ignored(name) {
 		return
@@ -241,6 +262,15 @@ func (r *Relay) syncOrigin(name string, out *later) {
 	current := false
 	for _, h := range r.hubs {
 		current = current || h.current(name)
+	}
+	if o.expired && current {
+		o.expired = false // in contact again: the union comes back
+	}
+	if o.expired {
+		o.records = 0
+		*out = append(*out, func() { r.records.ReplaceCluster(name, nil) })
+		r.originStateLocked(name, o, out)
+		return
 	}
 	// Which Pods the origin has: those the hubs that count hold (the
 	// current ones while there are any). Which statement of each: the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -62,6 +63,10 @@ var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMal
 // the oldest tombstones go first. A variable for tests.
 var TombstoneTTL = 24 * time.Hour
 
+// MaxNamespaces bounds Config.Namespaces: the watches a reader holds on
+// each hub, as source.Options.MaxNamespaces bounds a scoped source's.
+const MaxNamespaces = 1000
+
 // DefaultNamespace is where a hub keeps its origin Leases unless AddHub
 // says otherwise.
 const DefaultNamespace = metav1.NamespaceSystem
@@ -77,6 +82,13 @@ type Config struct {
 	// endpoint statement is signed by its origin's key; an origin without
 	// a key is refused (ReasonNoKey).
 	Keys map[string]ed25519.PublicKey
+	// Namespaces, when not empty, limits what the reader takes from every
+	// hub to the relay slices of these namespaces: one watch per namespace
+	// on each hub, so that the hub's API server filters and the slices of
+	// other namespaces never cross the link (and the reader's credential
+	// on the hub needs only a Role in each). At most MaxNamespaces, each a
+	// namespace name, none twice.
+	Namespaces []string
 	// Events hears of refusals and state changes.
 	Events Events
 	// Ingest tunes the reflectors of every hub, as those of every reader of
@@ -125,6 +137,9 @@ type Origin struct {
 	LastContact time.Time
 	// Records is the number of the origin's records written.
 	Records int
+	// Expired: Expire dropped its records, and no hub has been current on
+	// it since.
+	Expired bool
 }
 
 // Hub is the state of one hub, as a source's.
@@ -196,6 +211,9 @@ func (r *Relay) Start() error {
 	if r.started {
 		return errors.New("relay already started")
 	}
+	if err := CheckNamespaces(r.cfg.Namespaces); err != nil {
+		return err
+	}
 	r.started = true
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -244,6 +262,25 @@ func (r *Relay) Seed(origin string, lastContact time.Time) {
 	}
 }
 
+// Expire drops the records of origin from the store (for a reader's
+// expire setting) and keeps them out until some hub is current on the
+// origin again (listed, in contact, and its Lease says it is in contact
+// with the origin): then the hubs' union comes back. False when the Relay
+// knows no such origin.
+func (r *Relay) Expire(origin string) bool {
+	known := false
+	r.locked(func(out *later) {
+		o := r.origins[origin]
+		if o == nil {
+			return
+		}
+		known = true
+		o.expired = true
+		r.syncOrigin(origin, out)
+	})
+	return known
+}
+
 // Origins returns what the Relay knows of each origin, sorted by cluster.
 func (r *Relay) Origins() []Origin {
 	r.mu.Lock()
@@ -251,7 +288,7 @@ func (r *Relay) Origins() []Origin {
 	out := make([]Origin, 0, len(r.origins))
 	for name, o := range r.origins {
 		v := r.viewLocked(name)
-		out = append(out, Origin{Cluster: name, Hubs: v.hubs, State: v.state, LastContact: v.last, Records: o.records})
+		out = append(out, Origin{Cluster: name, Hubs: v.hubs, State: v.state, LastContact: v.last, Records: o.records, Expired: o.expired})
 	}
 	slices.SortFunc(out, func(a, b Origin) int { return cmpString(a.Cluster, b.Cluster) })
 	return out
@@ -278,6 +315,25 @@ func (r *Relay) Hubs() []Hub {
 // reader's own, or one it reads directly.
 func (r *Relay) ignored(cluster string) bool {
 	return cluster == r.cfg.Local || (r.cfg.Direct != nil && r.cfg.Direct(cluster))
+}
+
+// CheckNamespaces checks a Config.Namespaces: at most MaxNamespaces
+// namespace names, none twice.
+func CheckNamespaces(namespaces []string) error {
+	if len(namespaces) > MaxNamespaces {
+		return fmt.Errorf("%d namespaces, more than %d", len(namespaces), MaxNamespaces)
+	}
+	seen := make(map[string]bool, len(namespaces))
+	for _, ns := range namespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("namespace %q: %s", annotation.Clip(ns), errs[0])
+		}
+		if seen[ns] {
+			return fmt.Errorf("namespace %q named twice", ns)
+		}
+		seen[ns] = true
+	}
+	return nil
 }
 
 func cmpString(a, b string) int {

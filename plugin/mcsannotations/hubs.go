@@ -106,9 +106,10 @@ func (m *MCS) newRelay(cfg config, local string) error {
 		direct[p.name] = true
 	}
 	r := relay.New(m.records, relay.Config{
-		Local:  local,
-		Direct: func(cluster string) bool { return direct[cluster] },
-		Keys:   cfg.keys,
+		Local:      local,
+		Direct:     func(cluster string) bool { return direct[cluster] },
+		Keys:       cfg.keys,
+		Namespaces: cfg.hubNS,
 		Events: relay.Events{
 			Refused:     logRelayRefused,
 			HubState:    m.hubStateChanged,
@@ -124,6 +125,9 @@ func (m *MCS) newRelay(cfg config, local string) error {
 		if err := r.AddHub(h.name, client, ""); err != nil {
 			return err
 		}
+	}
+	if len(cfg.hubNS) > 0 {
+		log.Infof("hubs: reading the relayed records of namespaces %s only", strings.Join(cfg.hubNS, ","))
 	}
 	if cfg.keys != nil {
 		log.Infof("hubs: relayed records count only when their origin cluster's key signed their endpoint statement")

@@ -382,7 +382,9 @@ func (m *MCS) start() error {
 		}
 	}
 	if m.relay != nil {
+		m.origins.mu.Lock()
 		m.origins.started = time.Now()
+		m.origins.mu.Unlock()
 		if err := m.relay.Start(); err != nil {
 			return fmt.Errorf("hubs: %w", err)
 		}
@@ -451,7 +453,34 @@ func (m *MCS) expireLoop(ctx context.Context) {
 				log.Errorf("cluster %s: restart after expiry: %v", s.Cluster(), err)
 			}
 		}
+		m.expireOrigins(grace)
 	}, every)
+}
+
+// expireOrigins drops, as expireLoop does for a source, the records of each
+// relayed origin out of contact for longer than the expire setting; they
+// come back once a hub is in contact with it again.
+func (m *MCS) expireOrigins(grace time.Duration) {
+	if m.relay == nil {
+		return
+	}
+	m.origins.mu.Lock()
+	started := m.origins.started
+	m.origins.mu.Unlock()
+	if started.IsZero() || time.Since(started) < grace {
+		return
+	}
+	for _, o := range m.relay.Origins() {
+		if o.Expired || o.State == source.Connected || o.LastContact.IsZero() || time.Since(o.LastContact) < m.expire {
+			continue
+		}
+		if !m.relay.Expire(o.Cluster) {
+			continue
+		}
+		sourceExpirations.WithLabelValues(o.Cluster).Inc()
+		log.Warningf("origin %s (through hubs): no contact since %s (longer than expire %s): dropping its records until a hub is in contact with it again",
+			o.Cluster, stamp(o.LastContact), m.expire)
+	}
 }
 
 // Name implements plugin.Handler.

@@ -113,7 +113,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "malformed_lists_total",
-		Help:      "Lists of Pods that broke off, did not decode or were over their size bound (bytes, or more Pods than a reader holds), and spells of a reader dropping new Pods for holding the most it may; what was held stays, and a list is made again.",
+		Help:      "Lists that broke off or did not decode, and spells of a reader dropping new Pods for holding the most it may; what was held stays, and a list is made again.",
 	}, []string{"informer"})
 
 	watchExpirations = promauto.NewCounterVec(prometheus.CounterOpts{
@@ -135,7 +135,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "oversized_replies_total",
-		Help:      "Replies from an API server refused at their size bound (64 MiB for a reply read whole, 16 MiB for one object); what was held stays.",
+		Help:      "Replies from an API server refused at their bound (64 MiB for a reply read whole, 16 MiB for one object, 64 KiB for a list's metadata, more objects in a list than a reader holds); what was held stays.",
 	})
 
 	serviceImports = promauto.NewGauge(prometheus.GaugeOpts{

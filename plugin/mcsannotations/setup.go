@@ -20,6 +20,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/probe"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -89,6 +90,7 @@ type config struct {
 	snapshot    string        // bbolt file; empty: no snapshot
 	peers       []peerConfig  // in Corefile order
 	hubs        []peerConfig  // in Corefile order: clusters whose MCS controller relays other clusters' records
+	hubNS       []string      // hub_namespaces: what is read of every hub; nil: every namespace
 	expire      time.Duration // 0: never
 	enforce     bool          // imports enforce
 	allow       []netip.Prefix
@@ -204,6 +206,18 @@ func parse(c *caddy.Controller) (config, error) {
 					return cfg, err
 				}
 				cfg.hubs = append(cfg.hubs, h)
+			case "hub_namespaces":
+				if cfg.hubNS != nil {
+					return cfg, c.Errf("hub_namespaces is given twice")
+				}
+				ns := c.RemainingArgs()
+				if len(ns) == 0 {
+					return cfg, c.Errf("hub_namespaces takes one or more namespace names")
+				}
+				if err := relay.CheckNamespaces(ns); err != nil {
+					return cfg, c.Errf("hub_namespaces: %v", err)
+				}
+				cfg.hubNS = ns
 			case "expire":
 				v, err := oneArg(c)
 				if err != nil {
@@ -272,6 +286,9 @@ func parse(c *caddy.Controller) (config, error) {
 		if cfg.cluster != "" && p.name == cfg.cluster {
 			return cfg, fmt.Errorf("peer %q has the name of the local cluster", p.name)
 		}
+	}
+	if cfg.hubNS != nil && len(cfg.hubs) == 0 {
+		return cfg, fmt.Errorf("hub_namespaces without a hub")
 	}
 	for _, h := range cfg.hubs {
 		if cfg.cluster != "" && h.name == cfg.cluster {

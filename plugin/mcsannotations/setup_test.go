@@ -18,6 +18,7 @@ import (
 	"github.com/coredns/caddy"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/table"
 )
 
@@ -35,6 +36,7 @@ func TestParse(t *testing.T) {
 		snapshot string
 		peers    []peerConfig
 		hubs     []peerConfig
+		hubNS    []string
 		expire   time.Duration
 		enforce  bool
 		allow    []netip.Prefix
@@ -48,6 +50,8 @@ func TestParse(t *testing.T) {
 			peers: []peerConfig{{"edge-b", "/b.yaml", ""}, {"edge-c", "/c.yaml", "ctx-c"}}, expire: 24 * time.Hour},
 		{input: "mcsannotations {\n cluster edge-a\n peer edge-b /b.yaml\n hub hub-1 /h1.yaml\n hub hub-2 /h2.yaml ctx-2\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5,
 			peers: []peerConfig{{"edge-b", "/b.yaml", ""}}, hubs: []peerConfig{{"hub-1", "/h1.yaml", ""}, {"hub-2", "/h2.yaml", "ctx-2"}}},
+		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n hub_namespaces prod shop\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5,
+			hubs: []peerConfig{{"hub-1", "/h1.yaml", ""}}, hubNS: []string{"prod", "shop"}},
 		{input: "mcsannotations {\n cluster edge-a\n imports enforce\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, enforce: true},
 		{input: "mcsannotations {\n cluster edge-a\n imports enforce allow 10.1.2.3/8 fd00::/8\n}", zones: []string{"clusterset.local."}, cluster: "edge-a", ttl: 5, enforce: true,
 			allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}},
@@ -83,6 +87,12 @@ func TestParse(t *testing.T) {
 		{input: "mcsannotations {\n cluster a\n hub H_ /k\n}", err: `hub "H_": the name must be an RFC 1123 subdomain`},
 		{input: "mcsannotations {\n cluster a\n hub h /k\n hub h /k2\n}", err: `hub "h" is listed twice`},
 		{input: "mcsannotations {\n hub a /k\n cluster a\n}", err: `hub "a" has the name of the local cluster`},
+		{input: "mcsannotations {\n cluster a\n hub h /k\n hub_namespaces\n}", err: "hub_namespaces takes one or more namespace names"},
+		{input: "mcsannotations {\n cluster a\n hub h /k\n hub_namespaces prod Shop\n}", err: `hub_namespaces: namespace "Shop": a lowercase RFC 1123 label`},
+		{input: "mcsannotations {\n cluster a\n hub h /k\n hub_namespaces prod prod\n}", err: `hub_namespaces: namespace "prod" named twice`},
+		{input: "mcsannotations {\n cluster a\n hub h /k\n hub_namespaces " + strings.TrimSpace(strings.Repeat("n ", relay.MaxNamespaces+1)) + "\n}", err: "hub_namespaces: 1001 namespaces, more than 1000"},
+		{input: "mcsannotations {\n cluster a\n hub h /k\n hub_namespaces a\n hub_namespaces b\n}", err: "hub_namespaces is given twice"},
+		{input: "mcsannotations {\n cluster a\n hub_namespaces prod\n}", err: "hub_namespaces without a hub"},
 		{input: "mcsannotations {\n cluster a\n expire\n}", err: "expire takes exactly one argument, got 0"},
 		{input: "mcsannotations {\n cluster a\n imports\n}", err: "imports takes enforce [allow CIDR...]"},
 		{input: "mcsannotations {\n cluster a\n imports allow 10.0.0.0/8\n}", err: "imports takes enforce [allow CIDR...]"},
@@ -103,7 +113,7 @@ func TestParse(t *testing.T) {
 			}
 			if strings.Join(cfg.zones, ",") != strings.Join(tc.zones, ",") || cfg.cluster != tc.cluster ||
 				cfg.kubeconfig != tc.kcfg || cfg.kubecontext != tc.kctx || cfg.ttl != tc.ttl || cfg.locality != tc.loc || cfg.snapshot != tc.snapshot ||
-				!slices.Equal(cfg.peers, tc.peers) || !slices.Equal(cfg.hubs, tc.hubs) || cfg.expire != tc.expire ||
+				!slices.Equal(cfg.peers, tc.peers) || !slices.Equal(cfg.hubs, tc.hubs) || !slices.Equal(cfg.hubNS, tc.hubNS) || cfg.expire != tc.expire ||
 				cfg.enforce != tc.enforce || !slices.Equal(cfg.allow, tc.allow) || cfg.nsRecords != cmp.Or(tc.records, defaultNamespaceRecords) {
 				t.Errorf("got %+v", cfg)
 			}
