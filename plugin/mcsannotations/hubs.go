@@ -250,18 +250,7 @@ func (m *MCS) collectHubs(ch chan<- prometheus.Metric, seen map[string]bool, cou
 		return
 	}
 	for _, h := range m.relay.Hubs() {
-		for _, st := range source.States {
-			v := 0.0
-			if h.State == st {
-				v = 1
-			}
-			ch <- prometheus.MustNewConstMetric(hubStateDesc, prometheus.GaugeValue, v, h.Name, st.String())
-		}
-		since := -1.0
-		if !h.LastContact.IsZero() {
-			since = time.Since(h.LastContact).Seconds()
-		}
-		ch <- prometheus.MustNewConstMetric(hubContactDesc, prometheus.GaugeValue, since, h.Name)
+		collectContact(ch, hubStateDesc, hubContactDesc, h.State, h.LastContact, h.Name)
 	}
 	for _, o := range m.relay.Origins() {
 		if seen[o.Cluster] {
@@ -269,18 +258,7 @@ func (m *MCS) collectHubs(ch chan<- prometheus.Metric, seen map[string]bool, cou
 		}
 		seen[o.Cluster] = true
 		ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.GaugeValue, float64(counts[o.Cluster]), o.Cluster)
-		for _, st := range source.States {
-			v := 0.0
-			if o.State == st {
-				v = 1
-			}
-			ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, o.Cluster, st.String())
-		}
-		since := -1.0
-		if !o.LastContact.IsZero() {
-			since = time.Since(o.LastContact).Seconds()
-		}
-		ch <- prometheus.MustNewConstMetric(contactDesc, prometheus.GaugeValue, since, o.Cluster)
+		collectContact(ch, stateDesc, contactDesc, o.State, o.LastContact, o.Cluster)
 		for _, h := range o.Hubs {
 			ch <- prometheus.MustNewConstMetric(originViaDesc, prometheus.GaugeValue, 1, o.Cluster, h)
 		}

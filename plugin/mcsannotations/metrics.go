@@ -241,21 +241,27 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			seen[cl] = true
 			ch <- prometheus.MustNewConstMetric(recordsDesc, prometheus.GaugeValue, float64(counts[cl]), cl)
-			for _, st := range source.States {
-				v := 0.0
-				if s.State() == st {
-					v = 1
-				}
-				ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, cl, st.String())
-			}
-			since := -1.0
-			if t := s.LastContact(); !t.IsZero() {
-				since = time.Since(t).Seconds()
-			}
-			ch <- prometheus.MustNewConstMetric(contactDesc, prometheus.GaugeValue, since, cl)
+			collectContact(ch, stateDesc, contactDesc, s.State(), s.LastContact(), cl)
 		}
 		m.collectHubs(ch, seen, counts)
 	}
+}
+
+// collectContact reports a state gauge (1 for state, 0 for the others) and
+// the seconds since last (-1: never) of the one labelled label.
+func collectContact(ch chan<- prometheus.Metric, stateDesc, contactDesc *prometheus.Desc, state source.State, last time.Time, label string) {
+	for _, st := range source.States {
+		v := 0.0
+		if state == st {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, v, label, st.String())
+	}
+	since := -1.0
+	if !last.IsZero() {
+		since = time.Since(last).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(contactDesc, prometheus.GaugeValue, since, label)
 }
 
 // snapshotErrorKinds are the kind label values of snapshot_errors_total.
