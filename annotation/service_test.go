@@ -1,10 +1,13 @@
 package annotation
 
 import (
+	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestParseServiceFields(t *testing.T) {
@@ -44,9 +47,9 @@ func TestParseServiceFields(t *testing.T) {
 		{name: "stale: grace without a drop", entry: `,"staleGraceSeconds":30`, reason: ReasonService},
 		{name: "stale: negative grace", entry: `,"staleEndpoints":"Drop","staleGraceSeconds":-1`, reason: ReasonService},
 		{name: "stale: grace over a week", entry: `,"staleEndpoints":"Drop","staleGraceSeconds":604801`, reason: ReasonService},
-		{name: "ipFamilies: one", entry: `,"ipFamilies":["IPv6"]`, want: Service{IPFamilies: []string{IPv6}}},
-		{name: "ipFamilies: dual stack, IPv6 first", entry: `,"ipFamilies":["IPv6","IPv4"]`, want: Service{IPFamilies: []string{IPv6, IPv4}}},
-		{name: "ipFamilies: empty is absent", entry: `,"ipFamilies":[]`, want: Service{IPFamilies: []string{}}},
+		{name: "ipFamilies: one", entry: `,"ipFamilies":["IPv6"]`, want: Service{IPFamilies: NewIPFamilies(IPv6)}},
+		{name: "ipFamilies: dual stack, IPv6 first", entry: `,"ipFamilies":["IPv6","IPv4"]`, want: Service{IPFamilies: NewIPFamilies(IPv6, IPv4)}},
+		{name: "ipFamilies: empty is absent", entry: `,"ipFamilies":[]`, want: Service{}},
 		{name: "ipFamilies: unknown family", entry: `,"ipFamilies":["IPv5"]`, reason: ReasonService},
 		{name: "ipFamilies: lower case", entry: `,"ipFamilies":["ipv4"]`, reason: ReasonService},
 		{name: "ipFamilies: twice", entry: `,"ipFamilies":["IPv4","IPv4"]`, reason: ReasonService},
@@ -80,7 +83,7 @@ func TestServiceFieldsRoundTrip(t *testing.T) {
 	e := Export{Name: "backend", Namespace: "default",
 		Ports: []Port{{Name: "http", Port: 80, TargetPort: 8080, Protocol: TCP, AppProtocol: "kubernetes.io/h2c"}},
 		Service: Service{Type: TypeClusterSetIP, ExportedAt: "2026-11-25T12:00:00Z", Labels: map[string]string{"a": "b"},
-			StaleEndpoints: StaleDropIfLocal, StaleGraceSeconds: 30, IPFamilies: []string{IPv4, IPv6}}}
+			StaleEndpoints: StaleDropIfLocal, StaleGraceSeconds: 30, IPFamilies: NewIPFamilies(IPv4, IPv6)}}
 	raw, err := FormatExports([]Export{e}, "default", "cluster-a")
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +131,7 @@ func TestServiceEqual(t *testing.T) {
 		func(s *Service) { s.Annotations = map[string]string{"a": "1"} },
 		func(s *Service) { s.StaleEndpoints = StaleDrop },
 		func(s *Service) { s.StaleGraceSeconds = 30 },
-		func(s *Service) { s.IPFamilies = []string{IPv4} },
+		func(s *Service) { s.IPFamilies = NewIPFamilies(IPv4) },
 	} {
 		b := a
 		b.Labels = map[string]string{"a": "1"}
@@ -152,5 +155,27 @@ func TestExportedWithoutTimeDoesNotAllocate(t *testing.T) {
 	at := "2026-11-26T10:00:00Z"
 	if got := (&Service{ExportedAt: at}).Exported(); got.Format(time.RFC3339) != at {
 		t.Fatalf("Exported() = %v, want %s", got, at)
+	}
+}
+
+// Every record of an exporting Pod holds its export entries: the entry keeps
+// its size class (224 bytes), IPFamilies included (a []string took it to
+// 248, the 256-byte class: 3 B more heap per endpoint in make bench), and
+// the families still cross as a list, in order.
+func TestIPFamiliesCostNothing(t *testing.T) {
+	if n := unsafe.Sizeof(Export{}); n > 224 {
+		t.Errorf("an Export is %d bytes, want at most 224 (its size class)", n)
+	}
+	for _, fams := range [][]string{nil, {IPv4}, {IPv6}, {IPv4, IPv6}, {IPv6, IPv4}} {
+		b, err := json.Marshal(Service{IPFamilies: NewIPFamilies(fams...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back struct {
+			IPFamilies []string `json:"ipFamilies"`
+		}
+		if err := json.Unmarshal(b, &back); err != nil || !slices.Equal(back.IPFamilies, fams) {
+			t.Errorf("%v: written as %s (%v)", fams, b, err)
+		}
 	}
 }

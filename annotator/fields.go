@@ -27,9 +27,11 @@ func serviceFields(svc *corev1.Service, se *unstructured.Unstructured) annotatio
 		// ClusterSetIP one has its derived Service's, so the entries of
 		// ClusterSetIP Services stay as they were (no rewrite of every
 		// exported Pod when the annotator is upgraded).
+		var fams []string
 		for _, fam := range svc.Spec.IPFamilies {
-			f.IPFamilies = append(f.IPFamilies, string(fam))
+			fams = append(fams, string(fam))
 		}
+		f.IPFamilies = annotation.NewIPFamilies(fams...)
 	}
 	if f.SessionAffinity == string(corev1.ServiceAffinityNone) {
 		f.SessionAffinity = "" // the default, left out

@@ -38,7 +38,7 @@ func TestServiceFields(t *testing.T) {
 		{name: "headless, dual stack: its families in its order", svc: func(s *corev1.Service) {
 			s.Spec.ClusterIP = corev1.ClusterIPNone
 			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
-		}, want: annotation.Service{Type: "Headless", ExportedAt: "2026-01-02T03:04:05Z", IPFamilies: []string{"IPv6", "IPv4"}}},
+		}, want: annotation.Service{Type: "Headless", ExportedAt: "2026-01-02T03:04:05Z", IPFamilies: annotation.NewIPFamilies("IPv6", "IPv4")}},
 		{name: "ClusterIP: its families are the derived Service's, not written", svc: func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol} },
 			want: annotation.Service{Type: "ClusterSetIP", ExportedAt: "2026-01-02T03:04:05Z"}},
 		{name: "affinity, policies", svc: func(s *corev1.Service) {

@@ -42,7 +42,7 @@ func TestHeadlessFamiliesFromServices(t *testing.T) {
 	// db: both Services say IPv6, one Pod has an IPv4 address.
 	for _, p := range []struct{ cluster, ip string }{{"a", "10.0.0.2"}, {"b", "fd00::2"}} {
 		pod := exporter(p.cluster, "db", p.ip, annotation.TypeHeadless)
-		pod.Exports[0].IPFamilies = []string{annotation.IPv6}
+		pod.Exports[0].IPFamilies = annotation.NewIPFamilies(annotation.IPv6)
 		e.table.Upsert(pod)
 	}
 	// old: written without ipFamilies.

@@ -145,7 +145,7 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			s := cd.cur[cl]
 			cur[cl] = s
 			exports = append(exports, toExport(cl, &s.entry))
-			families = append(families, s.entry.IPFamilies...)
+			families = append(families, s.entry.IPFamilies.List()...)
 			out.clusters = append(out.clusters, cl)
 			if addressNotes(&n, cl, s.endpoints) {
 				usable = true
@@ -169,7 +169,7 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			out.clusters = append(out.clusters, cl)
 			if kc.entry.Name != "" {
 				exports = append(exports, toExport(cl, &kc.entry))
-				families = append(families, kc.entry.IPFamilies...)
+				families = append(families, kc.entry.IPFamilies.List()...)
 			}
 		}
 		if recheck > 0 {

@@ -117,7 +117,7 @@ func TestMCSPortUnionAndHeadlessFamilies(t *testing.T) {
 	}{{a, "db-a1"}, {b, "db-b1"}} {
 		raw := p.c.GetPod(t, ns, p.pod).Annotations[harness.ExportAnnotation]
 		got, rej := annotation.ParseExports(raw, ns, p.c.Name)
-		if len(rej) > 0 || len(got) != 1 || !slices.Equal(got[0].IPFamilies, []string{annotation.IPv4}) {
+		if len(rej) > 0 || len(got) != 1 || !slices.Equal(got[0].IPFamilies.List(), []string{annotation.IPv4}) {
 			t.Errorf("%s: Pod %s: export annotation %s (%v): want an entry with ipFamilies [IPv4]", p.c.Name, p.pod, raw, rej)
 		}
 	}
