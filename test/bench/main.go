@@ -46,7 +46,7 @@ type config struct {
 	SoakReport, Out, Raw, Render     string
 	RelayReport                      string      // "" for none
 	Relay                            relayConfig // -relay: the relay benchmark instead
-	Command                          string // the command line, for the report
+	Command                          string      // the command line, for the report
 }
 
 // smokeDefaults are the tiny sizes of -smoke, for the flags not given.

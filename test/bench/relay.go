@@ -462,7 +462,7 @@ func relaySetup(b *harness.Program, r *relayResult, w *relayWorld) {
 	}
 	w.edge = &contender{Name: ours + " (edge)", tmpl: relayEdgeCorefile, vars: map[string]string{
 		"KUBECONFIG": edgeCluster.Kubeconfig, "METRICS": strconv.Itoa(harness.FreePort(b)),
-		"EXTRA": "        hub hub-1 " + w.hubs[0].KubeconfigVia(b, w.links[0]) + "\n        hub hub-2 " + w.hubs[1].KubeconfigVia(b, w.links[1]) + "\n",
+		"EXTRA":    "        hub hub-1 " + w.hubs[0].KubeconfigVia(b, w.links[0]) + "\n        hub hub-2 " + w.hubs[1].KubeconfigVia(b, w.links[1]) + "\n",
 		"SNAPSHOT": filepath.Join(dir, "edge.db")}}
 	t0 := time.Now()
 	startEdge(b, w.edge)
