@@ -101,11 +101,18 @@ demo: build tools ## Two local clusters, sample workloads, the MCS controller an
 	@env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./test/demo $(DEMO_FLAGS)
 
 # --- benchmarks (issue 6; test/bench) ------------------------------------------
-.PHONY: bench bench-smoke bench-render
+# make bench-relay writes relay.json and relay.md to RELAY_OUT; make bench
+# includes the last relay.md there in BENCHMARKS.md, as it does soak.md.
+RELAY_OUT ?= $(ROOT)/bench/relay
+.PHONY: bench bench-smoke bench-render bench-relay bench-relay-smoke
 bench: build tools ## Ours vs hosts and in-tree multicluster, probes, offline figures; bench/raw/<time>/results.json and BENCHMARKS.md (~25 min); BENCH_OLD_COREDNS=path/to/old/coredns also measures that build in the same run, side by side: heap per endpoint and cold start from a snapshot, propagation and resync in turns, QPS beside hosts; includes the last make soak's summary
-	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./test/bench $(if $(BENCH_OLD_COREDNS),-compare-coredns $(BENCH_OLD_COREDNS)) $(if $(wildcard $(SOAK_OUT)/soak.md),-soak $(SOAK_OUT)/soak.md) $(BENCH_FLAGS)
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./test/bench $(if $(BENCH_OLD_COREDNS),-compare-coredns $(BENCH_OLD_COREDNS)) $(if $(wildcard $(SOAK_OUT)/soak.md),-soak $(SOAK_OUT)/soak.md) $(if $(wildcard $(RELAY_OUT)/relay.md),-relay-report $(RELAY_OUT)/relay.md) $(BENCH_FLAGS)
 bench-render: ## Render BENCHMARKS.md again from a run's results: make bench-render RESULTS=bench/raw/<time>/results.json
 	$(GO) run ./test/bench -render $(RESULTS) -out $(ROOT)/BENCHMARKS.md
+bench-relay: build tools ## Relay hubs at scale: RELAY_FLAGS (default 1,000 origins on 4 kube-apiservers, 10 services x 3 endpoints) through two hubs to one edge; relay.json and relay.md in RELAY_OUT (bench/relay), included by the next make bench
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator $(GO) run ./test/bench -relay -relay-out $(RELAY_OUT) $(RELAY_FLAGS)
+bench-relay-smoke: build tools ## The relay benchmark at tiny sizes (4 origins; report in bench/raw/relay-smoke/)
+	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns MCS_E2E_ANNOTATOR=$(BIN)/mcs-annotator $(GO) run ./test/bench -relay-smoke
 bench-smoke: build tools ## The benchmark program end to end at tiny sizes (about 2 min; report in bench/raw/smoke/)
 	env $$($(ROOT)/tools/install.sh env) MCS_E2E_COREDNS=$(BIN)/coredns $(GO) run ./test/bench -smoke
 

@@ -44,7 +44,9 @@ type config struct {
 	CompareCoreDNS                   string // "" for none
 	CompareTurns                     int
 	SoakReport, Out, Raw, Render     string
-	Command                          string // the command line, for the report
+	RelayReport                      string      // "" for none
+	Relay                            relayConfig // -relay: the relay benchmark instead
+	Command                          string      // the command line, for the report
 }
 
 // smokeDefaults are the tiny sizes of -smoke, for the flags not given.
@@ -84,7 +86,10 @@ func parseFlags() config {
 	flag.StringVar(&c.Out, "out", "", "report file (default BENCHMARKS.md at the repository root; bench/raw/smoke/BENCHMARKS.md with -smoke)")
 	flag.StringVar(&c.Raw, "raw", "", "folder for raw output (default bench/raw/<UTC time>, bench/raw/smoke with -smoke)")
 	flag.StringVar(&c.Render, "render", "", "render the report from this results.json of an earlier run instead of running (to -out, default the report that run wrote)")
+	flag.StringVar(&c.RelayReport, "relay-report", "", "include this relay.md (written by make bench-relay) in the report as it is")
+	relayFlags(&c.Relay)
 	flag.Parse()
+	applyRelaySmoke(&c.Relay)
 	if c.Smoke {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -116,6 +121,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if cfg.Relay.On {
+		os.Exit(relayMain(cfg, root))
 	}
 	if cfg.Raw == "" {
 		cfg.Raw = filepath.Join(root, "bench", "raw", time.Now().UTC().Format("20060102T150405Z"))
@@ -199,6 +207,12 @@ func run(ctx context.Context, b *harness.Program, res *results) {
 	if cfg.SoakReport != "" {
 		if err := readSoak(res, cfg.SoakReport); err != nil {
 			b.Errorf("soak report: %v", err)
+		}
+	}
+	if cfg.RelayReport != "" {
+		var err error
+		if res.Relay, err = readSummary(cfg.RelayReport, "relay summary"); err != nil {
+			b.Errorf("relay report: %v", err)
 		}
 	}
 	timed(b, res, "preflight", func() { preflight(b, res) })
@@ -301,21 +315,30 @@ type soakReport struct {
 }
 
 func readSoak(res *results, path string) error {
+	s, err := readSummary(path, "soak summary")
+	if err == nil {
+		res.Soak = s
+	}
+	return err
+}
+
+// readSummary reads the markdown summary of a separate run (make soak, make
+// bench-relay) to include in the report as it is.
+func readSummary(path, what string) (*soakReport, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if st.Size() > 64<<10 {
-		return fmt.Errorf("%s: %d bytes, more than a soak summary", path, st.Size())
+		return nil, fmt.Errorf("%s: %d bytes, more than a %s", path, st.Size(), what)
 	}
 	md, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	res.Soak = &soakReport{Path: abs, Modified: st.ModTime().UTC(), Markdown: strings.TrimSpace(string(md))}
-	return nil
+	return &soakReport{Path: abs, Modified: st.ModTime().UTC(), Markdown: strings.TrimSpace(string(md))}, nil
 }

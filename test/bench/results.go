@@ -33,6 +33,7 @@ type results struct {
 	Live    *liveResult  // propagation and resync
 	MCS     *mcsResult   // the MCS controller over three clusters
 	Soak    *soakReport  // a make soak run's summary, when given
+	Relay   *soakReport  // a make bench-relay run's summary, when given
 }
 
 type stageTime struct {
