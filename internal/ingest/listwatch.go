@@ -38,6 +38,12 @@ type ListerWatcher struct {
 	pageObjs  int       // in those pages so far
 	refusals  int       // lists refused in a row (see refused)
 
+	// backoff and sleep replace RefusedBackoff and refusedSleep for this
+	// ListerWatcher (tests, which count the waits without touching what
+	// other tests' reflectors read); nil: those.
+	backoff *wait.Backoff
+	sleep   func(context.Context, time.Duration) error
+
 	// relist is set when the store dropped an object for being full: the
 	// watch then ends as expired at its next event (or the next watch is
 	// refused as expired), so that the reflector lists again and the store
@@ -72,20 +78,20 @@ func refused(err error) bool {
 }
 
 // refusedWait is the wait before the next list after n refused ones.
-func refusedWait(n int) time.Duration {
+func refusedWait(n int, b wait.Backoff) time.Duration {
 	if n <= 0 {
 		return 0
 	}
-	d := RefusedBackoff.Duration
-	for i := 1; i < n && d < RefusedBackoff.Cap; i++ {
-		d = time.Duration(float64(d) * RefusedBackoff.Factor)
+	d := b.Duration
+	for i := 1; i < n && d < b.Cap; i++ {
+		d = time.Duration(float64(d) * b.Factor)
 	}
-	return min(d, RefusedBackoff.Cap)
+	return min(d, b.Cap)
 }
 
 // refusedSleep waits d before a list that follows refused ones, or until
-// ctx ends (its error). A variable for tests, which count the waits.
-var refusedSleep = func(ctx context.Context, d time.Duration) error {
+// ctx ends (its error).
+func refusedSleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -113,16 +119,23 @@ func (l *List) DeepCopyObject() runtime.Object {
 
 // observed returns a copy of l that reports to ev.
 func (l *ListerWatcher) observed(ev Events) *ListerWatcher {
-	return &ListerWatcher{ListWatch: l.ListWatch, Transform: l.Transform, ev: ev}
+	return &ListerWatcher{ListWatch: l.ListWatch, Transform: l.Transform, ev: ev, backoff: l.backoff, sleep: l.sleep}
 }
 
 // ListWithContext lists, transforms the items and reports the list.
 func (l *ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	l.mu.Lock()
-	d := refusedWait(l.refusals)
+	b, sleep := RefusedBackoff, refusedSleep
+	if l.backoff != nil {
+		b = *l.backoff
+	}
+	if l.sleep != nil {
+		sleep = l.sleep
+	}
+	d := refusedWait(l.refusals, b)
 	l.mu.Unlock()
 	if d > 0 && opts.Continue == "" {
-		if err := refusedSleep(ctx, d); err != nil {
+		if err := sleep(ctx, d); err != nil {
 			return nil, err
 		}
 	}

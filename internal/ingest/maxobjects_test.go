@@ -145,13 +145,7 @@ func TestStoreMaxObjects(t *testing.T) {
 // a list succeeds the next refusal starts from the first step again. A
 // list over a bound counts as refused. The waits are counted, not timed.
 func TestRefusedListsBackOff(t *testing.T) {
-	old := RefusedBackoff
-	RefusedBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 400 * time.Millisecond}
-	t.Cleanup(func() { RefusedBackoff = old })
 	var waits []time.Duration
-	sleep := refusedSleep
-	refusedSleep = func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }
-	t.Cleanup(func() { refusedSleep = sleep })
 	var a *apiServer
 	forbid := true
 	a = newAPIServer(t, func(n int, q url.Values, w http.ResponseWriter) {
@@ -171,6 +165,8 @@ func TestRefusedListsBackOff(t *testing.T) {
 		a.mu.Unlock()
 	}
 	lw := Pods(a.client(t), "", toSlim)
+	lw.backoff = &wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 400 * time.Millisecond}
+	lw.sleep = func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }
 	list := func(wantOK bool) {
 		t.Helper()
 		_, err := lw.ListWithContext(context.Background(), metav1.ListOptions{})
