@@ -182,7 +182,11 @@ func (m *MCS) refreshOrigins() {
 			oc := &originContact{cluster: o.Cluster, started: s.started}
 			c = &clusterContact{contact: oc, answers: staleAnswers.WithLabelValues(o.Cluster)}
 			c.lost.Store(s.seededLost[o.Cluster])
-			registerClusterSeries(o.Cluster)
+			// Only the series an origin's alerts follow: its annotations'
+			// refusals are counted by hub (relay_refused_total), and a
+			// series per reason and origin cost an edge of a thousand
+			// origins a fifth of its heap.
+			sourceExpirations.WithLabelValues(o.Cluster)
 		}
 		oc := c.contact.(*originContact)
 		prev := oc.view.Swap(&o)

@@ -10,6 +10,7 @@ import (
 
 	coretest "github.com/coredns/coredns/test"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -116,6 +117,26 @@ func TestHubsFromCorefile(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(relayRefused.WithLabelValues("hub-2", string(annotation.ReasonBadSignature))) - refusedBefore; got != 1 {
 		t.Errorf("relay_refused_total{hub-2, bad_signature} grew by %v, want 1 (the forged record)", got)
+	}
+
+	// A relayed origin has no series per annotation rejection reason (its
+	// refusals are counted by hub): a thousand origins' worth took a fifth
+	// of an edge's heap.
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "coredns_mcsannotations_rejected_annotations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" && l.GetValue() == "edge-o" {
+					t.Fatalf("a rejected_annotations_total series of the relayed origin: %v", m)
+				}
+			}
+		}
 	}
 
 	// hub-2 is in contact with the origin again: no mark.
