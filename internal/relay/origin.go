@@ -429,7 +429,7 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 			delete(h.leases, old.origin)
 			touched[old.origin] = true
 		}
-		if l != nil && l.origin != "" && !r.ignored(l.origin) {
+		if l != nil && r.leaseCounts(l.origin) {
 			h.leases[l.origin] = l
 			touched[l.origin] = true
 		}
@@ -437,6 +437,15 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 			r.syncOrigin(o, out)
 		}
 	})
+}
+
+// leaseCounts reports whether a hub's Lease on origin is taken: not one of
+// the reader's own or direct clusters and, under verify, only of an origin
+// whose key the reader has (whose records it could accept at all), so that
+// a hub writing Leases of made-up origins grows no memory, series or
+// snapshot entries.
+func (r *Relay) leaseCounts(origin string) bool {
+	return origin != "" && !r.ignored(origin) && (r.cfg.Keys == nil || r.cfg.Keys[origin] != nil)
 }
 
 // leasesReplaced applies a complete list of h's Leases.
@@ -448,7 +457,7 @@ func (r *Relay) leasesReplaced(h *hub, objs map[string]*slimLease) {
 		}
 		h.leases = map[string]*slimLease{}
 		for _, l := range objs {
-			if l.origin != "" && !r.ignored(l.origin) {
+			if r.leaseCounts(l.origin) {
 				h.leases[l.origin] = l
 				touched[l.origin] = true
 			}

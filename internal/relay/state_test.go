@@ -354,3 +354,21 @@ func TestChurnedOriginsForgotten(t *testing.T) {
 		t.Errorf("origins held: %+v", o)
 	}
 }
+
+// Under verify, a hub's Lease of an origin the reader has no key for is not
+// taken: a hub writing Leases of made-up origins adds no origin (no memory,
+// no series, no snapshot entry at the reader).
+func TestLeaseOfUnknownOriginIgnored(t *testing.T) {
+	pub, _ := genKey(t)
+	h := newFakeHub(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()),
+		lease(DefaultNamespace, "made-up-1", source.Connected, time.Now()),
+		lease(DefaultNamespace, "made-up-2", source.Disconnected, time.Now()))
+	r := start(t, store.New(), Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}}, h)
+	eventually(t, "origin-a known", func() bool {
+		o := r.Origins()
+		return len(o) >= 1 && o[0].Cluster == "origin-a" && o[0].State == source.Connected
+	})
+	if o := r.Origins(); len(o) != 1 {
+		t.Fatalf("origins %+v, want origin-a only", o)
+	}
+}
