@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -28,13 +26,7 @@ func TestMCSControllerReadsHub(t *testing.T) {
 	o, h, e := cs[0], cs[1], cs[2]
 	keysO := newSigningKeyPair(t, "edge-o")
 	keysE := newSigningKeyPair(t, "edge-e")
-	pubO, err := os.ReadFile(filepath.Join(keysO.Dir, "edge-o"+annotation.KeySuffix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(keysE.Dir, "edge-o"+annotation.KeySuffix), pubO, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	trustKey(t, keysO, "edge-o", keysE)
 
 	sel := map[string]string{"app": "web"}
 	createSignedTestService(t, o, ns, "web", sel)

@@ -73,13 +73,7 @@ func TestRelayThroughTwoHubs(t *testing.T) {
 	keysO := newSigningKeyPair(t, "edge-o")
 	keysE := newSigningKeyPair(t, "edge-e")
 	// edge-e verifies with edge-o's key (and its own, for its local Pods).
-	pubO, err := os.ReadFile(filepath.Join(keysO.Dir, "edge-o"+annotation.KeySuffix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(keysE.Dir, "edge-o"+annotation.KeySuffix), pubO, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	trustKey(t, keysO, "edge-o", keysE)
 
 	// The origin: a headless Service exported, two ready Pods.
 	sel := map[string]string{"app": "backend"}
@@ -197,6 +191,19 @@ func TestRelayThroughTwoHubs(t *testing.T) {
 	d.Restart(t)
 	waitPeers(t, d, initialSync, q, hasAddrs("10.7.0.1", "10.7.0.2", "10.7.0.3"))
 	checkMcsctlVia(t, snap, "edge-o", "via hub-1,hub-2")
+}
+
+// trustKey copies cluster's public key from its pair's folder into the
+// verify folder of to.
+func trustKey(t *testing.T, from signingKeyPair, cluster string, to signingKeyPair) {
+	t.Helper()
+	pub, err := os.ReadFile(filepath.Join(from.Dir, cluster+annotation.KeySuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(to.Dir, cluster+annotation.KeySuffix), pub, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // statement is an origin Pod's signed bytes as the annotator wrote them.
