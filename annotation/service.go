@@ -52,9 +52,9 @@ type Service struct {
 
 // IPFamilies is a list of IP families in order, kept in one byte (two bits
 // per family), so that the field costs an export entry nothing: it fits the
-// padding after StaleGraceSeconds, and every record of an exporting Pod
-// holds its entries (a []string took Export from 224 to 248 bytes, a larger
-// size class, 3 B per endpoint). In JSON it is a list, as in the Service
+// padding after StaleGraceSeconds, where a slice would move Export to a
+// larger size class, and every record of an exporting Pod holds its
+// entries (TestIPFamiliesCostNothing). In JSON it is a list, as in the Service
 // API. A list that is not valid (over two, an unknown family, one twice)
 // is kept as such, for the parser to refuse with the reason.
 type IPFamilies uint8

@@ -159,9 +159,8 @@ func TestExportedWithoutTimeDoesNotAllocate(t *testing.T) {
 }
 
 // Every record of an exporting Pod holds its export entries: the entry keeps
-// its size class (224 bytes), IPFamilies included (a []string took it to
-// 248, the 256-byte class: 3 B more heap per endpoint in make bench), and
-// the families still cross as a list, in order.
+// its size class (224 bytes) with IPFamilies, and the families still cross
+// as a list, in order.
 func TestIPFamiliesCostNothing(t *testing.T) {
 	if n := unsafe.Sizeof(Export{}); n > 224 {
 		t.Errorf("an Export is %d bytes, want at most 224 (its size class)", n)

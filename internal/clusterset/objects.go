@@ -116,12 +116,11 @@ type SliceLimit struct {
 }
 
 // RelayEndpointsPerSlice is the Max of a relay hub's slices. Each endpoint
-// there also carries its origin Pod's relayed bytes (200 to 300 bytes:
-// name, UID, statement and signature), and an EndpointSlice is re-sent whole
-// on each change of any endpoint: at 20 endpoints a change costs a reader
-// of the hub 8 to 10 KB of JSON rather than the 30 to 45 KB of a slice of
-// 100, while the fixed part of a slice (about 1.5 KB of metadata) stays a
-// modest share of a full list.
+// there also carries its origin Pod's relayed bytes (name, UID, statement
+// and signature), and an EndpointSlice is re-sent whole on each change of
+// any endpoint: a fifth of the usual 100 cuts what a change costs a reader
+// of the hub, while the fixed part of a slice stays a modest share of a
+// full list.
 const RelayEndpointsPerSlice = 20
 
 // LimitedSlices is Slices with slices bounded by limit.

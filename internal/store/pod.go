@@ -30,8 +30,9 @@ type Pod struct {
 // of its 120 bytes.
 //
 // A relay hub's sources (source.Options.KeepProof) give each record a Common
-// of its own instead, carrying its Proof: the field costs an edge nothing
-// per record (a Common of 64 bytes is in the size class of the 56 it was).
+// of its own instead, carrying its Proof: on Common rather than Pod, the
+// field keeps an edge's records in their size classes
+// (TestProofCostsNoRecordBytes).
 type Common struct {
 	Cluster   string              `json:"c"`
 	Namespace string              `json:"ns"`

@@ -173,7 +173,6 @@ func (m *MCS) refreshOrigins() {
 	next := &origins{by: map[string]*clusterContact{}}
 	st := m.store.Load()
 	for _, o := range m.relay.Origins() {
-		o := o
 		c := (*clusterContact)(nil)
 		if cur != nil {
 			c = cur.by[o.Cluster]
@@ -184,8 +183,8 @@ func (m *MCS) refreshOrigins() {
 			c.lost.Store(s.seededLost[o.Cluster])
 			// Only the series an origin's alerts follow: its annotations'
 			// refusals are counted by hub (relay_refused_total), and a
-			// series per reason and origin cost an edge of a thousand
-			// origins a fifth of its heap.
+			// series per reason and origin would grow an edge's heap with
+			// every origin.
 			sourceExpirations.WithLabelValues(o.Cluster)
 		}
 		oc := c.contact.(*originContact)

@@ -119,9 +119,8 @@ func TestHubsFromCorefile(t *testing.T) {
 		t.Errorf("relay_refused_total{hub-2, bad_signature} grew by %v, want 1 (the forged record)", got)
 	}
 
-	// A relayed origin has no series per annotation rejection reason (its
-	// refusals are counted by hub): a thousand origins' worth took a fifth
-	// of an edge's heap.
+	// A relayed origin has no series per annotation rejection reason: its
+	// refusals are counted by hub.
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -374,10 +374,10 @@ func (m *MCS) writeTable(st *snapshot.Store) {
 		write(s.Cluster(), m.meta(s))
 	}
 	if m.relay != nil {
+		// Every relayed origin, also one that holds nothing now: the file
+		// must not keep records the hubs have since removed.
 		for _, o := range m.relay.Origins() {
-			if held[o.Cluster] > 0 {
-				write(o.Cluster, m.originMeta(o))
-			}
+			write(o.Cluster, m.originMeta(o))
 		}
 	}
 	st.ReplaceClients(func(yield func(*clients.Client, []netip.Addr) bool) {
