@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -218,7 +219,9 @@ func decodeStrict(b []byte, v any) error {
 	if err := d.Decode(v); err != nil {
 		return fmt.Errorf("invalid JSON: %s", Clip(err.Error()))
 	}
-	if d.More() {
+	// One value only: More reports false before a stray '}' or ']', so ask
+	// for the next token, which must be the end of the input.
+	if _, err := d.Token(); err != io.EOF {
 		return fmt.Errorf("invalid JSON: data after the value")
 	}
 	return nil

@@ -315,7 +315,13 @@ func TestPagedRelist(t *testing.T) {
 	st.Replaced = func(_, objs map[string]*slim) { mu.Lock(); replaced = append(replaced, len(objs)); mu.Unlock() }
 	b := fast
 	run := Start(Pods(a.client(t), "", toSlim), st, Options{Backoff: &b, Events: rec.events()})
-	eventually(t, "relisted twice", func() bool { return rec.read(func(r *recorder) bool { return len(r.relisted) >= 2 }) })
+	// The relist is reported before the store is replaced: wait for both.
+	eventually(t, "relisted twice", func() bool {
+		mu.Lock()
+		n := len(replaced)
+		mu.Unlock()
+		return n >= 3 && rec.read(func(r *recorder) bool { return len(r.relisted) >= 2 })
+	})
 	st.Close()
 	if err := run.Stop(); err != nil {
 		t.Error(err)
