@@ -3,8 +3,10 @@ package e2e
 // The relay's replay memory survives a restart: edge-o's real annotator
 // signs its Pods' statements, hub-1's real MCS controller relays them, and
 // edge-e's real CoreDNS (verify and snapshot on) reads only hub-1. An origin
-// Pod goes not ready, then is deleted; the edge drops it and remembers its
-// last statement (a tombstone, in the snapshot). CoreDNS restarts; hub-1
+// Pod goes not ready, then is deleted (as a Pod being deleted gets one last
+// statement saying not ready; the test's API servers run no kubelet, so the
+// test flips it first); the edge drops it and remembers its last statement
+// (a tombstone, in the snapshot). CoreDNS restarts; hub-1
 // then turns hostile (its controller stopped, its API server written by the
 // test) and presents the deleted Pod's earlier, ready statement: the edge
 // does not answer it and counts a replayed refusal, as it would have before
