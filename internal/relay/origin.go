@@ -15,7 +15,10 @@ type origin struct {
 	// seen remembers, under verify, the statement accepted last for each
 	// of the origin's Pods ("namespace/name"), and for a deleted Pod until
 	// TombstoneTTL: the replay rule's memory, at most ingest.MaxObjects.
+	// changed names the Pods whose memory changed since it was last
+	// reported (Events.Remembered; memory.go).
 	seen    map[string]*seen
+	changed map[string]bool
 	records int       // written last
 	seed    time.Time // last contact from a snapshot
 	state   source.State
@@ -337,10 +340,15 @@ func (r *Relay) syncOrigin(name string, out *later) {
 					continue
 				}
 				o.seen[k] = &seen{seq: c.seq, hash: c.hash}
+				o.remember(k)
 			case c.seq > m.seq:
 				*m = seen{seq: c.seq, hash: c.hash}
+				o.remember(k)
 			case c.seq == m.seq && c.hash == m.hash:
-				m.gone = time.Time{}
+				if !m.gone.IsZero() {
+					m.gone = time.Time{}
+					o.remember(k)
+				}
 			default:
 				continue // replayed (reported as it arrived): the Pod has no record
 			}
@@ -351,9 +359,11 @@ func (r *Relay) syncOrigin(name string, out *later) {
 			// refused) has gone: its Seq stays as a tombstone.
 			if c, ok := best[k]; m.gone.IsZero() && r.allSynced && (!ok || c.seq != m.seq || c.hash != m.hash) {
 				m.gone = now
+				o.remember(k)
 			}
 		}
 		o.prune(now)
+		r.reportMemory(name, o, out)
 	}
 	if !r.allSynced {
 		// Until every hub listed once, nothing goes: records the union lacks
@@ -402,6 +412,7 @@ func (o *origin) admit(k string, now time.Time) bool {
 		return false
 	}
 	delete(o.seen, oldest)
+	o.remember(oldest)
 	return true
 }
 
@@ -414,6 +425,7 @@ func (o *origin) prune(now time.Time) {
 			live++
 		case now.Sub(m.gone) > TombstoneTTL:
 			delete(o.seen, k)
+			o.remember(k)
 		}
 	}
 	if live < ingest.MaxObjects {

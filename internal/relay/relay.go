@@ -118,6 +118,12 @@ type Events struct {
 	// OriginState hears of an origin's transitions, as the hubs report it
 	// (see Origin).
 	OriginState func(origin string, from, to source.State)
+	// Remembered hears, under verify, of the changes of an origin's replay
+	// memory (see Memory): what it now remembers of the Pods in set, and
+	// the Pods it forgot (their tombstones expired, or made room). Called
+	// in the order of the changes, for a store that keeps the memory
+	// across restarts (SeedMemory).
+	Remembered func(origin string, set []Remembered, forgotten []string)
 }
 
 // Origin is what a Relay knows of one origin cluster.

@@ -35,7 +35,7 @@ type slimSlice struct {
 type entry struct {
 	rec  *store.Pod
 	seq  uint64
-	hash uint64 // of the export annotation, the statement and the signature
+	hash uint64 // statementHash of the export annotation and the statement
 }
 
 type refusal struct {
@@ -124,7 +124,7 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		s.entries = append(s.entries, entry{
 			rec:  &store.Pod{Common: c.common, Name: p.Name, Hostname: ep.Hostname, IPs: ips, Ready: ep.Ready},
 			seq:  ep.Seq,
-			hash: hash(export, p.Endpoint),
+			hash: statementHash(export, p.Endpoint), // stable: remembered across restarts
 		})
 	}
 	return s

@@ -81,6 +81,7 @@ const (
 	kindSource        kind = iota // a cluster's Pod records, with its meta
 	kindClients                   // local Pods as DNS clients
 	kindClusterSetIPs             // ClusterSetIP services
+	kindReplay                    // a relayed origin's replay memory (replay.go)
 )
 
 // bucketRef names a bucket that changes are queued for: a source's records,
@@ -96,6 +97,8 @@ func (r bucketRef) String() string {
 		return "bucket " + clientsBucket
 	case kindClusterSetIPs:
 		return "bucket " + clusterSetIPsBucket
+	case kindReplay:
+		return fmt.Sprintf("replay memory of %.64q", r.name)
 	}
 	return fmt.Sprintf("source %.64q", r.name)
 }
@@ -379,6 +382,8 @@ func (s *Store) apply(batch map[bucketRef]*change) (written int, err error) {
 				n, err = applyRecords(tx.Bucket([]byte(clientsBucket)), batch[ref])
 			case kindClusterSetIPs:
 				n, err = applyRecords(tx.Bucket([]byte(clusterSetIPsBucket)), batch[ref])
+			case kindReplay:
+				n, err = applyReplay(tx, ref.name, batch[ref])
 			}
 			written += n
 			if err != nil {

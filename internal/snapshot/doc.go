@@ -14,6 +14,10 @@
 //	    records/              bucket: <namespace>/<name> = a Pod (podcodec.go)
 //	clients/                  bucket: <namespace>/<name> = a DNS client (clientcodec.go)
 //	clustersetips/            bucket: <namespace>/<name> = a ClusterSetIP service (clustersetipcodec.go)
+//	replay/                   bucket (optional: made on the first write)
+//	  <origin>/               one nested bucket per relayed origin: its replay memory
+//	    <namespace>/<name>    = 0x01, Seq (uvarint), hash (8 bytes, big-endian),
+//	                            gone (uvarint Unix nanoseconds, 0 while held) (replay.go)
 //
 // A source's records are opaque bytes to the store (Put, ReplaceSource,
 // Scan: the plugin decodes them on every CPU at start-up); the clients and
@@ -21,6 +25,15 @@
 //
 // The compact forms share their pieces (strings, counts, addresses, a reader
 // whose first error sticks) in wire.go.
+//
+// The replay bucket keeps, for each origin an edge reads through relay hubs
+// under verify, what internal/relay remembers of each Pod (Replay), so that a
+// restart does not forget which statements are older than one accepted. A
+// schema 2 file written before it existed has none and loads with an empty
+// memory (no version change: the bucket is only added); an entry that does
+// not decode, or a nested bucket in an entry's place, is skipped, logged,
+// counted by LoadReplay and forgotten, and never costs the file or the
+// other entries.
 //
 // Bucket and key names are declared once in schema.go. A file of schema "1"
 // (the clients and ClusterSetIP services kept as sources "~clients" and

@@ -31,6 +31,10 @@ const (
 	// clusterSetIPsBucket holds the ClusterSetIP services, keyed
 	// "<namespace>/<name>" (clustersetipcodec.go).
 	clusterSetIPsBucket = "clustersetips"
+	// replayBucket holds one nested bucket per relayed origin: its replay
+	// memory, keyed "<namespace>/<name>" (replay.go). A schema 2 file
+	// written before it existed has none: it is made on the first write.
+	replayBucket = "replay"
 	// sourceMetaKey, in a source bucket, holds the JSON encoded Meta.
 	sourceMetaKey = "meta"
 	// recordsBucket, in a source bucket, holds the source's records.
@@ -172,7 +176,7 @@ func initSchema(tx *bolt.Tx) error {
 	if err := meta.Put([]byte(schemaVersionKey), []byte(schemaVersion)); err != nil {
 		return err
 	}
-	for _, name := range []string{sourcesBucket, clientsBucket, clusterSetIPsBucket} {
+	for _, name := range []string{sourcesBucket, clientsBucket, clusterSetIPsBucket, replayBucket} {
 		if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
 			return err
 		}

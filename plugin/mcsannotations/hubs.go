@@ -114,6 +114,7 @@ func (m *MCS) newRelay(cfg config, local string) error {
 			Refused:     logRelayRefused,
 			HubState:    m.hubStateChanged,
 			OriginState: m.originStateChanged,
+			Remembered:  m.journalReplay,
 		},
 		Ingest: ingestOptions(hubsInformer),
 	})

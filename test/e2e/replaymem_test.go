@@ -1,0 +1,110 @@
+package e2e
+
+// The relay's replay memory survives a restart: edge-o's real annotator
+// signs its Pods' statements, hub-1's real MCS controller relays them, and
+// edge-e's real CoreDNS (verify and snapshot on) reads only hub-1. An origin
+// Pod goes not ready, then is deleted (as a Pod being deleted gets one last
+// statement saying not ready; the test's API servers run no kubelet, so the
+// test flips it first); the edge drops it and remembers its last statement
+// (a tombstone, in the snapshot). CoreDNS restarts; hub-1
+// then turns hostile (its controller stopped, its API server written by the
+// test) and presents the deleted Pod's earlier, ready statement: the edge
+// does not answer it and counts a replayed refusal, as it would have before
+// the restart.
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
+	"github.com/mcsannotations/mcsannotations/test/harness"
+)
+
+const replayMemCorefile = `clusterset.local:{PORT} {
+    bind 127.0.0.1
+    mcsannotations clusterset.local {
+        cluster edge-e
+        kubeconfig {KUBECONFIG}
+        hub hub-1 {HUB1}
+        snapshot {SNAPSHOT}
+        verify {KEYS}
+        ttl 5
+    }
+    prometheus 127.0.0.1:{METRICS}
+}
+`
+
+func TestRelayReplayMemorySurvivesRestart(t *testing.T) {
+	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolCoreDNS, harness.ToolAnnotator)
+	ns := "replaymem"
+	cs := harness.StartClusters(t, "edge-o", "hub-1", "edge-e")
+	o, h1, e := cs[0], cs[1], cs[2]
+	h1.InstallMCSCRDs(t)
+	h1.CreateNamespace(t, ns)
+	o.CreateNamespace(t, ns)
+	keysO := newSigningKeyPair(t, "edge-o")
+	keysE := newSigningKeyPair(t, "edge-e")
+	trustKey(t, keysO, "edge-o", keysE)
+
+	sel := map[string]string{"app": "backend"}
+	obj := harness.ServiceObject(ns, "backend", sel, corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP})
+	obj.Spec.ClusterIP = corev1.ClusterIPNone
+	obj.Annotations = map[string]string{annotation.ExportServiceAnnotation: "true"}
+	o.CreateService(t, obj)
+	plainPod(t, o, ns, "backend-1", "10.7.0.1", sel)
+	plainPod(t, o, ns, "backend-2", "10.7.0.2", sel)
+	harness.StartAnnotator(t, o.Kubeconfig, "--cluster", "edge-o", "--sign-key", keysO.PrivatePath, "--sign-endpoints", "--leader-elect=false")
+	waitSignedStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	// What a hostile hub will present later: backend-2's ready statement.
+	ready2 := waitSignedStatement(t, o, ns, "backend-2", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	hubCtl := harness.StartAnnotator(t, h1.Kubeconfig, "--cluster", "hub-1", "--leader-elect=false",
+		"-mcs-controller", "--relay", "-peer", "edge-o="+o.Kubeconfig)
+
+	metrics := harness.FreePort(t)
+	d := harness.StartCoreDNS(t, replayMemCorefile, map[string]string{
+		"KUBECONFIG": e.Kubeconfig,
+		"HUB1":       h1.Kubeconfig,
+		"SNAPSHOT":   snapshotPath(t),
+		"KEYS":       keysE.Dir,
+		"METRICS":    strconv.Itoa(metrics),
+	})
+	q := harness.Query{Name: svc("backend", ns), Type: dns.TypeA, Timeout: peerQueryTimeout}
+	waitPeers(t, d, relayPropagation, q, hasAddrs("10.7.0.1", "10.7.0.2"))
+
+	// backend-2 goes not ready (a newer statement), then is deleted: the
+	// edge drops its record and remembers the newer statement.
+	o.SetPodReady(t, ns, "backend-2", false, "10.7.0.2")
+	notReady := waitSignedStatement(t, o, ns, "backend-2", keysO, func(e annotation.Endpoint) bool { return !e.Ready })
+	if notReady.endpoint.Seq <= ready2.endpoint.Seq {
+		t.Fatalf("not-ready statement seq %d, not after the ready one's %d", notReady.endpoint.Seq, ready2.endpoint.Seq)
+	}
+	waitPeers(t, d, relayPropagation, q, hasAddrs("10.7.0.1"))
+	o.DeletePod(t, ns, "backend-2")
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_records{cluster="edge-o"}`, func(v float64) bool { return v == 1 })
+
+	// The edge restarts (from its snapshot) and lists the hub again.
+	d.Restart(t)
+	waitPeers(t, d, initialSync, q, hasAddrs("10.7.0.1"))
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_hub_state{hub="hub-1",state="connected"}`, func(v float64) bool { return v == 1 })
+	t.Logf("CoreDNS after the restart: %s", strings.Join(grepLog(d, "replay memory"), "\n"))
+
+	// hub-1 turns hostile and presents the deleted Pod's ready statement,
+	// signed by the origin but older than the one the edge accepted.
+	hubCtl.Stop(t)
+	writeRelaySlice(t, h1, ns, "backend-replayed", "edge-o", relay.Slice{Exports: []string{ready2.export},
+		Pods: []relay.Pod{{Name: "backend-2", UID: ready2.uid, Endpoint: ready2.raw, Signature: ready2.sig}}})
+	stop := watchAnswers(t, d, q, []string{"10.7.0.1"})
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="replayed"}`, func(v float64) bool { return v == 1 })
+	time.Sleep(3 * time.Second)
+	if n, bad := stop(); len(bad) > 0 {
+		t.Fatalf("after the restart, the deleted Pod's replayed statement answered: %d of %d answers were not the origin's endpoints: first %s", len(bad), n, bad[0])
+	}
+	t.Logf("CoreDNS on the replay: %s", strings.Join(grepLog(d, "relayed record refused"), "\n"))
+}
