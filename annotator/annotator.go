@@ -72,6 +72,13 @@ type Config struct {
 	// this cluster with, gets a grant in each exporting namespace and the
 	// list of them (grants.go). Empty: neither.
 	PeerReader string
+	// RecordFields makes the Pod informer also keep, on each Pod with the
+	// exporter label, what a record of it is made of (spec.hostname, the
+	// addresses, the Ready condition), so that the MCS controller's local
+	// source reads the local Pods from it (PodInformer) rather than
+	// watching them a second time. A change of only those fields queues
+	// nothing unless SignEndpoints.
+	RecordFields bool
 }
 
 // Controller is the annotator of one cluster.
@@ -84,6 +91,7 @@ type Controller struct {
 	metrics   *Metrics
 
 	factory  informers.SharedInformerFactory
+	podInf   cache.SharedIndexInformer
 	pods     corelisters.PodLister
 	services corelisters.ServiceLister
 	synced   []cache.InformerSynced
@@ -152,11 +160,15 @@ func New(client kubernetes.Interface, dyn dynamic.Interface, disco discovery.Dis
 	}
 	podInf := c.factory.Core().V1().Pods()
 	svcInf := c.factory.Core().V1().Services()
-	if cfg.SignEndpoints {
+	switch {
+	case cfg.SignEndpoints:
 		_ = podInf.Informer().SetTransform(slimPodEndpoint)
-	} else {
+	case cfg.RecordFields:
+		_ = podInf.Informer().SetTransform(slimPodRecord)
+	default:
 		_ = podInf.Informer().SetTransform(slimPod)
 	}
+	c.podInf = podInf.Informer()
 	_ = svcInf.Informer().SetTransform(slimService)
 	c.pods, c.services = podInf.Lister(), svcInf.Lister()
 	podInf.Informer().AddEventHandler(c.handler())
@@ -173,6 +185,11 @@ func (c *Controller) handler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, cur any) {
+			if c.cfg.RecordFields && !c.cfg.SignEndpoints {
+				// What slimPodRecord keeps beyond slimPod is the
+				// MCS controller's, not the annotator's.
+				old, cur = reslim(old), reslim(cur)
+			}
 			if !sameButVersion(old, cur) {
 				c.enqueue(cur)
 			}
@@ -180,6 +197,11 @@ func (c *Controller) handler() cache.ResourceEventHandler {
 		DeleteFunc: c.enqueue,
 	}
 }
+
+// PodInformer is the informer of every Pod of the cluster, which the
+// annotator runs (Start); with Config.RecordFields the MCS controller's
+// local source reads the exported Pods from it.
+func (c *Controller) PodInformer() cache.SharedIndexInformer { return c.podInf }
 
 // sameButVersion tells whether two stored objects differ only in their
 // resource version.

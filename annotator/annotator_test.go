@@ -590,3 +590,40 @@ func TestImporterLabel(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// With RecordFields the Pod informer keeps, on a Pod with the exporter
+// label, what the MCS controller's record of it reads (addresses, hostname,
+// readiness), and only there; a change of only those fields queues
+// nothing, since the annotator does not read them (unless SignEndpoints).
+func TestRecordFields(t *testing.T) {
+	p := pod("p", map[string]string{"app": "web", annotation.ExporterLabel: annotation.LabelValue})
+	p.ResourceVersion = "1"
+	p.Spec.Hostname = "h"
+	p.Status.PodIP, p.Status.PodIPs = "10.0.0.1", []corev1.PodIP{{IP: "10.0.0.1"}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+	out, _ := slimPodRecord(p)
+	s := out.(*corev1.Pod)
+	if s.Spec.Hostname != "h" || len(s.Status.PodIPs) != 1 || len(s.Status.Conditions) != 1 || s.Status.Conditions[0].Type != corev1.PodReady {
+		t.Errorf("exported Pod: kept %+v %+v, want hostname, addresses and the Ready condition", s.Spec, s.Status)
+	}
+	plain := p.DeepCopy()
+	delete(plain.Labels, annotation.ExporterLabel)
+	out, _ = slimPodRecord(plain)
+	if s := out.(*corev1.Pod); s.Spec.Hostname != "" || s.Status.PodIP != "" || len(s.Status.Conditions) != 0 {
+		t.Errorf("Pod without the exporter label: kept %+v %+v, want what slimPod keeps", s.Spec, s.Status)
+	}
+
+	for _, signEndpoints := range []bool{false, true} {
+		c := New(fake.NewClientset(), nil, nil, Config{RecordFields: true, SignEndpoints: signEndpoints}, nil)
+		old, _ := slimPodRecord(p)
+		q := p.DeepCopy()
+		q.ResourceVersion = "2"
+		q.Status.Conditions[0].Status = corev1.ConditionFalse
+		cur, _ := slimPodRecord(q)
+		c.handler().OnUpdate(old, cur)
+		if got, want := c.queue.Len(), map[bool]int{false: 0, true: 1}[signEndpoints]; got != want {
+			t.Errorf("SignEndpoints %v: a readiness change queued %d namespaces, want %d", signEndpoints, got, want)
+		}
+		c.queue.ShutDown()
+	}
+}

@@ -99,6 +99,24 @@ func slimPodEndpoint(obj any) (any, error) {
 	return out, nil
 }
 
+// slimPodRecord is slimPod that also keeps, on a Pod with the exporter
+// label, what slimPodEndpoint keeps (Config.RecordFields): the MCS
+// controller's local source makes its record from it. Other Pods, which
+// the source does not read, keep no more than slimPod.
+func slimPodRecord(obj any) (any, error) {
+	if pod, ok := obj.(*corev1.Pod); ok && pod.Labels[annotation.ExporterLabel] == annotation.LabelValue {
+		return slimPodEndpoint(pod)
+	}
+	return slimPod(obj)
+}
+
+// reslim is slimPod of a Pod that a wider transform kept (other objects
+// pass through), for comparing what the annotator reads.
+func reslim(obj any) any {
+	o, _ := slimPod(obj)
+	return o
+}
+
 // slimContainers keeps the ports (and, for init containers, only sidecars,
 // which keep running and can serve).
 func slimContainers(cs []corev1.Container, sidecarsOnly bool) []corev1.Container {

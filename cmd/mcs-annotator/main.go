@@ -202,7 +202,7 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := annotator.NewMetrics(reg)
-	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, SignEndpoints: o.signEndpoints, Workers: o.workers, ServiceExportPoll: o.sePoll, ClustersetConflicts: o.mcsController, PeerReader: o.peerReader}, m)
+	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, SignEndpoints: o.signEndpoints, Workers: o.workers, ServiceExportPoll: o.sePoll, ClustersetConflicts: o.mcsController, RecordFields: o.mcsController, PeerReader: o.peerReader}, m)
 
 	if o.listen != "" {
 		srv, err := serve(o.listen, reg, ctl)
@@ -220,7 +220,7 @@ func run(ctx context.Context, o options) error {
 	}
 	mcsLoop := func(context.Context) {}
 	if o.mcsController {
-		if mcsLoop, err = startMCS(ctx, o, cfg, client, dyn, disco, reg); err != nil {
+		if mcsLoop, err = startMCS(ctx, o, ctl.PodInformer(), client, dyn, disco, reg); err != nil {
 			return err
 		}
 	}

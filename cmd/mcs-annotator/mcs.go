@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -115,14 +115,17 @@ func checkMCS(o *options) error {
 }
 
 // startMCS starts the MCS controller's sources (the local cluster and every
-// peer, through the plugin's own label-filtered Pod watch into a table) and
-// its informers on every replica, so that a new leader writes at once. It
-// returns the write loop, for the leader to run.
+// peer, feeding the record store) and its informers on every replica, so
+// that a new leader writes at once. It returns the write loop, for the
+// leader to run.
 //
-// Every cluster is read as CoreDNS reads it (ingest.Reader: protobuf,
-// streamed lists, every reply bounded) and, with -verify, under the same
-// signature check: what CoreDNS would refuse never reaches an object.
-func startMCS(ctx context.Context, o options, local *rest.Config, client kubernetes.Interface, dyn dynamic.Interface,
+// The local cluster's exported Pods come from the annotator's informer of
+// every local Pod (localPods, with annotator.Config.RecordFields), so that
+// the binary watches the local Pods once. Every peer and hub is read as
+// CoreDNS reads it (ingest.Reader: protobuf, streamed lists, every reply
+// bounded). With -verify every cluster is read under the same signature
+// check: what CoreDNS would refuse never reaches an object.
+func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, client kubernetes.Interface, dyn dynamic.Interface,
 	disco discovery.DiscoveryInterface, reg prometheus.Registerer) (func(context.Context), error) {
 	sm := newSourceMetrics(reg)
 	reader := ingest.Reader{
@@ -156,14 +159,11 @@ func startMCS(ctx context.Context, o options, local *rest.Config, client kuberne
 	} else if o.signKey != "" {
 		klog.Warningf("mcs-controller: this cluster signs its exports but -verify is not given: the controller uses unsigned export annotations that a verifying CoreDNS refuses")
 	}
-	pods, err := reader.Pods(local)
-	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %w", o.cluster, err)
-	}
 	var srcs []*source.Source
 	// A relay hub's records keep the origin Pods' own bytes (store.Proof),
 	// which its EndpointSlices carry; it relays only what it reads itself.
-	srcs = append(srcs, source.New(o.cluster, pods, records, events, source.Options{Key: o.keys[o.cluster], KeepProof: o.relay, Ingest: sm.ingestOptions(o.cluster)}))
+	// The local client checks the API server's /readyz for contact.
+	srcs = append(srcs, source.New(o.cluster, client, records, events, source.Options{Key: o.keys[o.cluster], KeepProof: o.relay, Shared: localPods}))
 	for _, p := range o.peers {
 		rc, err := ingest.RESTConfig(p.kubeconfig, "")
 		if err != nil {

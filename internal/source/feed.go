@@ -38,9 +38,10 @@ const (
 )
 
 // part is one reflector of a feed: the exported Pods of one namespace, or
-// of every namespace (name "").
+// of every namespace (name ""); with Options.Shared, the handler on the
+// shared informer that stands in for the reflector (shared.go).
 type part struct {
-	run   *ingest.Run
+	stop  func() error // the reflector's Stop
 	store *ingest.Store[*slimPod]
 }
 
@@ -96,7 +97,7 @@ func (s *Source) startFeed() *feed {
 		}
 	}
 	f := &feed{s: s, opts: opts, items: map[string]map[string]*slimPod{}, parts: map[string]*part{}}
-	if !s.opts.Scoped {
+	if !s.opts.Scoped || s.opts.Shared != nil {
 		f.known = true
 		f.items[""] = nil
 		f.parts[""] = f.startPart("")
@@ -113,9 +114,13 @@ func (s *Source) startFeed() *feed {
 // for all).
 func (f *feed) startPart(ns string) *part {
 	st := f.newStore(ns)
+	transform := toSlimProof(f.s.cluster, f.s.opts.Key, f.s.opts.KeepProof)
+	if f.s.opts.Shared != nil {
+		return f.startShared(st, slimFor(st, transform))
+	}
 	selector := labels.Set{annotation.ExporterLabel: annotation.LabelValue}.AsSelector().String()
-	lw := ingest.PodsIn(f.s.client, ns, selector, slimFor(st, toSlimProof(f.s.cluster, f.s.opts.Key, f.s.opts.KeepProof)))
-	return &part{run: ingest.Start(lw, st, f.opts), store: st}
+	lw := ingest.PodsIn(f.s.client, ns, selector, slimFor(st, transform))
+	return &part{stop: ingest.Start(lw, st, f.opts).Stop, store: st}
 }
 
 // stop stops every reflector of the run and waits for them, each at most
@@ -138,7 +143,7 @@ func stopParts(parts []*part) error {
 	var wg sync.WaitGroup
 	for i, p := range parts {
 		p.store.Close()
-		wg.Go(func() { errs[i] = p.run.Stop() })
+		wg.Go(func() { errs[i] = p.stop() })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

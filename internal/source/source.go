@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
@@ -101,6 +102,17 @@ type Options struct {
 	// passes on, in a store.Common of the record's own; off, records carry
 	// none and share their service's Common (an edge's table stays as small).
 	KeepProof bool
+	// Shared, when set, is an informer of the cluster's Pods that another
+	// component of the process runs (the annotator's, of every local Pod):
+	// the source reads the exported ones from it instead of watching them
+	// itself, so that the process watches the cluster's Pods once
+	// (shared.go). Its objects must keep what a record is made of (the
+	// export annotation and its signature, the endpoint statement and its
+	// signature, the exporter label, spec.hostname, the addresses, the
+	// phase, the Ready condition and the deletion time). Scoped and the
+	// Ingest events of the reflectors do not apply; contact is still
+	// checked with the client.
+	Shared cache.SharedInformer
 }
 
 // Source is one cluster's feed into the record store.
