@@ -118,6 +118,12 @@ type Events struct {
 	// OriginState hears of an origin's transitions, as the hubs report it
 	// (see Origin).
 	OriginState func(origin string, from, to source.State)
+	// OriginChanged hears that what Origin says of origin may have changed
+	// (its state, hubs, last contact while not connected, records, or that
+	// it was forgotten): after each write of it, whatever caused the write
+	// (a slice or Lease of it, a hub's state, Expire). It carries no view:
+	// the listener asks Origin, so that it always ends with the latest.
+	OriginChanged func(origin string)
 }
 
 // Origin is what a Relay knows of one origin cluster.
