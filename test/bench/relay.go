@@ -589,20 +589,22 @@ func relayPropagation(b *harness.Program, r *relayResult, w *relayWorld) {
 	r.PerFlip = (w.cfg.Origins + len(w.origins) - 1) / len(w.origins)
 	sw := w.watchSlices(b)
 	defer sw.stop()
-	gs := w.cpuGroups()
-	before, cpu0 := received(w.links), cpuNow(b, gs)
+	cpu := newCPUMeter(b, w.cpuGroups())
+	before := received(w.links)
 	for n := 0; n < w.cfg.Changes; n++ {
 		k, j := n%len(w.origins), (n/len(w.origins))%w.ds.endpoints
 		ready := !w.wantReady(k, 0, j)
-		time.Sleep(quietGap)
-		start := time.Now()
-		sw.reset(start)
-		w.setReady(b, k, 0, j, ready)
-		w.waitEp(b, w.edge.d, w.watched(k), 0, j, time.Minute)
-		r.Prop = append(r.Prop, time.Since(start))
-		r.PropHub = append(r.PropHub, sw.hubTook(w.watched(k)))
+		cpu.quiet(quietGap)
+		cpu.flip(func() {
+			start := time.Now()
+			sw.reset(start)
+			w.setReady(b, k, 0, j, ready)
+			w.waitEp(b, w.edge.d, w.watched(k), 0, j, time.Minute)
+			r.Prop = append(r.Prop, time.Since(start))
+			r.PropHub = append(r.PropHub, sw.hubTook(w.watched(k)))
+		})
 	}
-	r.PropCPU = cpuShares(gs, cpu0, cpuNow(b, gs), len(r.Prop))
+	r.PropCPU = cpu.shares()
 	r.PropBytes = received(w.links) - before
 	b.Logf("propagation: %d flips (each in %d origins), p50 %s, p99 %s (first hub's slices: p50 %s, p99 %s); %d bytes through both hub links; CPU per flip %v",
 		len(r.Prop), r.PerFlip, pct(r.Prop, 50), pct(r.Prop, 99), pct(r.PropHub, 50), pct(r.PropHub, 99), r.PropBytes, r.PropCPU)

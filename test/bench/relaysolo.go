@@ -219,10 +219,55 @@ type cpuShare struct {
 	PerFlip time.Duration
 }
 
-func cpuShares(gs []processCPU, before, after []time.Duration, flips int) []cpuShare {
-	out := make([]cpuShare, len(gs))
-	for i, g := range gs {
-		out[i] = cpuShare{g.Name, (after[i] - before[i]) / time.Duration(max(1, flips))}
+// cpuMeter counts each group's CPU time while changes are under way (from
+// a flip until the edge answers it) and while all is quiet (the gaps
+// between flips), so that a change's share is what it adds to the idle
+// rate (Leases, health checks, the edge's questions excepted).
+type cpuMeter struct {
+	t          harness.T
+	gs         []processCPU
+	busy, idle []time.Duration
+	busyFor    time.Duration
+	idleFor    time.Duration
+	flips      int
+}
+
+func newCPUMeter(t harness.T, gs []processCPU) *cpuMeter {
+	return &cpuMeter{t: t, gs: gs, busy: make([]time.Duration, len(gs)), idle: make([]time.Duration, len(gs))}
+}
+
+// quiet sleeps d, counting it as idle.
+func (m *cpuMeter) quiet(d time.Duration) {
+	c0, t0 := cpuNow(m.t, m.gs), time.Now()
+	time.Sleep(d)
+	c1 := cpuNow(m.t, m.gs)
+	m.idleFor += time.Since(t0)
+	for i := range c1 {
+		m.idle[i] += c1[i] - c0[i]
+	}
+}
+
+// flip runs f, one change until the edge answers it, counting it as busy.
+func (m *cpuMeter) flip(f func()) {
+	c0, t0 := cpuNow(m.t, m.gs), time.Now()
+	f()
+	c1 := cpuNow(m.t, m.gs)
+	m.busyFor += time.Since(t0)
+	m.flips++
+	for i := range c1 {
+		m.busy[i] += c1[i] - c0[i]
+	}
+}
+
+// shares is each group's CPU time per change beyond its idle rate.
+func (m *cpuMeter) shares() []cpuShare {
+	out := make([]cpuShare, len(m.gs))
+	for i, g := range m.gs {
+		extra := m.busy[i]
+		if m.idleFor > 0 {
+			extra -= time.Duration(float64(m.idle[i]) * float64(m.busyFor) / float64(m.idleFor))
+		}
+		out[i] = cpuShare{g.Name, max(0, extra) / time.Duration(max(1, m.flips))}
 	}
 	return out
 }
@@ -274,24 +319,26 @@ func relaySolo(b *harness.Program, r *relayResult, w *relayWorld) {
 	}
 	sw := w.watchSlices(b)
 	defer sw.stop()
-	gs := w.cpuGroups()
+	cpu := newCPUMeter(b, w.cpuGroups())
 	ready := make([]bool, len(w.origins))
 	for k := range ready {
 		ready[k] = true
 	}
-	before, cpu0 := received(w.links), cpuNow(b, gs)
+	before := received(w.links)
 	for n := 0; n < w.cfg.Changes; n++ {
 		k := n % len(w.origins)
 		ready[k] = !ready[k]
-		time.Sleep(quietGap)
-		start := time.Now()
-		sw.reset(start)
-		w.origins[k].SetPodReady(b, w.ds.namespace(soloService), soloPod(k), ready[k], w.soloIP(k))
-		w.waitSolo(b, w.edge.d, k, ready[k], time.Minute)
-		r.Solo = append(r.Solo, time.Since(start))
-		r.SoloHub = append(r.SoloHub, sw.hubTook([]int{k}))
+		cpu.quiet(quietGap)
+		cpu.flip(func() {
+			start := time.Now()
+			sw.reset(start)
+			w.origins[k].SetPodReady(b, w.ds.namespace(soloService), soloPod(k), ready[k], w.soloIP(k))
+			w.waitSolo(b, w.edge.d, k, ready[k], time.Minute)
+			r.Solo = append(r.Solo, time.Since(start))
+			r.SoloHub = append(r.SoloHub, sw.hubTook([]int{k}))
+		})
 	}
-	r.SoloCPU = cpuShares(gs, cpu0, cpuNow(b, gs), len(r.Solo))
+	r.SoloCPU = cpu.shares()
 	r.SoloBytes = received(w.links) - before
 	r.SoloRefusedAfter = w.clusterMismatches(b) - r.SoloRefused
 	// Back ready, and never answered in another origin.
@@ -362,7 +409,7 @@ func soloMarkdown(p func(string, ...any), r *relayResult) {
 		return
 	}
 	hubs := 2
-	p("Where a change's time goes (the first hub's relay slice of the watched origins written, as a watch on the hub's API server sees it; the edge answering; CPU time of each group of processes per change, the edge's asking every millisecond included):\n\n")
+	p("Where a change's time goes (the first hub's relay slice of the watched origins written, as a watch on the hub's API server sees it; the edge answering; CPU time of each group of processes per change beyond its idle rate, from the flip until the edge answers, the edge's asking every millisecond included):\n\n")
 	cols := r.SoloCPU
 	if len(cols) == 0 {
 		cols = r.PropCPU
