@@ -492,6 +492,7 @@ func (r *Relay) hubChanged() {
 
 // originStateLocked reports a change of the origin's state; r.mu is held.
 func (r *Relay) originStateLocked(name string, o *origin, out *later) {
+	r.originChangedLocked(name, out)
 	to := r.viewLocked(name).state
 	from := o.state
 	if from == to {

@@ -124,6 +124,12 @@ type Events struct {
 	// in the order of the changes, for a store that keeps the memory
 	// across restarts (SeedMemory).
 	Remembered func(origin string, set []Remembered, forgotten []string)
+	// OriginChanged hears that what Origin says of origin may have changed
+	// (its state, hubs, last contact while not connected, records, or that
+	// it was forgotten): after each write of it, whatever caused the write
+	// (a slice or Lease of it, a hub's state, Expire). It carries no view:
+	// the listener asks Origin, so that it always ends with the latest.
+	OriginChanged func(origin string)
 }
 
 // Origin is what a Relay knows of one origin cluster.

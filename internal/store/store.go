@@ -44,10 +44,36 @@ type Store struct {
 
 	mu   sync.Mutex
 	pods map[nsKey]*podSet // by cluster and namespace, then name
+	// nss are the namespaces of each cluster's groups in pods, so that a
+	// write or read of one cluster does not walk every cluster's groups
+	// (a reader of hubs replaces one origin among a thousand at a time).
+	nss map[string][]string
 }
 
 // New returns an empty store.
-func New() *Store { return &Store{pods: make(map[nsKey]*podSet)} }
+func New() *Store { return &Store{pods: make(map[nsKey]*podSet), nss: make(map[string][]string)} }
+
+// addNS notes a new group of cluster in namespace ns; s.mu is held.
+func (s *Store) addNS(cluster, ns string) {
+	s.nss[cluster] = append(s.nss[cluster], ns)
+}
+
+// removeNS forgets the group of cluster in namespace ns; s.mu is held.
+func (s *Store) removeNS(cluster, ns string) {
+	l := s.nss[cluster]
+	for i, n := range l {
+		if n == ns {
+			l[i] = l[len(l)-1]
+			l = l[:len(l)-1]
+			break
+		}
+	}
+	if len(l) == 0 {
+		delete(s.nss, cluster)
+		return
+	}
+	s.nss[cluster] = l
+}
 
 // Subscribe registers f, the change feed: after each write that changed
 // records, f is called once with that write's changes (a ReplaceCluster's
@@ -107,6 +133,7 @@ func (s *Store) Upsert(p *Pod) {
 	if g == nil {
 		g = newPodSet(1)
 		s.pods[nk] = g
+		s.addNS(nk.Cluster, nk.Namespace)
 	}
 	old := g.get(p.Name)
 	if old.Equal(p) {
@@ -129,6 +156,7 @@ func (s *Store) Delete(k Key) {
 		old = g.remove(k.Name)
 		if g.len() == 0 {
 			delete(s.pods, nk)
+			s.removeNS(nk.Cluster, nk.Namespace)
 		}
 	}
 	s.mu.Unlock()
@@ -166,10 +194,9 @@ func (s *Store) ReplaceCluster(cluster string, pods []*Pod) {
 	s.mu.Lock()
 	var changes []Change
 	// Deleted: the cluster's records that the new groups lack.
-	for nk, old := range s.pods {
-		if nk.Cluster != cluster {
-			continue
-		}
+	for _, ns := range s.nss[cluster] {
+		nk := nsKey{cluster, ns}
+		old := s.pods[nk]
 		g := groups[nk]
 		for op := range old.all {
 			if g.get(op.Name) == nil {
@@ -185,6 +212,7 @@ func (s *Store) ReplaceCluster(cluster string, pods []*Pod) {
 	if n := len(changes) + len(pods); cap(changes) < n {
 		changes = append(make([]Change, 0, n), changes...)
 	}
+	nss := make([]string, 0, len(groups))
 	for nk, g := range groups {
 		old := s.pods[nk]
 		for p := range g.all {
@@ -196,6 +224,12 @@ func (s *Store) ReplaceCluster(cluster string, pods []*Pod) {
 			changes = append(changes, Change{Old: op, New: p})
 		}
 		s.pods[nk] = g
+		nss = append(nss, nk.Namespace)
+	}
+	if len(nss) == 0 {
+		delete(s.nss, cluster)
+	} else {
+		s.nss[cluster] = nss
 	}
 	s.mu.Unlock()
 	s.notify(changes)
@@ -207,11 +241,17 @@ func (s *Store) Pods(cluster string) []*Pod {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*Pod
-	for nk, g := range s.pods {
-		if cluster == "" || nk.Cluster == cluster {
-			for p := range g.all {
+	if cluster != "" {
+		for _, ns := range s.nss[cluster] {
+			for p := range s.pods[nsKey{cluster, ns}].all {
 				out = append(out, p)
 			}
+		}
+		return out
+	}
+	for _, g := range s.pods {
+		for p := range g.all {
+			out = append(out, p)
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package mcsannotations
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +28,10 @@ import (
 const hubsInformer = "hubs"
 
 // originContact is one relayed origin as the stale rules read it: the
-// relay's view of it as of the last refresh (at most staleEvery old).
+// relay's view of it as of the relay's last event on it (or the last pass
+// over every origin). Its last contact is that of then: while it is
+// connected, which is when that view's last contact is behind, no stale
+// rule reads it.
 type originContact struct {
 	cluster string
 	started time.Time // the relay's start: the first grace, as a source's start gives
@@ -53,24 +57,39 @@ func (o *originContact) LastContact() time.Time {
 	return time.Time{}
 }
 
-// origins is the set of relayed origins, replaced whole at each refresh, so
-// that the query path reads it without a lock.
+// origins is the set of relayed origins, replaced whole when an origin comes
+// or goes, so that the query path reads it without a lock. An origin's
+// view changes in place (originContact.view).
 type origins struct {
-	by   map[string]*clusterContact
-	down bool // some origin is not connected
+	by map[string]*clusterContact
 }
 
-// originSet keeps the relayed origins of m.
+// originSet keeps the relayed origins of m. The relay's events
+// (relay.Events.OriginChanged) bring each origin's changes as they happen;
+// the stale loop does only what time changes: every second, the time out
+// of contact of the origins not connected (lagging); every originPassEvery,
+// one pass over every origin that writes the snapshot's last contact of the
+// connected ones.
 type originSet struct {
-	mu      sync.Mutex // serialises refreshes
+	mu      sync.Mutex // serialises changes, and the stale policies of origins
 	started time.Time
 	cur     atomic.Pointer[origins]
+	down    atomic.Int64 // origins not connected
+	// lagging are the origins not connected, whose time out of contact
+	// grows; under mu.
+	lagging map[string]*clusterContact
+	pass    time.Time // the last pass over every origin; under mu
 	// seeded: what the snapshot said of origins before the relay started:
 	// last contact, and whether they were out of contact then.
 	seededLost map[string]bool
 	saved      map[string]time.Time // last contact last written to the snapshot, by origin
 	via        map[string][]string  // the hubs that last held each origin (also from the snapshot), sorted
 }
+
+// originPassEvery is how often the stale loop passes over every relayed
+// origin: the last contact of each connected one reaches the snapshot
+// within contactSaveEvery and this of its contact.
+func originPassEvery() time.Duration { return contactSaveEvery / 2 }
 
 // get returns the contact of a relayed origin, or nil.
 func (s *originSet) get(cluster string) *clusterContact {
@@ -81,19 +100,7 @@ func (s *originSet) get(cluster string) *clusterContact {
 }
 
 // anyDown reports whether some relayed origin is not connected.
-func (s *originSet) anyDown() bool {
-	o := s.cur.Load()
-	return o != nil && o.down
-}
-
-// each calls f for every relayed origin.
-func (s *originSet) each(f func(*clusterContact)) {
-	if o := s.cur.Load(); o != nil {
-		for _, c := range o.by {
-			f(c)
-		}
-	}
-}
+func (s *originSet) anyDown() bool { return s.down.Load() > 0 }
 
 // newRelay builds the relay of cfg's hubs, which writes the records of the
 // origins it relays into m's record store; nil without hub words.
@@ -115,6 +122,9 @@ func (m *MCS) newRelay(cfg config, local string) error {
 			HubState:    m.hubStateChanged,
 			OriginState: m.originStateChanged,
 			Remembered:  m.journalReplay,
+			// An origin's changes come as they happen, not with the
+			// stale loop's next pass.
+			OriginChanged: m.originChanged,
 		},
 		Ingest: ingestOptions(hubsInformer),
 	})
@@ -156,60 +166,137 @@ func (m *MCS) hubStateChanged(hub string, from, to source.State, err error) {
 
 func (m *MCS) originStateChanged(origin string, from, to source.State) {
 	log.Infof("origin %s (through hubs): %s -> %s", origin, from, to)
-	m.refreshOrigins()
 }
 
-// refreshOrigins takes the relay's view of its origins: new origins get a
-// contact (and their series), the others their current state, and the
-// snapshot the meta of those whose state changed or whose contact ran
-// contactSaveEvery ahead of the one written.
-func (m *MCS) refreshOrigins() {
+// originChanged takes the relay's view of one origin after the relay wrote
+// it (relay.Events.OriginChanged).
+func (m *MCS) originChanged(name string) {
+	s := &m.origins
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lagging == nil {
+		return // not started: the first pass takes every origin
+	}
+	o, ok := m.relay.Origin(name)
+	m.takeOriginLocked(name, o, ok, m.staleState().now())
+}
+
+// passOrigins takes the relay's view of every origin, once the relay has
+// started, at once the first time and then every originPassEvery: what
+// time alone changes (the connected origins' last contact, for the
+// snapshot), and anything an event did not bring.
+func (m *MCS) passOrigins(now time.Time) {
 	if m.relay == nil {
 		return
 	}
 	s := &m.origins
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := s.cur.Load()
-	next := &origins{by: map[string]*clusterContact{}}
-	st := m.store.Load()
+	if s.started.IsZero() || (!s.pass.IsZero() && now.Sub(s.pass) < originPassEvery()) {
+		return
+	}
+	first := s.lagging == nil
+	if first {
+		s.lagging = map[string]*clusterContact{}
+	}
+	s.pass = now
+	held := map[string]bool{}
 	for _, o := range m.relay.Origins() {
-		c := (*clusterContact)(nil)
-		if cur != nil {
-			c = cur.by[o.Cluster]
-		}
-		if c == nil {
-			oc := &originContact{cluster: o.Cluster, started: s.started}
-			c = &clusterContact{contact: oc, answers: staleAnswers.WithLabelValues(o.Cluster)}
-			c.lost.Store(s.seededLost[o.Cluster])
-			// Only the series an origin's alerts follow: its annotations'
-			// refusals are counted by hub (relay_refused_total), and a
-			// series per reason and origin would grow an edge's heap with
-			// every origin.
-			sourceExpirations.WithLabelValues(o.Cluster)
-		}
-		oc := c.contact.(*originContact)
-		prev := oc.view.Swap(&o)
-		next.by[o.Cluster] = c
-		if o.State != source.Connected {
-			next.down = true
-		}
-		// The path is the hubs holding it now, else those that last did.
-		changed := prev == nil || prev.State != o.State
-		if len(o.Hubs) > 0 && !slices.Equal(o.Hubs, s.via[o.Cluster]) {
-			log.Infof("origin %s: relayed through %s", o.Cluster, strings.Join(o.Hubs, ","))
-			s.via[o.Cluster] = slices.Clone(o.Hubs)
-			changed = true
-		}
-		if st == nil {
-			continue
-		}
-		if changed || o.LastContact.Sub(s.saved[o.Cluster]) >= contactSaveEvery {
-			st.SetMeta(o.Cluster, m.originMeta(o))
-			s.saved[o.Cluster] = o.LastContact
+		held[o.Cluster] = true
+		m.takeOriginLocked(o.Cluster, o, true, now)
+	}
+	if cur := s.cur.Load(); cur != nil {
+		for name := range cur.by {
+			if !held[name] {
+				m.takeOriginLocked(name, relay.Origin{}, false, now)
+			}
 		}
 	}
-	s.cur.Store(next)
+}
+
+// takeOriginLocked takes the relay's view of one origin (ok false: the
+// relay forgot it): a new origin gets a contact (and its series); the
+// table its time out of contact when its state or last contact changed;
+// the snapshot its meta when its state or hubs changed, or its contact ran
+// contactSaveEvery ahead of the one written. s.mu is held.
+func (m *MCS) takeOriginLocked(name string, o relay.Origin, ok bool, now time.Time) {
+	s := &m.origins
+	cur := s.cur.Load()
+	var c *clusterContact
+	if cur != nil {
+		c = cur.by[name]
+	}
+	if !ok {
+		if c == nil {
+			return
+		}
+		next := &origins{by: maps.Clone(cur.by)}
+		delete(next.by, name)
+		s.cur.Store(next)
+		if _, lag := s.lagging[name]; lag {
+			delete(s.lagging, name)
+			s.down.Add(-1)
+		}
+		m.table.SetStaleFor(name, 0) // it holds no records any more
+		return
+	}
+	if c == nil {
+		oc := &originContact{cluster: name, started: s.started}
+		c = &clusterContact{contact: oc, answers: staleAnswers.WithLabelValues(name)}
+		c.lost.Store(s.seededLost[name])
+		// Only the series an origin's alerts follow: its annotations'
+		// refusals are counted by hub (relay_refused_total), and a series
+		// per reason and origin would grow an edge's heap with every
+		// origin.
+		sourceExpirations.WithLabelValues(name)
+		next := &origins{by: map[string]*clusterContact{}}
+		if cur != nil {
+			next.by = maps.Clone(cur.by)
+		}
+		next.by[name] = c
+		s.cur.Store(next)
+	}
+	oc := c.contact.(*originContact)
+	prev := oc.view.Swap(&o)
+	_, wasLagging := s.lagging[name]
+	if lag := o.State != source.Connected; lag != wasLagging {
+		if lag {
+			s.lagging[name] = c
+			s.down.Add(1)
+		} else {
+			delete(s.lagging, name)
+			s.down.Add(-1)
+		}
+	}
+	changed := prev == nil || prev.State != o.State
+	if changed || o.State != source.Connected && !o.LastContact.Equal(prev.LastContact) {
+		m.applyStalePolicy(c, now)
+	}
+	// The path is the hubs holding it now, else those that last did.
+	if len(o.Hubs) > 0 && !slices.Equal(o.Hubs, s.via[name]) {
+		log.Infof("origin %s: relayed through %s", name, strings.Join(o.Hubs, ","))
+		s.via[name] = slices.Clone(o.Hubs)
+		changed = true
+	}
+	st := m.store.Load()
+	if st == nil {
+		return
+	}
+	if changed || o.LastContact.Sub(s.saved[name]) >= contactSaveEvery {
+		st.SetMeta(name, m.originMeta(o))
+		s.saved[name] = o.LastContact
+	}
+}
+
+// applyLaggingOrigins hands the table the time out of contact of each
+// relayed origin that is not connected.
+func (m *MCS) applyLaggingOrigins(now time.Time) {
+	s := &m.origins
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.lagging {
+		m.applyStalePolicy(c, now)
+	}
 }
 
 // originMeta is the snapshot's meta of a relayed origin: its state, last

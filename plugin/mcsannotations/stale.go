@@ -136,12 +136,15 @@ const staleEvery = time.Second
 // staleLoop hands the table, every staleEvery, how long each cluster has
 // been out of contact, for the services whose export entries drop a stale
 // cluster's endpoints (table.SetStaleFor), and logs each change it makes
-// to the answers.
+// to the answers. Of the relayed origins it looks only at those not
+// connected: a change of an origin's state comes from the relay as it
+// happens (originChanged); what the loop adds is the time that passes.
 func (m *MCS) staleLoop(ctx context.Context) {
 	st := m.staleState()
 	wait.UntilWithContext(ctx, func(context.Context) {
-		m.refreshOrigins()
-		m.applyStalePolicies(st.now())
+		now := st.now()
+		m.passOrigins(now)
+		m.applyStalePolicies(now)
 	}, staleEvery)
 }
 
@@ -149,7 +152,7 @@ func (m *MCS) applyStalePolicies(now time.Time) {
 	for _, c := range m.staleState().all {
 		m.applyStalePolicy(c, now)
 	}
-	m.origins.each(func(c *clusterContact) { m.applyStalePolicy(c, now) })
+	m.applyLaggingOrigins(now)
 }
 
 // applyStalePolicy hands the table how long c has been out of contact.
