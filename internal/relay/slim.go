@@ -25,10 +25,16 @@ import (
 type slimSlice struct {
 	ingest.Meta
 	origin   string // "" when the slice relays nothing the reader takes
-	label    string // the source-cluster label, for reports
 	entries  []entry
-	refused  []refusal // what the transform refused, reported once per change
-	annoHash uint64    // of the relay annotation and the origin
+	bad      *refused // what the transform refused; nil for nothing (a pointer: a hub holds many slices)
+	annoHash uint64   // of the relay annotation and the origin
+}
+
+// refused is what the transform of a slice refused, reported once per
+// change, and the slice's source-cluster label, which the report names.
+type refused struct {
+	label string
+	list  []refusal
 }
 
 // entry is one relayed Pod record.
@@ -47,7 +53,15 @@ func (s *slimSlice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjec
 
 func (s *slimSlice) DeepCopyObject() runtime.Object {
 	c := *s
-	return &c // entries and refused are never mutated after the transform
+	return &c // entries and bad are never mutated after the transform
+}
+
+// refusals is what the transform of s refused.
+func (s *slimSlice) refusals() []refusal {
+	if s.bad == nil {
+		return nil
+	}
+	return s.bad.list
 }
 
 // toSlim returns the transform of a hub's slices.
@@ -58,10 +72,15 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		return s // a slice of the hub's own, or of a hub that relays nothing
 	}
 	origin := es.Labels[mcsv1beta1.LabelSourceCluster]
-	s.label = annotation.Clip(origin)
 	s.annoHash = hash(origin, raw)
+	add := func(f refusal) {
+		if s.bad == nil {
+			s.bad = &refused{label: annotation.Clip(origin)}
+		}
+		s.bad.list = append(s.bad.list, f)
+	}
 	refuse := func(pod string, reason annotation.Reason, format string, a ...any) {
-		s.refused = append(s.refused, refusal{pod, annotation.Rejection{Index: -1, Reason: reason, Detail: fmt.Sprintf(format, a...)}})
+		add(refusal{pod, annotation.Rejection{Index: -1, Reason: reason, Detail: fmt.Sprintf(format, a...)}})
 	}
 	if msgs := validation.IsDNS1123Subdomain(origin); len(msgs) > 0 || len(origin) > 127 {
 		refuse("", ReasonMalformed, "slice %s: source-cluster label %q is no cluster ID", es.Name, annotation.Clip(origin))
@@ -103,7 +122,7 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		export := sl.Exports[p.Export]
 		if key != nil {
 			if rej, ok := annotation.VerifyEndpoint(key, p.Signature, origin, es.Namespace, p.Name, p.UID, export, p.Endpoint); !ok {
-				s.refused = append(s.refused, refusal{p.Name, rej})
+				add(refusal{p.Name, rej})
 				continue
 			}
 		}
@@ -119,7 +138,10 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 			commons[p.Export] = c
 		}
 		for _, rej := range c.rejected {
-			s.refused = append(s.refused, refusal{p.Name, rej})
+			add(refusal{p.Name, rej})
+		}
+		if s.entries == nil {
+			s.entries = make([]entry, 0, len(sl.Pods)) // at its size: a hub holds many slices
 		}
 		s.entries = append(s.entries, entry{
 			rec:  &store.Pod{Common: c.common, Name: p.Name, Hostname: ep.Hostname, IPs: ips, Ready: ep.Ready},

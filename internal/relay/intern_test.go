@@ -1,0 +1,102 @@
+package relay
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/store"
+)
+
+// unshared returns the first entry of origin's slices on r's hubs that is
+// not the record st holds of its Pod, or whose record is on another Common
+// than the store's records of the slice's other Pods; "" when there is none.
+func unshared(r *Relay, st *store.Store, origin string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range r.hubs {
+		for _, s := range h.byOrigin[origin] {
+			for _, e := range s.entries {
+				held := st.Get(e.rec.Key())
+				switch {
+				case held == nil:
+					return fmt.Sprintf("%s: %s/%s: the store holds no record", h.name, s.Namespace, e.rec.Name)
+				case !held.Equal(e.rec):
+					continue // another statement than the store's (a hub lagging)
+				case held != e.rec:
+					return fmt.Sprintf("%s: %s/%s: a copy of the store's record", h.name, s.Namespace, e.rec.Name)
+				case e.rec.Common != s.entries[0].rec.Common:
+					return fmt.Sprintf("%s: %s/%s: another Common than %s's", h.name, s.Namespace, e.rec.Name, s.entries[0].rec.Name)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// A Pod that two hubs hold with the same statement is one record, the
+// store's, which both hubs' slices hold (and so is its Common): first the
+// records a snapshot loaded, then those a hub brought. A new statement of
+// one Pod is a record of its own, on the Common its slice's other records
+// share, until the other hub holds it too.
+func TestRelaySharesRecords(t *testing.T) {
+	pod := func(name, ip string, ready bool, seq uint64) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: name, ip: ip, ready: ready, seq: seq}.pod(nil)
+	}
+	exports, _ := annotation.ParseExports(backend, "prod", "origin-a")
+	snap := &store.Common{Cluster: "origin-a", Namespace: "prod", Exports: exports}
+	st := store.New()
+	st.ReplaceCluster("origin-a", []*store.Pod{
+		{Common: snap, Name: "a", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Ready: true},
+		{Common: snap, Name: "b", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Ready: true},
+	})
+	loaded := st.Pods("origin-a")
+	both := slice("prod", "backend", "origin-a", nil, pod("a", "10.0.0.1", true, 1), pod("b", "10.0.0.2", true, 1), pod("c", "10.0.0.3", true, 1))
+	now := time.Now()
+	hubs := []*fakeHub{
+		newFakeHub(both.DeepCopy(), lease(DefaultNamespace, "origin-a", source.Connected, now)),
+		newFakeHub(both.DeepCopy(), lease(DefaultNamespace, "origin-a", source.Connected, now)),
+	}
+	r := start(t, st, Config{}, hubs...)
+	ra, rb, rc := rec("prod", "a", "10.0.0.1", true, "backend"), rec("prod", "b", "10.0.0.2", true, "backend"), rec("prod", "c", "10.0.0.3", true, "backend")
+	eventually(t, "every record", func() bool {
+		return slices.Equal(records(st, "origin-a"), []string{ra, rb, rc}) && synced(r)
+	})
+	eventually(t, "one record of each Pod", func() bool { return unshared(r, st, "origin-a") == "" })
+	for _, p := range loaded {
+		if st.Get(p.Key()) != p {
+			t.Errorf("%s: the store no longer holds the snapshot's record", p.Name)
+		}
+	}
+
+	// b is no longer ready: hub-0 has the new statement first, then hub-1.
+	changed := slice("prod", "backend", "origin-a", nil, pod("a", "10.0.0.1", true, 1), pod("b", "10.0.0.2", false, 2), pod("c", "10.0.0.3", true, 1))
+	rb = rec("prod", "b", "10.0.0.2", false, "backend")
+	for i, h := range hubs {
+		if _, err := h.DiscoveryV1().EndpointSlices("prod").Update(t.Context(), changed.DeepCopy(), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, fmt.Sprintf("hub-%d's change", i), func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, s := range r.hubs[i].byOrigin["origin-a"] {
+				for _, e := range s.entries {
+					if e.rec.Name == "b" && e.seq == 2 {
+						return true
+					}
+				}
+			}
+			return false
+		})
+		eventually(t, "the new statement", func() bool { return slices.Equal(records(st, "origin-a"), []string{ra, rb, rc}) })
+		if u := unshared(r, st, "origin-a"); u != "" {
+			t.Fatalf("after hub-%d's change: %s", i, u)
+		}
+	}
+}
