@@ -191,8 +191,9 @@ func (h *hub) add(s *slimSlice) {
 }
 
 // remove drops the slice of s's key from its origin's. A list rather than a
-// map keyed by slice: an origin's slices are few, and a change of one costs
-// a pass over all of them in syncOrigin anyway.
+// map keyed by slice (whose keys would be one more copy of each slice's
+// name): a change of one slice costs a pass over every slice of its origin
+// in syncOrigin anyway.
 func (h *hub) remove(s *slimSlice) {
 	ss := h.byOrigin[s.origin]
 	for i, x := range ss {

@@ -53,7 +53,7 @@ func (s *slimSlice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjec
 
 func (s *slimSlice) DeepCopyObject() runtime.Object {
 	c := *s
-	return &c // entries and bad are never mutated after the transform
+	return &c // bad is never changed after the transform, entries only by Relay.share (under r.mu, each to an equal record)
 }
 
 // refusals is what the transform of s refused.
