@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -98,5 +99,30 @@ func TestRelaySharesRecords(t *testing.T) {
 		if u := unshared(r, st, "origin-a"); u != "" {
 			t.Fatalf("after hub-%d's change: %s", i, u)
 		}
+	}
+}
+
+var keySink string
+
+// A relay slice's namespace, name, store key and origin are one string: its
+// key (which ingest.Store looks it up by, at every event) costs no
+// allocation, and each is what the slice says.
+func TestSlimSliceKey(t *testing.T) {
+	r := New(store.New(), Config{})
+	es := slice("prod", "backend-x1", "origin-a", nil, stmt{origin: "origin-a", ns: "prod", name: "a", ip: "10.0.0.1", ready: true, seq: 1}.pod(nil))
+	s := r.toSlim(es)
+	if s.Namespace != "prod" || s.Name != "backend-x1" || s.origin != "origin-a" || s.Key() != "prod/backend-x1" || len(s.entries) != 1 {
+		t.Fatalf("namespace %q, name %q, origin %q, key %q, %d entries", s.Namespace, s.Name, s.origin, s.Key(), len(s.entries))
+	}
+	if c := s.entries[0].rec.Common; c.Cluster != "origin-a" || c.Namespace != "prod" {
+		t.Errorf("record of cluster %q, namespace %q", c.Cluster, c.Namespace)
+	}
+	if n := testing.AllocsPerRun(100, func() { keySink = s.Key() }); n != 0 {
+		t.Errorf("Key: %v allocations", n)
+	}
+	// A slice that relays nothing keeps its names as they came.
+	own := r.toSlim(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "own"}})
+	if own.Key() != "prod/own" {
+		t.Errorf("key of a slice without the annotation: %q", own.Key())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"time"
+	"unsafe"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -28,6 +29,28 @@ type slimSlice struct {
 	entries  []entry
 	bad      *refused // what the transform refused; nil for nothing (a pointer: a hub holds many slices)
 	annoHash uint64   // of the relay annotation and the origin
+	cut      bool     // Namespace and Name are cut from one "namespace/name" (cutNames)
+}
+
+// cutNames makes the slice's namespace, name and key ("namespace/name", the
+// key ingest.Store keeps it under) and the origin name one string, and
+// returns the origin cut from it: a hub holds many slices, and the decoder
+// gave each of these strings an allocation of its own (the store one more
+// for the key).
+func (s *slimSlice) cutNames(origin string) string {
+	ns, name := len(s.Namespace), len(s.Name)
+	all := s.Namespace + "/" + s.Name + origin
+	s.Namespace, s.Name, s.cut = all[:ns], all[ns+1:ns+1+name], true
+	return all[ns+1+name:]
+}
+
+// Key is ingest.Store's key of s, without an allocation when cutNames made
+// it.
+func (s *slimSlice) Key() string {
+	if !s.cut {
+		return s.Meta.Key()
+	}
+	return unsafe.String(unsafe.StringData(s.Namespace), len(s.Namespace)+1+len(s.Name))
 }
 
 // refused is what the transform of a slice refused, reported once per
@@ -71,7 +94,7 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 	if !ok {
 		return s // a slice of the hub's own, or of a hub that relays nothing
 	}
-	origin := es.Labels[mcsv1beta1.LabelSourceCluster]
+	origin := s.cutNames(es.Labels[mcsv1beta1.LabelSourceCluster])
 	s.annoHash = hash(origin, raw)
 	add := func(f refusal) {
 		if s.bad == nil {
@@ -121,7 +144,7 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		seen[p.Name] = true
 		export := sl.Exports[p.Export]
 		if key != nil {
-			if rej, ok := annotation.VerifyEndpoint(key, p.Signature, origin, es.Namespace, p.Name, p.UID, export, p.Endpoint); !ok {
+			if rej, ok := annotation.VerifyEndpoint(key, p.Signature, origin, s.Namespace, p.Name, p.UID, export, p.Endpoint); !ok {
 				add(refusal{p.Name, rej})
 				continue
 			}
@@ -133,8 +156,8 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		}
 		c := commons[p.Export]
 		if c == nil {
-			c = &parsed{common: &store.Common{Cluster: origin, Namespace: es.Namespace}}
-			c.common.Exports, c.rejected = annotation.ParseExports(export, es.Namespace, origin)
+			c = &parsed{common: &store.Common{Cluster: origin, Namespace: s.Namespace}}
+			c.common.Exports, c.rejected = annotation.ParseExports(export, s.Namespace, origin)
 			commons[p.Export] = c
 		}
 		for _, rej := range c.rejected {
