@@ -57,7 +57,7 @@ func heapSlice(k, i, s int) *discoveryv1.EndpointSlice {
 	}
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: strings.Clone(heapNamespace(s)), Name: fmt.Sprintf("%s-%s-%05x", heapService(s), origin, k<<16|i),
+			Namespace: strings.Clone(heapNamespace(s)), Name: fmt.Sprintf("%s-%s-%05x", heapService(s), origin, i), // as clusterset names it: alike on every hub
 			ResourceVersion: fmt.Sprint(1000 + i*heapServices + s), UID: types.UID(fmt.Sprintf("%08x-%04x-4000-8000-%012x", i, k, s)),
 			Labels: map[string]string{
 				discoveryv1.LabelManagedBy:    clusterset.ManagedBy,

@@ -83,3 +83,61 @@ func heldOf(pairs []commonPair, c *store.Common) *store.Common {
 func samePod(a, b *store.Pod) bool {
 	return a.Name == b.Name && a.Hostname == b.Hostname && a.Ready == b.Ready && slices.Equal(a.IPs, b.IPs)
 }
+
+// shareEntries makes s hold the entries of twin, another hub's slice of the
+// same key, when they are the same (the same records, after share, with the
+// same Seqs and hashes): hubs name the slices of an origin alike
+// (clusterset's slice names), and a second hub then holds no entries of its
+// own. The entries are shared read-only but for share's swaps, under r.mu,
+// each to an equal record.
+func shareEntries(s, twin *slimSlice) {
+	if twin == nil || twin.origin != s.origin || len(twin.entries) != len(s.entries) || len(s.entries) == 0 || &twin.entries[0] == &s.entries[0] {
+		return
+	}
+	for i, e := range s.entries {
+		if twin.entries[i] != e {
+			return
+		}
+	}
+	s.entries = twin.entries
+}
+
+// twin returns another hub's slice of s's key, if any; r.mu is held. It
+// looks through the slices of s's origin, as syncOrigin does at each change.
+func (r *Relay) twin(h *hub, s *slimSlice) *slimSlice {
+	for _, g := range r.hubs {
+		if g == h {
+			continue
+		}
+		for _, t := range g.byOrigin[s.origin] {
+			if t.Name == s.Name && t.Namespace == s.Namespace {
+				return t
+			}
+		}
+	}
+	return nil
+}
+
+// twins indexes the other hubs' slices in namespace ("": every namespace)
+// by key, for a complete list of h's there (nil when there are none); r.mu
+// is held. It costs a pass over the hubs' slices, as slicesReplaced's own.
+func (r *Relay) twins(h *hub, namespace string) map[string]*slimSlice {
+	var idx map[string]*slimSlice
+	for _, g := range r.hubs {
+		if g == h {
+			continue
+		}
+		for _, ss := range g.byOrigin {
+			for _, t := range ss {
+				if namespace != "" && t.Namespace != namespace {
+					continue
+				}
+				if idx == nil {
+					idx = map[string]*slimSlice{}
+				}
+				idx[t.Key()] = t
+			}
+		}
+	}
+	return idx
+}

@@ -41,11 +41,35 @@ func unshared(r *Relay, st *store.Store, origin string) string {
 	return ""
 }
 
+// sameEntries reports whether the hubs' slices of origin in ns named name
+// hold one array of entries.
+func sameEntries(r *Relay, origin, ns, name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first *entry
+	for _, h := range r.hubs {
+		for _, s := range h.byOrigin[origin] {
+			if s.Namespace != ns || s.Name != name || len(s.entries) == 0 {
+				continue
+			}
+			switch {
+			case first == nil:
+				first = &s.entries[0]
+			case first != &s.entries[0]:
+				return false
+			}
+		}
+	}
+	return first != nil
+}
+
 // A Pod that two hubs hold with the same statement is one record, the
 // store's, which both hubs' slices hold (and so is its Common): first the
 // records a snapshot loaded, then those a hub brought. A new statement of
 // one Pod is a record of its own, on the Common its slice's other records
-// share, until the other hub holds it too.
+// share, until the other hub holds it too. Two hubs' slices of one key (hubs
+// name an origin's slices alike) that say the same hold one array of
+// entries.
 func TestRelaySharesRecords(t *testing.T) {
 	pod := func(name, ip string, ready bool, seq uint64) Pod {
 		return stmt{origin: "origin-a", ns: "prod", name: name, ip: ip, ready: ready, seq: seq}.pod(nil)
@@ -75,6 +99,9 @@ func TestRelaySharesRecords(t *testing.T) {
 			t.Errorf("%s: the store no longer holds the snapshot's record", p.Name)
 		}
 	}
+	if !sameEntries(r, "origin-a", "prod", "backend") {
+		t.Error("the hubs' slices hold an array of entries each")
+	}
 
 	// b is no longer ready: hub-0 has the new statement first, then hub-1.
 	changed := slice("prod", "backend", "origin-a", nil, pod("a", "10.0.0.1", true, 1), pod("b", "10.0.0.2", false, 2), pod("c", "10.0.0.3", true, 1))
@@ -98,6 +125,9 @@ func TestRelaySharesRecords(t *testing.T) {
 		eventually(t, "the new statement", func() bool { return slices.Equal(records(st, "origin-a"), []string{ra, rb, rc}) })
 		if u := unshared(r, st, "origin-a"); u != "" {
 			t.Fatalf("after hub-%d's change: %s", i, u)
+		}
+		if same := sameEntries(r, "origin-a", "prod", "backend"); same != (i == 1) {
+			t.Errorf("after hub-%d's change: one array of entries: %t", i, same)
 		}
 	}
 }

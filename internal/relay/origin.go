@@ -142,6 +142,7 @@ func (r *Relay) slicesReplaced(h *hub, p *slicePart, old, objs map[string]*slimS
 				h.byOrigin[o] = kept
 			}
 		}
+		twins := r.twins(h, p.namespace)
 		for k, s := range objs {
 			if s.origin == "" {
 				continue
@@ -149,7 +150,7 @@ func (r *Relay) slicesReplaced(h *hub, p *slicePart, old, objs map[string]*slimS
 			if o := old[k]; o != s {
 				r.checkReplays(h, o, s, out)
 			}
-			h.add(s)
+			h.addWith(s, twins[k])
 			touched[s.origin] = true
 		}
 		first := !h.listed
@@ -184,9 +185,14 @@ func (r *Relay) slicesReplaced(h *hub, p *slicePart, old, objs map[string]*slimS
 }
 
 // add indexes s under its origin, its entries pointing at the records the
-// store holds when equal (Relay.share).
-func (h *hub) add(s *slimSlice) {
+// store holds when equal, and at another hub's entries of the slice when
+// those are the same (Relay.share).
+func (h *hub) add(s *slimSlice) { h.addWith(s, h.r.twin(h, s)) }
+
+// addWith is add, twin being another hub's slice of s's key (nil: none).
+func (h *hub) addWith(s, twin *slimSlice) {
 	h.r.share(s)
+	shareEntries(s, twin)
 	h.byOrigin[s.origin] = append(h.byOrigin[s.origin], s)
 }
 

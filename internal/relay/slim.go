@@ -76,7 +76,7 @@ func (s *slimSlice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjec
 
 func (s *slimSlice) DeepCopyObject() runtime.Object {
 	c := *s
-	return &c // bad is never changed after the transform, entries only by Relay.share (under r.mu, each to an equal record)
+	return &c // bad is never changed after the transform, entries only by Relay.share (under r.mu, each to an equal record; they may be another hub's slice's, see shareEntries)
 }
 
 // refusals is what the transform of s refused.
