@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
@@ -134,15 +135,17 @@ func TestRelaySharesRecords(t *testing.T) {
 
 var keySink string
 
-// A relay slice's namespace, name, store key and origin are one string: its
-// key (which ingest.Store looks it up by, at every event) costs no
-// allocation, and each is what the slice says.
+// A relay slice's namespace, name, store key, version, UID and origin are
+// one string: its key (which ingest.Store looks it up by, at every event)
+// costs no allocation, and each is what the slice says.
 func TestSlimSliceKey(t *testing.T) {
 	r := New(store.New(), Config{})
 	es := slice("prod", "backend-x1", "origin-a", nil, stmt{origin: "origin-a", ns: "prod", name: "a", ip: "10.0.0.1", ready: true, seq: 1}.pod(nil))
+	es.ResourceVersion, es.UID = "4711", "0b5e7c1a-2f4d-4e8b-9c3a-5d6e7f809a1b"
 	s := r.toSlim(es)
-	if s.Namespace != "prod" || s.Name != "backend-x1" || s.origin != "origin-a" || s.Key() != "prod/backend-x1" || len(s.entries) != 1 {
-		t.Fatalf("namespace %q, name %q, origin %q, key %q, %d entries", s.Namespace, s.Name, s.origin, s.Key(), len(s.entries))
+	if s.Namespace != "prod" || s.Name != "backend-x1" || s.origin != "origin-a" || s.Key() != "prod/backend-x1" || len(s.entries) != 1 ||
+		!s.Same(ingest.MetaOf(es)) || s.ResourceVersion != "4711" || s.UID != es.UID {
+		t.Fatalf("namespace %q, name %q, version %q, UID %q, origin %q, key %q, %d entries", s.Namespace, s.Name, s.ResourceVersion, s.UID, s.origin, s.Key(), len(s.entries))
 	}
 	if c := s.entries[0].rec.Common; c.Cluster != "origin-a" || c.Namespace != "prod" {
 		t.Errorf("record of cluster %q, namespace %q", c.Cluster, c.Namespace)

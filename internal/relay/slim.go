@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -33,15 +34,18 @@ type slimSlice struct {
 }
 
 // cutNames makes the slice's namespace, name and key ("namespace/name", the
-// key ingest.Store keeps it under) and the origin name one string, and
-// returns the origin cut from it: a hub holds many slices, and the decoder
-// gave each of these strings an allocation of its own (the store one more
-// for the key).
+// key ingest.Store keeps it under), its version and UID, and the origin name
+// one string, and returns the origin cut from it: a hub holds many slices,
+// and the decoder gave each of these strings an allocation of its own (the
+// store one more for the key).
 func (s *slimSlice) cutNames(origin string) string {
-	ns, name := len(s.Namespace), len(s.Name)
-	all := s.Namespace + "/" + s.Name + origin
-	s.Namespace, s.Name, s.cut = all[:ns], all[ns+1:ns+1+name], true
-	return all[ns+1+name:]
+	key := len(s.Namespace) + 1 + len(s.Name)
+	rv := key + len(s.ResourceVersion)
+	uid := rv + len(s.UID)
+	all := s.Namespace + "/" + s.Name + s.ResourceVersion + string(s.UID) + origin
+	s.Namespace, s.Name, s.cut = all[:len(s.Namespace)], all[len(s.Namespace)+1:key], true
+	s.ResourceVersion, s.UID = all[key:rv], types.UID(all[rv:uid])
+	return all[uid:]
 }
 
 // Key is ingest.Store's key of s, without an allocation when cutNames made
