@@ -37,14 +37,14 @@ type hub struct {
 	listedOnce      atomic.Bool  // the first list of slices arrived (read without r.mu)
 
 	// Under r.mu.
-	listed   bool                             // every part's first list of slices arrived
-	byOrigin map[string]map[string]*slimSlice // origin → slice key → slice
-	leases   map[string]*slimLease            // origin → its Lease
+	listed   bool                    // every part's first list of slices arrived
+	byOrigin map[string][]*slimSlice // origin → its slices, in no order
+	leases   map[string]*slimLease   // origin → its Lease
 }
 
 func newHub(r *Relay, name string, client kubernetes.Interface, namespace string) *hub {
 	return &hub{r: r, name: name, client: client, namespace: namespace,
-		byOrigin: map[string]map[string]*slimSlice{}, leases: map[string]*slimLease{}}
+		byOrigin: map[string][]*slimSlice{}, leases: map[string]*slimLease{}}
 }
 
 // State and LastContact are the hub's, as a source's.

@@ -76,17 +76,17 @@ func (l later) run() {
 // slice's other entries.
 func (r *Relay) report(hub string, old, s *slimSlice) {
 	ev := r.cfg.Events.Refused
-	if ev == nil || len(s.refused) == 0 || old != nil && old.annoHash == s.annoHash {
+	if ev == nil || s.bad == nil || old != nil && old.annoHash == s.annoHash {
 		return
 	}
 	var before map[refusal]bool
-	if old != nil && old.Namespace == s.Namespace && old.label == s.label {
-		before = make(map[refusal]bool, len(old.refused))
-		for _, f := range old.refused {
+	if old != nil && old.Namespace == s.Namespace && old.originLabel() == s.originLabel() {
+		before = make(map[refusal]bool, len(old.refusals()))
+		for _, f := range old.refusals() {
 			before[f] = true
 		}
 	}
-	for _, f := range s.refused {
+	for _, f := range s.bad.list {
 		if !before[f] {
 			ev(hub, s.originLabel(), s.Namespace, f.pod, f.r)
 		}
@@ -95,10 +95,10 @@ func (r *Relay) report(hub string, old, s *slimSlice) {
 
 // originLabel is the origin a slice names, for a refusal's report.
 func (s *slimSlice) originLabel() string {
-	if s.origin != "" {
+	if s.origin != "" || s.bad == nil {
 		return s.origin
 	}
-	return s.label
+	return s.bad.label
 }
 
 // sliceChanged applies a change of one of h's slices (old nil: new; s nil:
@@ -129,17 +129,23 @@ func (r *Relay) sliceChanged(h *hub, old, s *slimSlice) {
 func (r *Relay) slicesReplaced(h *hub, p *slicePart, old, objs map[string]*slimSlice) {
 	r.locked(func(out *later) {
 		touched := map[string]bool{}
-		for o, m := range h.byOrigin {
-			for k, s := range m {
+		for o, ss := range h.byOrigin {
+			kept := ss[:0]
+			for _, s := range ss {
 				if p.namespace == "" || s.Namespace == p.namespace {
-					delete(m, k)
 					touched[o] = true
+				} else {
+					kept = append(kept, s)
 				}
 			}
-			if len(m) == 0 {
+			clear(ss[len(kept):])
+			if len(kept) == 0 {
 				delete(h.byOrigin, o)
+			} else {
+				h.byOrigin[o] = kept
 			}
 		}
+		twins := r.twins(h, p.namespace)
 		for k, s := range objs {
 			if s.origin == "" {
 				continue
@@ -147,7 +153,7 @@ func (r *Relay) slicesReplaced(h *hub, p *slicePart, old, objs map[string]*slimS
 			if o := old[k]; o != s {
 				r.checkReplays(h, o, s, out)
 			}
-			h.add(s)
+			h.addWith(s, twins[k])
 			touched[s.origin] = true
 		}
 		first := !h.listed
@@ -181,20 +187,37 @@ func (r *Relay) slicesReplaced(h *hub, p *slicePart, old, objs map[string]*slimS
 	})
 }
 
-func (h *hub) add(s *slimSlice) {
-	m := h.byOrigin[s.origin]
-	if m == nil {
-		m = map[string]*slimSlice{}
-		h.byOrigin[s.origin] = m
-	}
-	m[s.Key()] = s
+// add indexes s under its origin, its entries pointing at the records the
+// store holds when equal, and at another hub's entries of the slice when
+// those are the same (Relay.share).
+func (h *hub) add(s *slimSlice) { h.addWith(s, h.r.twin(h, s)) }
+
+// addWith is add, twin being another hub's slice of s's key (nil: none).
+func (h *hub) addWith(s, twin *slimSlice) {
+	h.r.share(s)
+	shareEntries(s, twin)
+	h.byOrigin[s.origin] = append(h.byOrigin[s.origin], s)
 }
 
+// remove drops the slice of s's key from its origin's. A list rather than a
+// map keyed by slice (whose keys would be one more copy of each slice's
+// name): a change of one slice costs a pass over every slice of its origin
+// in syncOrigin anyway.
 func (h *hub) remove(s *slimSlice) {
-	m := h.byOrigin[s.origin]
-	delete(m, s.Key())
-	if len(m) == 0 {
+	ss := h.byOrigin[s.origin]
+	for i, x := range ss {
+		if x.Name == s.Name && x.Namespace == s.Namespace {
+			last := len(ss) - 1
+			ss[i] = ss[last]
+			ss[last] = nil
+			ss = ss[:last]
+			break
+		}
+	}
+	if len(ss) == 0 {
 		delete(h.byOrigin, s.origin)
+	} else {
+		h.byOrigin[s.origin] = ss
 	}
 }
 

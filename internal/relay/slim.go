@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"hash/maphash"
 	"time"
+	"unsafe"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -25,10 +27,41 @@ import (
 type slimSlice struct {
 	ingest.Meta
 	origin   string // "" when the slice relays nothing the reader takes
-	label    string // the source-cluster label, for reports
 	entries  []entry
-	refused  []refusal // what the transform refused, reported once per change
-	annoHash uint64    // of the relay annotation and the origin
+	bad      *refused // what the transform refused; nil for nothing (a pointer: a hub holds many slices)
+	annoHash uint64   // of the relay annotation and the origin
+	cut      bool     // Namespace and Name are cut from one "namespace/name" (cutNames)
+}
+
+// cutNames makes the slice's namespace, name and key ("namespace/name", the
+// key ingest.Store keeps it under), its version and UID, and the origin name
+// one string, and returns the origin cut from it: a hub holds many slices,
+// and the decoder gave each of these strings an allocation of its own (the
+// store one more for the key).
+func (s *slimSlice) cutNames(origin string) string {
+	key := len(s.Namespace) + 1 + len(s.Name)
+	rv := key + len(s.ResourceVersion)
+	uid := rv + len(s.UID)
+	all := s.Namespace + "/" + s.Name + s.ResourceVersion + string(s.UID) + origin
+	s.Namespace, s.Name, s.cut = all[:len(s.Namespace)], all[len(s.Namespace)+1:key], true
+	s.ResourceVersion, s.UID = all[key:rv], types.UID(all[rv:uid])
+	return all[uid:]
+}
+
+// Key is ingest.Store's key of s, without an allocation when cutNames made
+// it.
+func (s *slimSlice) Key() string {
+	if !s.cut {
+		return s.Meta.Key()
+	}
+	return unsafe.String(unsafe.StringData(s.Namespace), len(s.Namespace)+1+len(s.Name))
+}
+
+// refused is what the transform of a slice refused, reported once per
+// change, and the slice's source-cluster label, which the report names.
+type refused struct {
+	label string
+	list  []refusal
 }
 
 // entry is one relayed Pod record.
@@ -47,7 +80,15 @@ func (s *slimSlice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjec
 
 func (s *slimSlice) DeepCopyObject() runtime.Object {
 	c := *s
-	return &c // entries and refused are never mutated after the transform
+	return &c // bad is never changed after the transform, entries only by Relay.share (under r.mu, each to an equal record; they may be another hub's slice's, see shareEntries)
+}
+
+// refusals is what the transform of s refused.
+func (s *slimSlice) refusals() []refusal {
+	if s.bad == nil {
+		return nil
+	}
+	return s.bad.list
 }
 
 // toSlim returns the transform of a hub's slices.
@@ -57,11 +98,16 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 	if !ok {
 		return s // a slice of the hub's own, or of a hub that relays nothing
 	}
-	origin := es.Labels[mcsv1beta1.LabelSourceCluster]
-	s.label = annotation.Clip(origin)
+	origin := s.cutNames(es.Labels[mcsv1beta1.LabelSourceCluster])
 	s.annoHash = hash(origin, raw)
+	add := func(f refusal) {
+		if s.bad == nil {
+			s.bad = &refused{label: annotation.Clip(origin)}
+		}
+		s.bad.list = append(s.bad.list, f)
+	}
 	refuse := func(pod string, reason annotation.Reason, format string, a ...any) {
-		s.refused = append(s.refused, refusal{pod, annotation.Rejection{Index: -1, Reason: reason, Detail: fmt.Sprintf(format, a...)}})
+		add(refusal{pod, annotation.Rejection{Index: -1, Reason: reason, Detail: fmt.Sprintf(format, a...)}})
 	}
 	if msgs := validation.IsDNS1123Subdomain(origin); len(msgs) > 0 || len(origin) > 127 {
 		refuse("", ReasonMalformed, "slice %s: source-cluster label %q is no cluster ID", es.Name, annotation.Clip(origin))
@@ -102,8 +148,8 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		seen[p.Name] = true
 		export := sl.Exports[p.Export]
 		if key != nil {
-			if rej, ok := annotation.VerifyEndpoint(key, p.Signature, origin, es.Namespace, p.Name, p.UID, export, p.Endpoint); !ok {
-				s.refused = append(s.refused, refusal{p.Name, rej})
+			if rej, ok := annotation.VerifyEndpoint(key, p.Signature, origin, s.Namespace, p.Name, p.UID, export, p.Endpoint); !ok {
+				add(refusal{p.Name, rej})
 				continue
 			}
 		}
@@ -114,12 +160,15 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		}
 		c := commons[p.Export]
 		if c == nil {
-			c = &parsed{common: &store.Common{Cluster: origin, Namespace: es.Namespace}}
-			c.common.Exports, c.rejected = annotation.ParseExports(export, es.Namespace, origin)
+			c = &parsed{common: &store.Common{Cluster: origin, Namespace: s.Namespace}}
+			c.common.Exports, c.rejected = annotation.ParseExports(export, s.Namespace, origin)
 			commons[p.Export] = c
 		}
 		for _, rej := range c.rejected {
-			s.refused = append(s.refused, refusal{p.Name, rej})
+			add(refusal{p.Name, rej})
+		}
+		if s.entries == nil {
+			s.entries = make([]entry, 0, len(sl.Pods)) // at its size: a hub holds many slices
 		}
 		s.entries = append(s.entries, entry{
 			rec:  &store.Pod{Common: c.common, Name: p.Name, Hostname: ep.Hostname, IPs: ips, Ready: ep.Ready},

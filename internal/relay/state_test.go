@@ -242,8 +242,8 @@ func TestSlimSliceIsSmall(t *testing.T) {
 	base = heap()
 	for _, es := range full {
 		s := r.toSlim(es.(*discoveryv1.EndpointSlice))
-		if len(s.entries) != perSlice || len(s.refused) > 0 {
-			t.Fatalf("%d entries, refused %v", len(s.entries), s.refused)
+		if len(s.entries) != perSlice || len(s.refusals()) > 0 {
+			t.Fatalf("%d entries, refused %v", len(s.entries), s.refusals())
 		}
 		slim = append(slim, s)
 	}

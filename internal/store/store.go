@@ -257,6 +257,13 @@ func (s *Store) Pods(cluster string) []*Pod {
 	return out
 }
 
+// Get returns the record held under k, or nil. The record is immutable.
+func (s *Store) Get(k Key) *Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pods[nsKey{k.Cluster, k.Namespace}].get(k.Name)
+}
+
 // Len returns the number of records per cluster.
 func (s *Store) Len() map[string]int {
 	s.mu.Lock()

@@ -407,3 +407,27 @@ func TestEndpointHostname(t *testing.T) {
 		}
 	}
 }
+
+// Get returns the record held under a key, the very one written (or kept
+// by a ReplaceCluster that found it unchanged), and nil for a key of an
+// unknown cluster, namespace or name.
+func TestGet(t *testing.T) {
+	s := New()
+	a, b := pod("c1", "ns", "a", true, "10.0.0.1", "svc"), pod("c1", "ns", "b", true, "10.0.0.2", "svc")
+	s.ReplaceCluster("c1", []*Pod{a, b})
+	s.ReplaceCluster("c1", []*Pod{pod("c1", "ns", "a", true, "10.0.0.1", "svc"), b})
+	for _, c := range []struct {
+		key  Key
+		want *Pod
+	}{
+		{Key{"c1", "ns", "a"}, a},
+		{Key{"c1", "ns", "b"}, b},
+		{Key{"c1", "ns", "z"}, nil},
+		{Key{"c1", "other", "a"}, nil},
+		{Key{"c2", "ns", "a"}, nil},
+	} {
+		if got := s.Get(c.key); got != c.want {
+			t.Errorf("Get(%v) = %p, want %p", c.key, got, c.want)
+		}
+	}
+}

@@ -1,13 +1,17 @@
 package mcsannotations
 
 import (
+	"errors"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/relay"
@@ -53,12 +57,12 @@ var (
 		Help:      "Answers given, by server and kind (service, endpoint, srv, nxdomain, nodata, version, apex, nameserver, clustersetip).",
 	}, []string{"server", "kind"})
 
-	staleAnswers = promauto.NewCounterVec(prometheus.CounterOpts{
+	staleAnswers = newClusterCounters(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "stale_answers_total",
 		Help:      "Answers holding records of a cluster whose source has been out of contact for longer than a short grace, by that cluster (an answer with two such clusters counts once for each), whether or not the query carried EDNS0 (only then does the reply carry Extended DNS Error 3, Stale Answer).",
-	}, []string{"cluster"})
+	})
 
 	refused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
@@ -95,12 +99,12 @@ var (
 		Help:      "Time taken to open the snapshot and load it into the answer index at start-up.",
 	})
 
-	sourceExpirations = promauto.NewCounterVec(prometheus.CounterOpts{
+	sourceExpirations = newClusterCounters(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: subsystem,
 		Name:      "source_expirations_total",
 		Help:      "Times a source's records were dropped after it was out of contact for longer than expire.",
-	}, []string{"cluster"})
+	})
 
 	slowStops = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
@@ -166,6 +170,91 @@ var (
 		Help:      "Answer index rebuilds (bursts of changes coalesce into one).",
 	})
 )
+
+// clusterCounters is a counter labelled by cluster alone, for the counters
+// that every cluster has a series of from its start, relayed origins
+// included (an edge reading hubs holds one for each origin): a series costs
+// a map entry and a clusterCounter, where a prometheus.CounterVec's holds
+// its label pairs and created timestamp as protobuf messages, several times
+// more. Its exposition is a CounterVec's; series are never deleted.
+type clusterCounters struct {
+	desc *prometheus.Desc
+	mu   sync.RWMutex
+	by   map[string]*clusterCounter
+}
+
+// newClusterCounters returns the counter of opts (its ConstLabels ignored),
+// registered with the default registry.
+func newClusterCounters(opts prometheus.CounterOpts) *clusterCounters {
+	c := makeClusterCounters(opts)
+	prometheus.MustRegister(c)
+	return c
+}
+
+func makeClusterCounters(opts prometheus.CounterOpts) *clusterCounters {
+	return &clusterCounters{
+		desc: prometheus.NewDesc(prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name), opts.Help, []string{"cluster"}, nil),
+		by:   map[string]*clusterCounter{},
+	}
+}
+
+// WithLabelValues returns the series of cluster, made at 0 if new.
+func (c *clusterCounters) WithLabelValues(cluster string) prometheus.Counter {
+	c.mu.RLock()
+	s := c.by[cluster]
+	c.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s = c.by[cluster]; s == nil {
+		s = &clusterCounter{desc: c.desc, cluster: cluster}
+		c.by[cluster] = s
+	}
+	return s
+}
+
+func (c *clusterCounters) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *clusterCounters) Collect(ch chan<- prometheus.Metric) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, s := range c.by {
+		ch <- s
+	}
+}
+
+// clusterCounter is one series of a clusterCounters.
+type clusterCounter struct {
+	desc    *prometheus.Desc
+	cluster string
+	bits    atomic.Uint64 // the value's float64 bits
+}
+
+func (s *clusterCounter) Inc() { s.Add(1) }
+
+// Add adds v, which must not be negative (as a prometheus.Counter's).
+func (s *clusterCounter) Add(v float64) {
+	if v < 0 {
+		panic(errors.New("counter cannot decrease in value"))
+	}
+	for {
+		old := s.bits.Load()
+		if s.bits.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
+			return
+		}
+	}
+}
+
+func (s *clusterCounter) Desc() *prometheus.Desc { return s.desc }
+
+func (s *clusterCounter) Write(m *dto.Metric) error {
+	return prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, math.Float64frombits(s.bits.Load()), s.cluster).Write(m)
+}
+
+func (s *clusterCounter) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
+func (s *clusterCounter) Collect(ch chan<- prometheus.Metric) { ch <- s }
 
 // Per-source gauges are read at scrape time from the running sources, so a
 // source removed by a reload leaves no stale series behind.

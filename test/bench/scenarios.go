@@ -523,7 +523,8 @@ func goBenchmarks(ctx context.Context, b *harness.Program, res *results, _ *worl
 	for _, gb := range []struct{ pkg, args string }{
 		{"./internal/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^$"},
 		{"./internal/snapshot/", "-run ^$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad|BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 3x -benchmem"},
-		{"./plugin/mcsannotations/", "-run ^$ -bench ^(BenchmarkServeDNS|BenchmarkServeDNSProbe)$ -benchmem"},
+		{"./plugin/mcsannotations/", "-run ^$ -bench ^(BenchmarkServeDNS|BenchmarkServeDNSProbe|BenchmarkRelayEdgeHeap)$ -benchmem"},
+		{"./internal/relay/", "-run ^$ -bench ^BenchmarkRelayHeap$ -benchtime 2x"},
 		{"./internal/probe/", "-run ^$ -bench ^BenchmarkRound$ -benchmem"},
 		{"./internal/clients/", "-run ^$ -bench ^BenchmarkSlimClientMemory$ -benchtime 3x"},
 		{"./annotation/", "-run ^$ -bench ^(BenchmarkVerify|BenchmarkParseExports)$ -benchtime 2000x -benchmem"},
