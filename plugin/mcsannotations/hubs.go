@@ -99,6 +99,15 @@ func (s *originSet) get(cluster string) *clusterContact {
 	return nil
 }
 
+// each calls f with every relayed origin's contact.
+func (s *originSet) each(f func(*clusterContact)) {
+	if o := s.cur.Load(); o != nil {
+		for _, c := range o.by {
+			f(c)
+		}
+	}
+}
+
 // anyDown reports whether some relayed origin is not connected.
 func (s *originSet) anyDown() bool { return s.down.Load() > 0 }
 
