@@ -72,6 +72,9 @@ type Config struct {
 	// this cluster with, gets a grant in each exporting namespace and the
 	// list of them (grants.go). Empty: neither.
 	PeerReader string
+	// HeartbeatInterval is how often, with SignEndpoints, the signed
+	// heartbeat Lease is written (heartbeat.go; 0: DefaultHeartbeatInterval).
+	HeartbeatInterval time.Duration
 }
 
 // Controller is the annotator of one cluster.
@@ -309,6 +312,9 @@ func (c *Controller) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	if c.grants != nil {
 		wg.Go(func() { c.runGrants(ctx) })
+	}
+	if c.cfg.SignEndpoints && c.cfg.SignKey != nil {
+		wg.Go(func() { c.runHeartbeat(ctx) })
 	}
 	for range c.cfg.Workers {
 		wg.Go(func() {
