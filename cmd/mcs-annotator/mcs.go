@@ -239,6 +239,10 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 		Events: relay.Events{
 			Refused: func(hub, origin, ns, pod string, rej annotation.Rejection) {
 				sm.relayRefused.WithLabelValues(hub, string(rej.Reason)).Inc()
+				if ns == "" { // the hub's word on the origin (a heartbeat)
+					klog.Warningf("mcs-controller: hub %s: origin %s: refused: %s", hub, origin, rej)
+					return
+				}
 				klog.Warningf("mcs-controller: hub %s: origin %s: %s/%s refused: %s", hub, origin, ns, pod, rej)
 			},
 			HubState: func(hub string, from, to source.State, err error) {
