@@ -37,7 +37,9 @@ import (
 // Under verify (Config.Keys), a record counts only when its origin's key
 // signed its statement and export annotation for the slice's namespace and
 // source-cluster label, and only when its statement is not older than one
-// accepted for the same Pod (see ReasonReplayed).
+// accepted for the same Pod (see ReasonReplayed); and a hub's Lease says
+// its origin is connected only with the origin's recent signed heartbeat
+// (heartbeat.go).
 
 // Reasons of refusals a reader of hubs adds to annotation's.
 const (
