@@ -13,6 +13,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -101,6 +102,19 @@ func TestHeartbeatThroughHostileHub(t *testing.T) {
 		leaseNS = lns
 		return nil
 	})
+	// What each heartbeat costs an edge: one watch event of the hub's
+	// Lease, whole (managed fields included), as JSON and as protobuf (an
+	// edge's client asks for protobuf).
+	{
+		cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		l, err := h.Client.CoordinationV1().Leases(leaseNS).Get(cx, relay.LeasePrefix+"edge-o", metav1.GetOptions{})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := json.Marshal(l)
+		t.Logf("the hub's Lease of edge-o, as an edge receives it per heartbeat: %d bytes JSON, %d bytes protobuf (object only)", len(js), l.Size())
+	}
 
 	metrics := harness.FreePort(t)
 	d := harness.StartCoreDNS(t, heartbeatCorefile, map[string]string{
@@ -178,5 +192,13 @@ func TestHeartbeatThroughHostileHub(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	waitPeers(t, d, propagation, q, marked(true, "edge-o", "10.7.0.1"))
 	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_source_state{cluster="edge-o",state="disconnected"}`, func(v float64) bool { return v == 1 })
+	// Each refusal is logged once, with its reason.
+	harness.Eventually(t, propagation, func() error {
+		lines := grepLog(d, "hub hub-1: origin edge-o: refused")
+		if len(lines) != 2 || !strings.Contains(lines[0], "stale_heartbeat") || !strings.Contains(lines[1], "bad_heartbeat") {
+			return fmt.Errorf("refusals logged: %q", lines)
+		}
+		return nil
+	})
 	t.Logf("CoreDNS on the hostile hub: %s", strings.Join(grepLog(d, "origin edge-o: refused"), "\n"))
 }
