@@ -3,6 +3,7 @@ package mcscontroller
 import (
 	"context"
 	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -59,10 +60,20 @@ func toBeat(cluster string) func(*coordinationv1.Lease) (runtime.Object, error) 
 	}
 }
 
+// heartbeatWait bounds how long a cluster's first Lease write waits for
+// the first list of its heartbeat: a write before it would drop the
+// heartbeat the Lease carries (the apply owns those annotations), and the
+// edges that verify would take the origin as cut off until the next one. A
+// variable for tests.
+var heartbeatWait = 10 * time.Second
+
 // heartbeats holds the last heartbeat read of each source cluster.
 type heartbeats struct {
-	mu sync.Mutex
-	m  map[string]beat
+	mu     sync.Mutex
+	m      map[string]beat
+	listed map[string]bool // its first list arrived
+	wait   map[string]bool // it has a reader
+	start  time.Time
 }
 
 func (h *heartbeats) get(cluster string) beat {
@@ -71,10 +82,19 @@ func (h *heartbeats) get(cluster string) beat {
 	return h.m[cluster]
 }
 
-func (h *heartbeats) set(cluster string, b beat) {
+// ready reports whether cluster's Lease may be written: its heartbeat has
+// listed once, it has no reader, or heartbeatWait passed.
+func (h *heartbeats) ready(cluster string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.wait[cluster] || h.listed[cluster] || time.Since(h.start) >= heartbeatWait
+}
+
+func (h *heartbeats) set(cluster string, b beat, listed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.m[cluster] = b
+	h.listed[cluster] = h.listed[cluster] || listed
 }
 
 // watchHeartbeats starts one reflector per client of Config.Heartbeats,
@@ -82,15 +102,18 @@ func (h *heartbeats) set(cluster string, b beat) {
 // held (the edges see it age); a Lease that may not be read is retried,
 // the hub's Lease of the cluster carrying no heartbeat meanwhile.
 func (c *Controller) watchHeartbeats(ctx context.Context) *heartbeats {
-	hb := &heartbeats{m: map[string]beat{}}
+	hb := &heartbeats{m: map[string]beat{}, listed: map[string]bool{}, wait: map[string]bool{}, start: time.Now()}
 	for cluster, client := range c.cfg.Heartbeats {
+		hb.wait[cluster] = true
 		st := &ingest.Store[*slimBeat]{
-			Changed: func(_, b *slimBeat) { hb.set(cluster, b.beat) },
+			Changed: func(_, b *slimBeat) { hb.set(cluster, b.beat, false) },
 			Deleted: func(*slimBeat) {},
 			Replaced: func(_, objs map[string]*slimBeat) {
+				held := hb.get(cluster)
 				for _, b := range objs {
-					hb.set(cluster, b.beat)
+					held = b.beat
 				}
+				hb.set(cluster, held, true)
 			},
 		}
 		lw := ingest.Lease(client, annotation.HeartbeatLeaseNamespace, annotation.HeartbeatLeaseName, toBeat(cluster))

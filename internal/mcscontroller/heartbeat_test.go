@@ -2,13 +2,16 @@ package mcscontroller
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/relay"
@@ -67,4 +70,57 @@ func TestRelayCopiesHeartbeat(t *testing.T) {
 		an := hubLease("a")
 		return an != nil && an[relay.HeartbeatAnnotation] == "" && an[relay.OriginStateAnnotation] == "connected"
 	})
+}
+
+// A cluster's first Lease write waits for the first list of its heartbeat
+// (so that a restarted hub does not drop the heartbeat its Lease carries),
+// at most heartbeatWait; a cluster without a heartbeat reader does not
+// wait.
+func TestRelayLeaseWaitsForHeartbeat(t *testing.T) {
+	for _, listed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "heartbeat listed", false: "heartbeat never listed"}[listed], func(t *testing.T) {
+			defer func(d time.Duration) { heartbeatWait = d }(heartbeatWait)
+			heartbeatWait = time.Hour
+			if !listed {
+				heartbeatWait = 500 * time.Millisecond
+			}
+			release := make(chan struct{})
+			var once sync.Once
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			v, s := `{"cluster":"a","time":1790000000000}`, "ed25519:x"
+			originA := fake.NewClientset(heartbeatLease(v, s))
+			originA.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+				<-release
+				return false, nil, nil
+			})
+			a, b := newSource("a", true, time.Now()), newSource("b", true, time.Now())
+			e := newEnv(t, Config{Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond,
+				Heartbeats: map[string]kubernetes.Interface{"a": originA}}, []*fakeSource{a, b})
+			hubLease := func(cluster string) map[string]string {
+				l, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+cluster, metav1.GetOptions{})
+				if err != nil {
+					return nil
+				}
+				return l.Annotations
+			}
+			e.start(true)
+			e.poll("b's Lease (no heartbeat reader: no wait)", func() bool { return hubLease("b") != nil })
+			if !listed {
+				e.poll("a's Lease once the wait is over, without a heartbeat", func() bool {
+					an := hubLease("a")
+					return an != nil && an[relay.HeartbeatAnnotation] == ""
+				})
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			if an := hubLease("a"); an != nil {
+				t.Fatalf("a's Lease written before its heartbeat listed: %v", an)
+			}
+			once.Do(func() { close(release) })
+			e.poll("a's Lease, with its heartbeat from the first write", func() bool {
+				an := hubLease("a")
+				return an != nil && an[relay.HeartbeatAnnotation] == v
+			})
+		})
+	}
 }

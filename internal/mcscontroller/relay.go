@@ -102,7 +102,8 @@ func stateOf(s Source) string {
 
 // runLeases writes each source cluster's Lease once at the start and then
 // on each change of its state or its heartbeat, looking every StatePoll,
-// until ctx is done. A write that fails is tried again at the next look;
+// until ctx is done. A cluster's first write waits for the first list of its
+// heartbeat, at most heartbeatWait. A write that fails is tried again at the next look;
 // the others of that look wait too (the local API server does not answer,
 // most likely).
 func (c *Controller) runLeases(ctx context.Context) {
@@ -110,6 +111,9 @@ func (c *Controller) runLeases(ctx context.Context) {
 	beats := c.watchHeartbeats(ctx)
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		for _, s := range c.sources {
+			if !beats.ready(s.Cluster()) {
+				continue // its heartbeat is not known yet
+			}
 			want := leaseState{state: stateOf(s), contact: s.LastContact(), beat: beats.get(s.Cluster())}
 			if w, ok := written[s.Cluster()]; ok && w.state == want.state && w.beat == want.beat {
 				continue
