@@ -28,8 +28,9 @@ const (
 	// spec.holderIdentity is the hub's cluster ID, spec.renewTime the hub's
 	// last contact with the origin as of the Lease's last write, and
 	// OriginStateAnnotation the origin's state then (syncing, connected,
-	// disconnected). The hub writes a Lease when the origin's state changes,
-	// not on every contact: while the Lease says connected, the origin is as
+	// disconnected). The hub writes a Lease when the origin's state or
+	// heartbeat changes, not on every contact: while the Lease says
+	// connected (under verify, with a recent heartbeat), the origin is as
 	// current as the hub is to its reader.
 	OriginLabel           = "multicluster.mcsannotations.io/relay-origin"
 	OriginStateAnnotation = "multicluster.mcsannotations.io/origin-state"
