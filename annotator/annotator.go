@@ -79,6 +79,9 @@ type Config struct {
 	// watching them a second time. A change of only those fields queues
 	// nothing unless SignEndpoints.
 	RecordFields bool
+	// HeartbeatInterval is how often, with SignEndpoints, the signed
+	// heartbeat Lease is written (heartbeat.go; 0: DefaultHeartbeatInterval).
+	HeartbeatInterval time.Duration
 }
 
 // Controller is the annotator of one cluster.
@@ -331,6 +334,9 @@ func (c *Controller) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	if c.grants != nil {
 		wg.Go(func() { c.runGrants(ctx) })
+	}
+	if c.cfg.SignEndpoints && c.cfg.SignKey != nil {
+		wg.Go(func() { c.runHeartbeat(ctx) })
 	}
 	for range c.cfg.Workers {
 		wg.Go(func() {

@@ -16,6 +16,8 @@ type Metrics struct {
 	Skipped            *prometheus.CounterVec
 	PeerGrants         prometheus.Gauge
 	GrantWrites        *prometheus.CounterVec
+	// HeartbeatWrites counts the writes of the heartbeat Lease (--sign-endpoints).
+	HeartbeatWrites *prometheus.CounterVec
 }
 
 // NewMetrics makes the metrics and registers them with reg (when not nil).
@@ -46,18 +48,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Namespaces whose Pods the peer reader may read (each with at least one exported Service), as of the leader's last sync of the grants."}),
 		GrantWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "grant_writes_total",
 			Help: "Writes of the peer reader's RoleBindings and of the list of exporting namespaces, by result."}, []string{"result"}),
+		HeartbeatWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "heartbeat_writes_total",
+			Help: "Writes of the signed heartbeat Lease kube-system/mcs-heartbeat (--sign-endpoints), one per --heartbeat-interval, by result."}, []string{"result"}),
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.PodWrites.WithLabelValues(r)
 		m.StatusWrites.WithLabelValues(r)
 		m.Reconciles.WithLabelValues(r)
 		m.GrantWrites.WithLabelValues(r)
+		m.HeartbeatWrites.WithLabelValues(r)
 	}
 	for _, r := range skipReasons {
 		m.Skipped.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Leader, m.ExportedServices, m.AnnotatedPods, m.ImporterPods, m.PodWrites, m.EndpointStatements, m.StatusWrites, m.Reconciles, m.Skipped, m.PeerGrants, m.GrantWrites)
+		reg.MustRegister(m.Leader, m.ExportedServices, m.AnnotatedPods, m.ImporterPods, m.PodWrites, m.EndpointStatements, m.StatusWrites, m.Reconciles, m.Skipped, m.PeerGrants, m.GrantWrites, m.HeartbeatWrites)
 	}
 	return m
 }

@@ -36,6 +36,7 @@ import (
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/annotator"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 )
 
 type options struct {
@@ -53,6 +54,8 @@ type options struct {
 	sePoll         time.Duration
 	signKey        string
 	signEndpoints  bool
+	heartbeat      time.Duration
+	hubTimeout     time.Duration
 	mcsController  bool
 	peers          peerFlags
 	hubs           hubFlags
@@ -83,9 +86,11 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.sePoll, "serviceexport-poll", 30*time.Second, "how often to look for the ServiceExport CRD while it is not installed")
 	fs.StringVar(&o.signKey, "sign-key", "", "ed25519 private key (PEM, PKCS #8) to sign each export annotation with (needs --cluster)")
 	fs.BoolVar(&o.signEndpoints, "sign-endpoints", false, "also state each exported Pod's addresses, hostname and readiness, with a growing sequence number, in a signed endpoint statement, so that relay hubs can pass its records on unaltered (needs --sign-key)")
+	fs.DurationVar(&o.heartbeat, "heartbeat-interval", annotator.DefaultHeartbeatInterval, "with --sign-endpoints, how often the signed heartbeat Lease kube-system/mcs-heartbeat is written (relay hubs pass it on; every edge receives one Lease event per cluster per interval)")
 	fs.BoolVar(&o.mcsController, "mcs-controller", false, "also run the MCS controller: ServiceImports, derived Services and EndpointSlices from every cluster's export annotations (needs --cluster)")
 	fs.Var(&o.peers, "peer", "a peer cluster for the MCS controller, NAME=KUBECONFIG (repeatable; the same peers as CoreDNS's peer words)")
 	fs.Var(&o.hubs, "hub", "a relay hub for the MCS controller, NAME=KUBECONFIG (repeatable; the same hubs as CoreDNS's hub words): the origins it relays are imported as peers are")
+	fs.DurationVar(&o.hubTimeout, "hub-heartbeat-timeout", relay.DefaultHeartbeatTimeout, "with --hub and --verify, how old an origin's signed heartbeat may be for a hub's word that the origin is connected to count (a few of the origins' --heartbeat-interval)")
 	fs.StringVar(&o.verify, "verify", "", "folder of the clusters' public keys (<cluster>.pub, as CoreDNS's verify word): the MCS controller then uses only export annotations signed with their cluster's key, as CoreDNS answers only those (give it wherever CoreDNS verifies)")
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")
@@ -110,6 +115,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.signEndpoints && o.signKey == "" {
 		return o, errors.New("--sign-endpoints needs --sign-key: an endpoint statement is worth only its signature")
+	}
+	if o.heartbeat <= 0 || o.hubTimeout <= 0 {
+		return o, fmt.Errorf("--heartbeat-interval %v, --hub-heartbeat-timeout %v: both must be positive", o.heartbeat, o.hubTimeout)
 	}
 	if err := checkMCS(&o); err != nil {
 		return o, err
@@ -202,7 +210,7 @@ func run(ctx context.Context, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := annotator.NewMetrics(reg)
-	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, SignEndpoints: o.signEndpoints, Workers: o.workers, ServiceExportPoll: o.sePoll, ClustersetConflicts: o.mcsController, RecordFields: o.mcsController, PeerReader: o.peerReader}, m)
+	ctl := annotator.New(client, dyn, disco, annotator.Config{Cluster: o.cluster, SignKey: key, SignEndpoints: o.signEndpoints, Workers: o.workers, ServiceExportPoll: o.sePoll, ClustersetConflicts: o.mcsController, RecordFields: o.mcsController, PeerReader: o.peerReader, HeartbeatInterval: o.heartbeat}, m)
 
 	if o.listen != "" {
 		srv, err := serve(o.listen, reg, ctl)

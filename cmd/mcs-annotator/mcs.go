@@ -160,6 +160,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 		klog.Warningf("mcs-controller: this cluster signs its exports but -verify is not given: the controller uses unsigned export annotations that a verifying CoreDNS refuses")
 	}
 	var srcs []*source.Source
+	beats := map[string]kubernetes.Interface{o.cluster: client} // a relay hub passes each cluster's heartbeat on (the local one read with the annotator's client)
 	// A relay hub's records keep the origin Pods' own bytes (store.Proof),
 	// which its EndpointSlices carry; it relays only what it reads itself.
 	// The local client checks the API server's /readyz for contact.
@@ -173,6 +174,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 		if err != nil {
 			return nil, fmt.Errorf("peer %s: %w", p.name, err)
 		}
+		beats[p.name] = c
 		srcs = append(srcs, source.New(p.name, c, records, events, source.Options{Key: o.keys[p.name], Scoped: true, KeepProof: o.relay, Ingest: sm.ingestOptions(p.name)}))
 	}
 	hubs, err := readHubs(o, reader, records, sm)
@@ -206,7 +208,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	rec := bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: mcscontroller.FieldManager})
 	ctl := mcscontroller.New(records, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec,
-		Relay: o.relay, RelayNamespace: o.leaseNamespace, Hubs: hubs}, mcscontroller.NewMetrics(reg))
+		Relay: o.relay, RelayNamespace: o.leaseNamespace, Heartbeats: beats, Hubs: hubs}, mcscontroller.NewMetrics(reg))
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, %d relay hubs, expiry %v", o.cluster, len(o.peers), len(o.hubs), o.peerExpire)
 	if o.relay {
@@ -231,9 +233,16 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 		Local:  o.cluster,
 		Direct: func(cluster string) bool { return direct[cluster] },
 		Keys:   o.keys,
+		// Under verify, a hub's word that an origin is connected counts
+		// only with the origin's recent heartbeat.
+		HeartbeatTimeout: o.hubTimeout,
 		Events: relay.Events{
 			Refused: func(hub, origin, ns, pod string, rej annotation.Rejection) {
 				sm.relayRefused.WithLabelValues(hub, string(rej.Reason)).Inc()
+				if ns == "" { // the hub's word on the origin (a heartbeat)
+					klog.Warningf("mcs-controller: hub %s: origin %s: refused: %s", hub, origin, rej)
+					return
+				}
 				klog.Warningf("mcs-controller: hub %s: origin %s: %s/%s refused: %s", hub, origin, ns, pod, rej)
 			},
 			HubState: func(hub string, from, to source.State, err error) {

@@ -115,6 +115,12 @@ type Config struct {
 	// the start and on each change of the cluster's state.
 	Relay          bool
 	RelayNamespace string
+	// Heartbeats, for a relay hub, are the clients of the source clusters
+	// (those the sources read with, ingest.Reader.Pods), by cluster ID,
+	// whose heartbeat Lease the hub copies into its Lease of the cluster
+	// (heartbeat.go). A cluster without a client has no heartbeat relayed:
+	// edges that verify then take it as cut off.
+	Heartbeats map[string]kubernetes.Interface
 	// Hubs, when set, is the reader of the relay hubs this cluster reads
 	// (internal/relay), writing into the same records: each origin it knows
 	// is a source cluster too (see relayedOrigin). The caller starts and

@@ -78,10 +78,12 @@ func relayAnnotate(sl *discoveryv1.EndpointSlice, byAddr map[string][]*store.Pod
 	sl.Annotations[relay.SliceAnnotation] = v
 }
 
-// leaseState is what a hub's Lease says of an origin.
+// leaseState is what a hub's Lease says of an origin: its state, the
+// hub's last contact, and the origin's last heartbeat (heartbeat.go).
 type leaseState struct {
 	state   string
 	contact time.Time
+	beat    beat
 }
 
 // stateOf is a source's state as a Lease names it (source.State's names).
@@ -99,15 +101,21 @@ func stateOf(s Source) string {
 }
 
 // runLeases writes each source cluster's Lease once at the start and then
-// on each change of its state, looking every StatePoll, until ctx is done.
-// A write that fails is tried again at the next look; the others of that
-// look wait too (the local API server does not answer, most likely).
+// on each change of its state or its heartbeat, looking every StatePoll,
+// until ctx is done. A cluster's first write waits for the first list of its
+// heartbeat, at most heartbeatWait. A write that fails is tried again at the next look;
+// the others of that look wait too (the local API server does not answer,
+// most likely).
 func (c *Controller) runLeases(ctx context.Context) {
 	written := map[string]leaseState{}
+	beats := c.watchHeartbeats(ctx)
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		for _, s := range c.sources {
-			want := leaseState{state: stateOf(s), contact: s.LastContact()}
-			if w, ok := written[s.Cluster()]; ok && w.state == want.state {
+			if !beats.ready(s.Cluster()) {
+				continue // its heartbeat is not known yet
+			}
+			want := leaseState{state: stateOf(s), contact: s.LastContact(), beat: beats.get(s.Cluster())}
+			if w, ok := written[s.Cluster()]; ok && w.state == want.state && w.beat == want.beat {
 				continue
 			}
 			if err := c.applyLease(ctx, s.Cluster(), want); err != nil {
@@ -123,7 +131,9 @@ func (c *Controller) runLeases(ctx context.Context) {
 // since the controller started keeps the renewTime its Lease has (the last
 // contact of the controller before): its state is merge-patched, as an
 // apply without renewTime would drop it, and only a Lease that does not
-// exist yet is applied without one.
+// exist yet is applied without one. The origin's heartbeat, when the hub
+// holds one, is copied as it is; the merge patch keeps the one the Lease
+// has when the hub holds none yet.
 func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseState) error {
 	l := &coordinationv1.Lease{
 		TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
@@ -134,6 +144,10 @@ func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseSta
 			Annotations: map[string]string{relay.OriginStateAnnotation: st.state},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &c.cfg.LocalCluster},
+	}
+	if st.beat.value != "" {
+		l.Annotations[relay.HeartbeatAnnotation] = st.beat.value
+		l.Annotations[relay.HeartbeatSignatureAnnotation] = st.beat.sig
 	}
 	leases := c.client.CoordinationV1().Leases(l.Namespace)
 	if st.contact.IsZero() {

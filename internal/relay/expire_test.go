@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcsannotations/mcsannotations/internal/source"
@@ -28,6 +29,13 @@ func TestRelayExpire(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := func(name, ip string, seq uint64) Pod {
 				return stmt{origin: "origin-a", ns: "prod", name: name, ip: ip, ready: true, seq: seq}.pod(priv)
+			}
+			lease := func(ns, origin string, state source.State, at time.Time) *coordinationv1.Lease {
+				l := lease(ns, origin, state, at)
+				if tc.keys != nil { // under verify, the origin's heartbeat of then
+					l = beating(l, priv, at)
+				}
+				return l
 			}
 			h := newFakeHub(slice("prod", "backend", "origin-a", nil, p("a", "10.0.0.1", 1)),
 				lease(DefaultNamespace, "origin-a", source.Disconnected, time.Now().Add(-time.Hour)))

@@ -97,7 +97,7 @@ func heapRelayed(r *Relay, origins int) {
 		h.leaseSt = h.leaseStore()
 		leases := make([]any, 0, origins)
 		for i := range origins {
-			leases = append(leases, toLease(lease(DefaultNamespace, heapOrigin(i), source.Connected, now)))
+			leases = append(leases, r.toLease(lease(DefaultNamespace, heapOrigin(i), source.Connected, now)))
 		}
 		_ = h.leaseSt.Replace(leases, "")
 		slices := make([]any, 0, origins*heapServices)

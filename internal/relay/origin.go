@@ -265,11 +265,11 @@ func (r *Relay) checkReplays(h *hub, old, s *slimSlice, out *later) {
 }
 
 // current reports whether h is current on origin: it listed, the reader is
-// in contact with it, and its Lease says it is in contact with the origin.
-// r.mu is held.
+// in contact with it, and its Lease says it is in contact with the origin
+// (under verify, with a recent heartbeat: heartbeat.go). r.mu is held.
 func (h *hub) current(origin string) bool {
 	l := h.leases[origin]
-	return h.listed && l != nil && l.state == source.Connected && h.State() == source.Connected
+	return h.listed && l != nil && h.r.says(l, time.Now()) && h.State() == source.Connected
 }
 
 // syncOrigin writes the union of what the synced hubs hold of origin name
@@ -468,7 +468,9 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 			h.leases[l.origin] = l
 			touched[l.origin] = true
 		}
+		now := time.Now()
 		for o := range touched { // once each, after the whole change
+			r.noteBeat(h, o, now, out)
 			r.syncOrigin(o, out)
 		}
 	})
@@ -497,7 +499,9 @@ func (r *Relay) leasesReplaced(h *hub, objs map[string]*slimLease) {
 				touched[l.origin] = true
 			}
 		}
+		now := time.Now()
 		for o := range touched {
+			r.noteBeat(h, o, now, out)
 			r.syncOrigin(o, out)
 		}
 	})
@@ -542,10 +546,17 @@ type view struct {
 // list. The last contact is the latest of each hub's renewTime while its
 // Lease does not say connected, each hub's own last contact while it does,
 // and the seed.
+//
+// Under verify a Lease says connected only with a recent heartbeat (one
+// saying so without it counts as saying disconnected), and the last
+// contact is the newest heartbeat that verifies any hub holds, whatever its
+// Lease says, or the seed: renewTime and the hub's own contact are the
+// hub's word alone.
 func (r *Relay) viewLocked(name string) view {
 	var v view
 	lost := false
 	o := r.origins[name]
+	now := time.Now()
 	for _, h := range r.hubs {
 		l := h.leases[name]
 		if l != nil || len(h.byOrigin[name]) > 0 {
@@ -555,17 +566,22 @@ func (r *Relay) viewLocked(name string) view {
 			continue
 		}
 		last := l.renew
+		if r.cfg.Keys != nil {
+			last = r.beatAt(l, now)
+		}
 		switch {
-		case l.state == source.Connected:
-			last = h.LastContact()
+		case l.state == source.Connected && r.says(l, now):
+			if r.cfg.Keys == nil {
+				last = h.LastContact()
+			}
 			switch h.State() {
 			case source.Connected:
 				v.state = source.Connected
 			case source.Disconnected:
 				lost = true
 			}
-		case l.state == source.Disconnected:
-			lost = true
+		case l.state == source.Disconnected, l.state == source.Connected:
+			lost = true // says so, or says connected without a recent heartbeat
 		}
 		if last.After(v.last) {
 			v.last = last

@@ -37,7 +37,9 @@ import (
 // Under verify (Config.Keys), a record counts only when its origin's key
 // signed its statement and export annotation for the slice's namespace and
 // source-cluster label, and only when its statement is not older than one
-// accepted for the same Pod (see ReasonReplayed).
+// accepted for the same Pod (see ReasonReplayed); and a hub's Lease says
+// its origin is connected only with the origin's recent signed heartbeat
+// (heartbeat.go).
 
 // Reasons of refusals a reader of hubs adds to annotation's.
 const (
@@ -54,7 +56,7 @@ const (
 )
 
 // Reasons lists every Reason Events.Refused may report, for metric labels.
-var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMalformed, ReasonNoKey)
+var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMalformed, ReasonNoKey, ReasonHeartbeat, ReasonStaleHeartbeat)
 
 // TombstoneTTL is how long the Seq of a deleted record is remembered, so
 // that an older statement of it that a lagging or hostile hub presents is
@@ -80,8 +82,15 @@ type Config struct {
 	Direct func(cluster string) bool
 	// Keys, when non-nil, turns verify on: a record counts only when its
 	// endpoint statement is signed by its origin's key; an origin without
-	// a key is refused (ReasonNoKey).
+	// a key is refused (ReasonNoKey); and a hub's Lease says its origin is
+	// connected only while it carries a heartbeat signed by the origin's
+	// key, not older than HeartbeatTimeout (heartbeat.go).
 	Keys map[string]ed25519.PublicKey
+	// HeartbeatTimeout, under verify, is how old an origin's heartbeat may
+	// be for a hub's word that the origin is connected to count
+	// (DefaultHeartbeatTimeout when 0). It should be a few of the origins'
+	// heartbeat intervals.
+	HeartbeatTimeout time.Duration
 	// Namespaces, when not empty, limits what the reader takes from every
 	// hub to the relay slices of these namespaces: one watch per namespace
 	// on each hub, so that the hub's API server filters and the slices of
@@ -140,12 +149,16 @@ type Origin struct {
 	// State is Connected while some connected hub's Lease says connected;
 	// Disconnected when a Lease says so, or says connected on a hub that is
 	// disconnected; Syncing otherwise (no Lease yet, or one saying syncing),
-	// as a source before its first list.
+	// as a source before its first list. Under verify a Lease says
+	// connected only with a recent heartbeat (Config.HeartbeatTimeout);
+	// without one it counts as saying disconnected.
 	State source.State
 	// LastContact is now (the latest contact with a hub whose Lease says
 	// connected) while Connected; otherwise the latest of each hub's
 	// renewTime of a Lease saying otherwise, each hub's last contact while
-	// its Lease said connected, and the snapshot's (Seed).
+	// its Lease said connected, and the snapshot's (Seed). Under verify it
+	// is the newest heartbeat of the origin that verifies any hub holds,
+	// or the snapshot's.
 	LastContact time.Time
 	// Records is the number of the origin's records written.
 	Records int
@@ -183,12 +196,15 @@ type Relay struct {
 	wg        sync.WaitGroup
 	origins   map[string]*origin
 	allSynced bool
+	// beats is, under verify, the refusal last reported of each hub's
+	// Lease of each origin ("" when taken), by hub and origin (heartbeat.go).
+	beats map[beatKey]string
 }
 
 // New returns a Relay writing into records; AddHub adds its hubs, Start
 // starts it.
 func New(records *store.Store, cfg Config) *Relay {
-	return &Relay{records: records, cfg: cfg, origins: map[string]*origin{}}
+	return &Relay{records: records, cfg: cfg, origins: map[string]*origin{}, beats: map[beatKey]string{}}
 }
 
 // AddHub adds a hub, read with client (made by ingest.Reader.Pods, the
@@ -231,6 +247,9 @@ func (r *Relay) Start() error {
 	r.cancel = cancel
 	for _, h := range r.hubs {
 		h.start(ctx, &r.wg)
+	}
+	if r.cfg.Keys != nil {
+		r.wg.Go(func() { r.runHeartbeats(ctx) })
 	}
 	return nil
 }

@@ -495,7 +495,7 @@ func TestRelayCurrentHubs(t *testing.T) {
 	}
 	both := slice("prod", "backend", "origin-a", nil, p("a", "10.0.0.1"), p("b", "10.0.0.2"))
 	ra, rb := rec("prod", "a", "10.0.0.1", true, "backend"), rec("prod", "b", "10.0.0.2", true, "backend")
-	connected := lease(DefaultNamespace, "origin-a", source.Connected, time.Now())
+	connected := beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, time.Now())
 	h0, h1 := newFakeHub(both, connected), newFakeHub(both, connected)
 	st := store.New()
 	r := start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}}, h0, h1)
@@ -523,7 +523,7 @@ func TestRelayLaggingHubAndReplayWhenNoneCurrent(t *testing.T) {
 		return stmt{origin: "origin-a", ns: "prod", name: "a", ip: "10.0.0.1", ready: ready, seq: seq}.pod(priv)
 	}
 	b := stmt{origin: "origin-a", ns: "prod", name: "b", ip: "10.0.0.2", ready: true, seq: 1}.pod(priv)
-	connected := lease(DefaultNamespace, "origin-a", source.Connected, time.Now())
+	connected := beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, time.Now())
 	h0 := newFakeHub(slice("prod", "backend", "origin-a", nil, s(false, 2), b), connected)
 	h1 := newFakeHub(slice("prod", "backend", "origin-a", nil, s(false, 2), b), connected)
 	st := store.New()
@@ -560,7 +560,7 @@ func TestRelayCurrentHubLags(t *testing.T) {
 	s := func(ready bool, seq uint64) Pod {
 		return stmt{origin: "origin-a", ns: "prod", name: "a", ip: "10.0.0.1", ready: ready, seq: seq}.pod(priv)
 	}
-	connected := lease(DefaultNamespace, "origin-a", source.Connected, time.Now())
+	connected := beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, time.Now())
 	h0 := newFakeHub(slice("prod", "backend", "origin-a", nil, s(false, 2)), connected)
 	h1 := newFakeHub(slice("prod", "backend", "origin-a", nil, s(true, 3)), connected)
 	st := store.New()

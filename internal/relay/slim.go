@@ -185,6 +185,12 @@ type slimLease struct {
 	origin string
 	state  source.State
 	renew  time.Time
+	// Under verify (heartbeat.go): the time of the origin's heartbeat the
+	// Lease carries, zero when it carries none that verifies; beatRefused
+	// says why not. beatHash is of the heartbeat's bytes and signature.
+	beat        time.Time
+	beatRefused annotation.Rejection
+	beatHash    uint64
 }
 
 func (l *slimLease) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
@@ -196,8 +202,9 @@ func (l *slimLease) DeepCopyObject() runtime.Object {
 
 // toLease is the transform of a hub's Leases. A Lease whose origin label is
 // not its name's, or whose state is unknown, says the origin is
-// disconnected as of its renewTime.
-func toLease(l *coordinationv1.Lease) *slimLease {
+// disconnected as of its renewTime. Under verify, the heartbeat it carries
+// is verified with the origin's key as it arrives (checkBeat).
+func (r *Relay) toLease(l *coordinationv1.Lease) *slimLease {
 	s := &slimLease{Meta: ingest.MetaOf(l), origin: l.Labels[OriginLabel], state: source.Disconnected}
 	if l.Name != LeasePrefix+s.origin {
 		s.origin = ""
@@ -209,6 +216,9 @@ func toLease(l *coordinationv1.Lease) *slimLease {
 	}
 	if l.Spec.RenewTime != nil {
 		s.renew = l.Spec.RenewTime.Time
+	}
+	if s.origin != "" && r.cfg.Keys != nil {
+		r.checkBeat(s, l.Annotations[HeartbeatAnnotation], l.Annotations[HeartbeatSignatureAnnotation])
 	}
 	return s
 }

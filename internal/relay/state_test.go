@@ -83,7 +83,7 @@ func TestRelayIgnoresLocalAndDirect(t *testing.T) {
 		if _, err := h.DiscoveryV1().EndpointSlices("prod").Create(t.Context(), es, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.CoordinationV1().Leases(DefaultNamespace).Create(t.Context(), lease(DefaultNamespace, c, source.Connected, time.Now()), metav1.CreateOptions{}); err != nil {
+		if _, err := h.CoordinationV1().Leases(DefaultNamespace).Create(t.Context(), beating(lease(DefaultNamespace, c, source.Connected, time.Now()), privs[c], time.Now()), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -359,8 +359,8 @@ func TestChurnedOriginsForgotten(t *testing.T) {
 // taken: a hub writing Leases of made-up origins adds no origin (no memory,
 // no series, no snapshot entry at the reader).
 func TestLeaseOfUnknownOriginIgnored(t *testing.T) {
-	pub, _ := genKey(t)
-	h := newFakeHub(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()),
+	pub, priv := genKey(t)
+	h := newFakeHub(beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, time.Now()),
 		lease(DefaultNamespace, "made-up-1", source.Connected, time.Now()),
 		lease(DefaultNamespace, "made-up-2", source.Disconnected, time.Now()))
 	r := start(t, store.New(), Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}}, h)

@@ -28,12 +28,25 @@ const (
 	// spec.holderIdentity is the hub's cluster ID, spec.renewTime the hub's
 	// last contact with the origin as of the Lease's last write, and
 	// OriginStateAnnotation the origin's state then (syncing, connected,
-	// disconnected). The hub writes a Lease when the origin's state changes,
-	// not on every contact: while the Lease says connected, the origin is as
+	// disconnected). The hub writes a Lease when the origin's state or
+	// heartbeat changes, not on every contact: while the Lease says
+	// connected (under verify, with a recent heartbeat), the origin is as
 	// current as the hub is to its reader.
 	OriginLabel           = "multicluster.mcsannotations.io/relay-origin"
 	OriginStateAnnotation = "multicluster.mcsannotations.io/origin-state"
 	LeasePrefix           = "mcs-origin."
+
+	// HeartbeatAnnotation and HeartbeatSignatureAnnotation on a hub's Lease
+	// carry the origin's last heartbeat (annotation.HeartbeatAnnotation and
+	// annotation.HeartbeatSignatureAnnotation on the origin's Lease
+	// annotation.HeartbeatLeaseNamespace/HeartbeatLeaseName), the bytes the
+	// hub read, unchanged; the hub writes its Lease again when they change.
+	// Under verify a reader takes the Lease's "connected" only while the
+	// heartbeat verifies with the origin's key, names the origin and is
+	// recent (Config.HeartbeatTimeout), and takes the origin's last contact
+	// from it rather than from renewTime, which the hub alone vouches for.
+	HeartbeatAnnotation          = "multicluster.mcsannotations.io/heartbeat"
+	HeartbeatSignatureAnnotation = "multicluster.mcsannotations.io/heartbeat-signature"
 
 	// MaxSliceBytes bounds SliceAnnotation's value (Kubernetes allows
 	// 256 KiB of annotations per object).

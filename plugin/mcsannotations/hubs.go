@@ -126,6 +126,9 @@ func (m *MCS) newRelay(cfg config, local string) error {
 		Direct:     func(cluster string) bool { return direct[cluster] },
 		Keys:       cfg.keys,
 		Namespaces: cfg.hubNS,
+		// Under verify, a hub's word that an origin is connected counts
+		// only with the origin's recent heartbeat.
+		HeartbeatTimeout: cfg.hubBeat,
 		Events: relay.Events{
 			Refused:     logRelayRefused,
 			HubState:    m.hubStateChanged,
@@ -159,9 +162,14 @@ func (m *MCS) newRelay(cfg config, local string) error {
 	return nil
 }
 
-// logRelayRefused logs and counts a relayed record refused.
+// logRelayRefused logs and counts a relayed record, or a hub's word on an
+// origin's state (no namespace), refused.
 func logRelayRefused(hub, origin, namespace, pod string, r annotation.Rejection) {
 	relayRefused.WithLabelValues(hub, string(r.Reason)).Inc()
+	if namespace == "" { // not a record: the hub's word on the origin (a heartbeat)
+		log.Warningf("hub %s: origin %s: refused: %s", hub, origin, r)
+		return
+	}
 	log.Warningf("hub %s: origin %s: Pod %s/%s: relayed record refused: %s", hub, origin, namespace, pod, r)
 }
 

@@ -80,11 +80,12 @@ func TestHubsFromCorefile(t *testing.T) {
 	const ns = "default"
 	export := `{"services":[{"name":"backend","ports":[{"name":"http","port":80,"targetPort":8080}]}]}`
 	good := relayedPod(originKey, "edge-o", ns, "backend-1", "10.7.0.1", true, 10, export)
+	lost := time.Now().Add(-time.Minute)
 	hub1 := fake.NewClientset(relaySliceObject(ns, "backend-edge-o-1", "edge-o", export, good),
-		originLease("hub-1", "edge-o", source.Disconnected, time.Now().Add(-time.Minute)))
+		withBeat(originLease("hub-1", "edge-o", source.Disconnected, lost), originKey, lost))
 	evil := relayedPod(forger, "edge-o", ns, "evil", "10.66.0.66", true, 10, export)
 	hub2 := fake.NewClientset(relaySliceObject(ns, "backend-edge-o-1", "edge-o", export, good, evil),
-		originLease("hub-2", "edge-o", source.Disconnected, time.Now().Add(-time.Minute)))
+		withBeat(originLease("hub-2", "edge-o", source.Disconnected, lost), originKey, lost))
 	clients := map[string]kubernetes.Interface{"/local": fake.NewClientset(), "/hub-1": hub1, "/hub-2": hub2}
 	withClient(t, func(kubeconfig, _ string) (kubernetes.Interface, error) { return clients[kubeconfig], nil })
 	refusedBefore := testutil.ToFloat64(relayRefused.WithLabelValues("hub-2", string(annotation.ReasonBadSignature)))
@@ -139,7 +140,7 @@ func TestHubsFromCorefile(t *testing.T) {
 	}
 
 	// hub-2 is in contact with the origin again: no mark.
-	l := originLease("hub-2", "edge-o", source.Connected, time.Now())
+	l := withBeat(originLease("hub-2", "edge-o", source.Connected, time.Now()), originKey, time.Now())
 	l.ResourceVersion = "2"
 	if _, err := hub2.CoordinationV1().Leases(relay.DefaultNamespace).Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -175,7 +176,7 @@ func TestHubsSnapshotRestartOffline(t *testing.T) {
 	export := `{"services":[{"name":"backend","ports":[{"name":"http","port":80,"targetPort":8080}]}]}`
 	pod := relayedPod(originKey, "edge-o", "default", "backend-1", "10.7.0.1", true, 10, export)
 	hub := fake.NewClientset(relaySliceObject("default", "backend-edge-o-1", "edge-o", export, pod),
-		originLease("hub-1", "edge-o", source.Connected, time.Now()))
+		withBeat(originLease("hub-1", "edge-o", source.Connected, time.Now()), originKey, time.Now()))
 	clients := map[string]kubernetes.Interface{"/local": fake.NewClientset(), "/hub-1": hub, "/hub-2": fake.NewClientset()}
 	withClient(t, func(kubeconfig, _ string) (kubernetes.Interface, error) { return clients[kubeconfig], nil })
 	i, udp, _, err := coretest.CoreDNSServerAndPorts(corefile)

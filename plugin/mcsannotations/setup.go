@@ -91,6 +91,7 @@ type config struct {
 	peers       []peerConfig  // in Corefile order
 	hubs        []peerConfig  // in Corefile order: clusters whose MCS controller relays other clusters' records
 	hubNS       []string      // hub_namespaces: what is read of every hub; nil: every namespace
+	hubBeat     time.Duration // hub_heartbeat: under verify, how old an origin's heartbeat may be; 0: relay.DefaultHeartbeatTimeout
 	expire      time.Duration // 0: never
 	enforce     bool          // imports enforce
 	allow       []netip.Prefix
@@ -218,6 +219,19 @@ func parse(c *caddy.Controller) (config, error) {
 					return cfg, c.Errf("hub_namespaces: %v", err)
 				}
 				cfg.hubNS = ns
+			case "hub_heartbeat":
+				if cfg.hubBeat != 0 {
+					return cfg, c.Errf("hub_heartbeat is given twice")
+				}
+				v, err := oneArg(c)
+				if err != nil {
+					return cfg, err
+				}
+				d, err := time.ParseDuration(v)
+				if err != nil || d <= 0 {
+					return cfg, c.Errf("hub_heartbeat %q: must be a positive duration such as 5m", v)
+				}
+				cfg.hubBeat = d
 			case "expire":
 				v, err := oneArg(c)
 				if err != nil {
@@ -289,6 +303,12 @@ func parse(c *caddy.Controller) (config, error) {
 	}
 	if cfg.hubNS != nil && len(cfg.hubs) == 0 {
 		return cfg, fmt.Errorf("hub_namespaces without a hub")
+	}
+	if cfg.hubBeat != 0 && len(cfg.hubs) == 0 {
+		return cfg, fmt.Errorf("hub_heartbeat without a hub")
+	}
+	if cfg.hubBeat != 0 && cfg.verify == "" {
+		return cfg, fmt.Errorf("hub_heartbeat without verify: only a reader that verifies checks the origins' heartbeats")
 	}
 	for _, h := range cfg.hubs {
 		if cfg.cluster != "" && h.name == cfg.cluster {

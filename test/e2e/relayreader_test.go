@@ -155,7 +155,12 @@ func TestRelayReader(t *testing.T) {
 	putSlice(t, h2, relaySlice("prod", "backend-b", "origin-b", p(b1), p(b2)))
 	for _, c := range hubs {
 		for _, o := range []string{"origin-a", "origin-b"} {
-			if _, err := c.Client.CoordinationV1().Leases(relay.DefaultNamespace).Create(t.Context(), originLease(o, source.Connected), metav1.CreateOptions{}); err != nil {
+			// Under verify, "connected" counts with the origin's heartbeat.
+			l := originLease(o, source.Connected)
+			hb := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: o, Time: time.Now().UnixMilli()})
+			l.Annotations[relay.HeartbeatAnnotation] = hb
+			l.Annotations[relay.HeartbeatSignatureAnnotation] = annotation.SignHeartbeat(priv[o], o, hb)
+			if _, err := c.Client.CoordinationV1().Leases(relay.DefaultNamespace).Create(t.Context(), l, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -254,9 +254,11 @@ func TestStatic(t *testing.T) {
 		!slices.Equal(p.role.Rules[0].Verbs, []string{"list", "watch"}) {
 		t.Errorf("peer ClusterRole %+v: want %s, pods list and watch only", p.role, peerGrant)
 	}
-	if r := p.listRole; r.Namespace != kubeSystem || len(r.Rules) != 1 || !slices.Equal(r.Rules[0].Resources, []string{"configmaps"}) ||
-		!slices.Equal(r.Rules[0].ResourceNames, []string{exportingList}) || !slices.Equal(r.Rules[0].Verbs, []string{"get", "list", "watch"}) {
-		t.Errorf("peer Role %+v: want configmap %s/%s get, list, watch only", r, kubeSystem, exportingList)
+	if r := p.listRole; r.Namespace != kubeSystem || len(r.Rules) != 2 || !slices.Equal(r.Rules[0].Resources, []string{"configmaps"}) ||
+		!slices.Equal(r.Rules[0].ResourceNames, []string{exportingList}) || !slices.Equal(r.Rules[0].Verbs, []string{"get", "list", "watch"}) ||
+		!slices.Equal(r.Rules[1].APIGroups, []string{"coordination.k8s.io"}) || !slices.Equal(r.Rules[1].Resources, []string{"leases"}) ||
+		!slices.Equal(r.Rules[1].ResourceNames, []string{"mcs-heartbeat"}) || !slices.Equal(r.Rules[1].Verbs, []string{"get", "list", "watch"}) {
+		t.Errorf("peer Role %+v: want configmap %s/%s and lease %s/mcs-heartbeat get, list, watch only", r, kubeSystem, exportingList, kubeSystem)
 	}
 	if b := p.listBinding; b.Namespace != kubeSystem || b.RoleRef.Kind != "Role" || b.RoleRef.Name != p.listRole.Name ||
 		len(b.Subjects) != 1 || b.Subjects[0].Name != p.sa.Name || b.Subjects[0].Namespace != p.sa.Namespace || p.sa.Name != peerSA {
@@ -567,6 +569,10 @@ func TestManifests(t *testing.T) {
 		allowed("peer reader: list the list of exporting namespaces by name", err)
 		_, err = peer.CoreV1().ConfigMaps(kubeSystem).List(cx, metav1.ListOptions{})
 		forbidden("peer reader: list kube-system's configmaps", err)
+		_, err = peer.CoordinationV1().Leases(kubeSystem).List(cx, metav1.ListOptions{FieldSelector: "metadata.name=mcs-heartbeat"})
+		allowed("peer reader: list the heartbeat Lease by name", err)
+		_, err = peer.CoordinationV1().Leases(kubeSystem).List(cx, metav1.ListOptions{})
+		forbidden("peer reader: list kube-system's leases", err)
 		_, err = peer.CoreV1().Services("").List(cx, metav1.ListOptions{})
 		forbidden("peer reader: list services", err)
 		_, err = peer.CoreV1().Secrets(kubeSystem).Get(cx, "mcsannotations-peer-reader-token", metav1.GetOptions{})

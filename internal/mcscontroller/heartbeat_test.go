@@ -1,0 +1,126 @@
+package mcscontroller
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/relay"
+)
+
+func heartbeatLease(value, sig string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+		Namespace: annotation.HeartbeatLeaseNamespace, Name: annotation.HeartbeatLeaseName,
+		Annotations: map[string]string{annotation.HeartbeatAnnotation: value, annotation.HeartbeatSignatureAnnotation: sig},
+	}}
+}
+
+// A hub copies each source cluster's heartbeat and signature into its Lease
+// of the cluster, the bytes unchanged (it verifies nothing), and again when
+// they change; an oversized one is not copied; a cluster without a
+// heartbeat Lease has none.
+func TestRelayCopiesHeartbeat(t *testing.T) {
+	// Bytes a re-encoding would change: spacing, an escape, key order.
+	v1 := `{ "time":1790000000000,"cluster":"a\u0061"}`
+	s1 := "ed25519:not-checked-by-the-hub"
+	originA := fake.NewClientset(heartbeatLease(v1, s1))
+	originB := fake.NewClientset()
+	a, b := newSource("a", true, time.Now()), newSource("b", true, time.Now())
+	e := newEnv(t, Config{Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond,
+		Heartbeats: map[string]kubernetes.Interface{"a": originA, "b": originB}}, []*fakeSource{a, b})
+	hubLease := func(cluster string) map[string]string {
+		l, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+cluster, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return l.Annotations
+	}
+	e.start(true)
+	e.poll("a's heartbeat on the hub's Lease", func() bool {
+		an := hubLease("a")
+		return an[relay.HeartbeatAnnotation] == v1 && an[relay.HeartbeatSignatureAnnotation] == s1
+	})
+	if an := hubLease("b"); an == nil || an[relay.HeartbeatAnnotation] != "" || an[relay.HeartbeatSignatureAnnotation] != "" {
+		t.Errorf("Lease of b, which has no heartbeat: %v", an)
+	}
+	// A new heartbeat: the hub's Lease follows, its state unchanged.
+	v2, s2 := `{"cluster":"a","time":1790000060000}`, "ed25519:second"
+	if _, err := originA.CoordinationV1().Leases(annotation.HeartbeatLeaseNamespace).Update(e.ctx, heartbeatLease(v2, s2), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.poll("the new heartbeat", func() bool {
+		an := hubLease("a")
+		return an[relay.HeartbeatAnnotation] == v2 && an[relay.HeartbeatSignatureAnnotation] == s2 && an[relay.OriginStateAnnotation] == "connected"
+	})
+	// An oversized one is not relayed: the hub's Lease has no heartbeat.
+	big := `{"cluster":"a","time":1,"pad":"` + strings.Repeat("x", annotation.MaxHeartbeatBytes) + `"}`
+	if _, err := originA.CoordinationV1().Leases(annotation.HeartbeatLeaseNamespace).Update(e.ctx, heartbeatLease(big, s2), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.poll("the oversized heartbeat dropped", func() bool {
+		an := hubLease("a")
+		return an != nil && an[relay.HeartbeatAnnotation] == "" && an[relay.OriginStateAnnotation] == "connected"
+	})
+}
+
+// A cluster's first Lease write waits for the first list of its heartbeat
+// (so that a restarted hub does not drop the heartbeat its Lease carries),
+// at most heartbeatWait; a cluster without a heartbeat reader does not
+// wait.
+func TestRelayLeaseWaitsForHeartbeat(t *testing.T) {
+	for _, listed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "heartbeat listed", false: "heartbeat never listed"}[listed], func(t *testing.T) {
+			defer func(d time.Duration) { heartbeatWait = d }(heartbeatWait)
+			heartbeatWait = time.Hour
+			if !listed {
+				heartbeatWait = 500 * time.Millisecond
+			}
+			release := make(chan struct{})
+			var once sync.Once
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			v, s := `{"cluster":"a","time":1790000000000}`, "ed25519:x"
+			originA := fake.NewClientset(heartbeatLease(v, s))
+			originA.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+				<-release
+				return false, nil, nil
+			})
+			a, b := newSource("a", true, time.Now()), newSource("b", true, time.Now())
+			e := newEnv(t, Config{Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond,
+				Heartbeats: map[string]kubernetes.Interface{"a": originA}}, []*fakeSource{a, b})
+			hubLease := func(cluster string) map[string]string {
+				l, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+cluster, metav1.GetOptions{})
+				if err != nil {
+					return nil
+				}
+				return l.Annotations
+			}
+			e.start(true)
+			e.poll("b's Lease (no heartbeat reader: no wait)", func() bool { return hubLease("b") != nil })
+			if !listed {
+				e.poll("a's Lease once the wait is over, without a heartbeat", func() bool {
+					an := hubLease("a")
+					return an != nil && an[relay.HeartbeatAnnotation] == ""
+				})
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			if an := hubLease("a"); an != nil {
+				t.Fatalf("a's Lease written before its heartbeat listed: %v", an)
+			}
+			once.Do(func() { close(release) })
+			e.poll("a's Lease, with its heartbeat from the first write", func() bool {
+				an := hubLease("a")
+				return an != nil && an[relay.HeartbeatAnnotation] == v
+			})
+		})
+	}
+}

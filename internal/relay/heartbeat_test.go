@@ -1,0 +1,155 @@
+package relay
+
+import (
+	"crypto/ed25519"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/store"
+)
+
+// beating returns l carrying its origin's heartbeat of at, signed with key,
+// as a hub copies it from the origin.
+func beating(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time) *coordinationv1.Lease {
+	origin := l.Labels[OriginLabel]
+	hb := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: origin, Time: at.UnixMilli()})
+	l.Annotations[HeartbeatAnnotation] = hb
+	l.Annotations[HeartbeatSignatureAnnotation] = annotation.SignHeartbeat(key, origin, hb)
+	return l
+}
+
+// A hub's Lease saying its origin is connected makes the hub current on it
+// under verify only with a heartbeat of the origin that verifies and is
+// recent; otherwise the origin is disconnected through that hub, its
+// records are kept as for a hub cut off (Expire's stay out), and the
+// refusal is reported once. Without verify the Lease is taken at its word.
+func TestHeartbeatMakesHubCurrent(t *testing.T) {
+	pub, priv := genKey(t)
+	pubB, privB := genKey(t)
+	_, other := genKey(t)
+	now := time.Now()
+	connected := func() *coordinationv1.Lease { return lease(DefaultNamespace, "origin-a", source.Connected, now) }
+	fresh := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: "origin-a", Time: now.UnixMilli()})
+	with := func(beat, sig string) *coordinationv1.Lease {
+		l := connected()
+		l.Annotations[HeartbeatAnnotation] = beat
+		l.Annotations[HeartbeatSignatureAnnotation] = sig
+		return l
+	}
+	bBeat := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: "origin-b", Time: now.UnixMilli()})
+	for _, tc := range []struct {
+		name    string
+		lease   *coordinationv1.Lease
+		current bool   // under verify
+		reason  string // the refusal under verify; "" none
+	}{
+		{"fresh heartbeat", beating(connected(), priv, now), true, ""},
+		{"heartbeat a little ahead", beating(connected(), priv, now.Add(HeartbeatSkew/2)), true, ""},
+		{"stale heartbeat", beating(connected(), priv, now.Add(-time.Hour)), false, "stale_heartbeat"},
+		{"heartbeat far ahead", beating(connected(), priv, now.Add(time.Hour)), false, "stale_heartbeat"},
+		{"no heartbeat", connected(), false, "bad_heartbeat"},
+		{"unsigned heartbeat", with(fresh, ""), false, "bad_heartbeat"},
+		{"forged heartbeat (another key)", with(fresh, annotation.SignHeartbeat(other, "origin-a", fresh)), false, "bad_heartbeat"},
+		{"tampered heartbeat", with(strings.Replace(fresh, `"time":`, `"time":1`, 1), annotation.SignHeartbeat(priv, "origin-a", fresh)), false, "bad_heartbeat"},
+		{"another origin's heartbeat", with(bBeat, annotation.SignHeartbeat(privB, "origin-b", bBeat)), false, "bad_heartbeat"},
+		{"malformed heartbeat", with(`{"cluster":"origin-a"}`, annotation.SignHeartbeat(priv, "origin-a", `{"cluster":"origin-a"}`)), false, "bad_heartbeat"},
+	} {
+		for _, verify := range []bool{true, false} {
+			name := tc.name + " without verify"
+			var keys map[string]ed25519.PublicKey
+			if verify {
+				name = tc.name + " under verify"
+				keys = map[string]ed25519.PublicKey{"origin-a": pub, "origin-b": pubB}
+			}
+			t.Run(name, func(t *testing.T) {
+				h := newFakeHub(slice("prod", "backend", "origin-a", nil,
+					stmt{origin: "origin-a", ns: "prod", name: "a", ip: "10.0.0.1", ready: true, seq: 1}.pod(priv)), tc.lease)
+				var ref refusals
+				st := store.New()
+				r := start(t, st, Config{Keys: keys, Events: ref.events()}, h)
+				eventually(t, "synced", func() bool { return synced(r) && len(records(st, "origin-a")) == 1 })
+				current := tc.current || !verify
+				want := source.Disconnected
+				if current {
+					want = source.Connected
+				}
+				eventually(t, "origin state "+want.String(), func() bool {
+					o := r.Origins()
+					return len(o) == 1 && o[0].State == want
+				})
+				// Expire drops the records; a current hub brings them back
+				// at once, a hub not current does not.
+				r.Expire("origin-a")
+				if n := len(records(st, "origin-a")); (n == 1) != current {
+					t.Errorf("after Expire: %d records; current %v", n, current)
+				}
+				var refused []string
+				if verify && tc.reason != "" {
+					refused = []string{"hub-0 origin-a / " + tc.reason}
+				}
+				time.Sleep(50 * time.Millisecond)
+				if got := ref.list(); !slices.Equal(got, refused) {
+					t.Errorf("refused %q, want %q", got, refused)
+				}
+			})
+		}
+	}
+}
+
+// A heartbeat that gets too old turns the origin disconnected without any
+// event from the hub, the refusal reported once; the origin's last contact
+// is its newest heartbeat any hub holds (an older one replayed by another
+// hub does not move it back); a new heartbeat makes it connected again.
+func TestHeartbeatGoesStale(t *testing.T) {
+	pub, priv := genKey(t)
+	const timeout = 400 * time.Millisecond
+	t0 := time.Now().Truncate(time.Millisecond)
+	old := t0.Add(-time.Hour)
+	h0 := newFakeHub(beating(lease(DefaultNamespace, "origin-a", source.Connected, t0), priv, t0))
+	h1 := newFakeHub(beating(lease(DefaultNamespace, "origin-a", source.Connected, t0), priv, old))
+	var ref refusals
+	r := start(t, store.New(), Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}, HeartbeatTimeout: timeout, Events: ref.events()}, h0, h1)
+	eventually(t, "connected through hub-0, last contact its heartbeat", func() bool {
+		o := r.Origins()
+		return len(o) == 1 && o[0].State == source.Connected && o[0].LastContact.Equal(t0)
+	})
+	eventually(t, "disconnected once the heartbeat is too old", func() bool {
+		o := r.Origins()
+		return len(o) == 1 && o[0].State == source.Disconnected && o[0].LastContact.Equal(t0)
+	})
+	stale := []string{"hub-0 origin-a / stale_heartbeat", "hub-1 origin-a / stale_heartbeat"}
+	time.Sleep(3 * timeout) // more looks: no more reports
+	if got := ref.list(); !slices.Equal(got, stale) {
+		t.Errorf("refused %q, want %q", got, stale)
+	}
+	t1 := time.Now().Truncate(time.Millisecond)
+	if _, err := h0.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(),
+		beating(lease(DefaultNamespace, "origin-a", source.Connected, t1), priv, t1), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "connected again", func() bool {
+		o := r.Origins()
+		return len(o) == 1 && o[0].State == source.Connected && o[0].LastContact.Equal(t1)
+	})
+}
+
+// The hub's renewTime is its word alone: under verify a Lease saying
+// disconnected with a renewTime of now does not make the origin look
+// recent; its heartbeat does.
+func TestHeartbeatNotRenewTime(t *testing.T) {
+	pub, priv := genKey(t)
+	beat := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	h := newFakeHub(beating(lease(DefaultNamespace, "origin-a", source.Disconnected, time.Now()), priv, beat))
+	r := start(t, store.New(), Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}}, h)
+	eventually(t, "last contact the heartbeat's", func() bool {
+		o := r.Origins()
+		return len(o) == 1 && o[0].State == source.Disconnected && o[0].LastContact.Equal(beat)
+	})
+}
