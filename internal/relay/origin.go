@@ -460,7 +460,10 @@ func (o *origin) prune(now time.Time) {
 func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 	r.locked(func(out *later) {
 		touched := map[string]bool{}
-		if old != nil && old.origin != "" && h.leases[old.origin] == old {
+		// The Lease held for old's origin goes if it is old's object: a
+		// delete hands a new transform of it, so compare keys, not
+		// pointers (another Lease naming the same origin stays).
+		if old != nil && old.origin != "" && h.leases[old.origin] != nil && h.leases[old.origin].Key() == old.Key() {
 			delete(h.leases, old.origin)
 			touched[old.origin] = true
 		}

@@ -372,3 +372,31 @@ func TestLeaseOfUnknownOriginIgnored(t *testing.T) {
 		t.Fatalf("origins %+v, want origin-a only", o)
 	}
 }
+
+// A Lease the hub deletes goes from the reader's view: the store hands the
+// delete's own object, not the one it held, so the two are not the same
+// pointer.
+func TestDeletedLeaseGoes(t *testing.T) {
+	r := New(store.New(), Config{})
+	h := newHub(r, "h0", newFakeHub(), "")
+	r.hubs = append(r.hubs, h)
+	st := h.leaseStore()
+	now := time.Now()
+	if err := st.Add(r.toLease(lease(DefaultNamespace, "o", source.Connected, now))); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	held := h.leases["o"] != nil
+	r.mu.Unlock()
+	if !held {
+		t.Fatal("the Lease added is not held")
+	}
+	if err := st.Delete(r.toLease(lease(DefaultNamespace, "o", source.Connected, now))); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l := h.leases["o"]; l != nil {
+		t.Errorf("the deleted Lease is still held: %+v", l)
+	}
+}
