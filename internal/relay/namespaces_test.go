@@ -90,3 +90,25 @@ func TestRelayNamespacesChecked(t *testing.T) {
 		})
 	}
 }
+
+// A hub read namespace by namespace counts once every namespace listed:
+// then the origins of every namespace are written, not only those of the
+// namespace that listed last (here with another hub down, so that every
+// origin is not written again for all hubs having listed).
+func TestRelayNamespacesEveryPartWritten(t *testing.T) {
+	p := func(origin, ns, name, ip string) Pod {
+		return stmt{origin: origin, ns: ns, name: name, ip: ip, ready: true, seq: 1}.pod(nil)
+	}
+	h0 := newFakeHub(
+		slice("prod", "backend", "origin-a", nil, p("origin-a", "prod", "a", "10.0.0.1")),
+		slice("shop", "backend", "origin-b", nil, p("origin-b", "shop", "b", "10.0.0.2")),
+	)
+	h1 := newFakeHub()
+	h1.down(true)
+	st := store.New()
+	start(t, st, Config{Namespaces: []string{"prod", "shop"}}, h0, h1)
+	ra, rb := rec("prod", "a", "10.0.0.1", true, "backend"), rec("shop", "b", "10.0.0.2", true, "backend")
+	eventually(t, "both namespaces' origins", func() bool {
+		return slices.Equal(records(st, "origin-a"), []string{ra}) && slices.Equal(records(st, "origin-b"), []string{rb})
+	})
+}

@@ -168,6 +168,11 @@ func (r *Relay) slicesReplaced(h *hub, p *slicePart, old, objs map[string]*slimS
 			return // it contributes nothing before every part listed
 		}
 		if first {
+			// Every origin h holds, from every part: a part that listed
+			// before the others wrote nothing then.
+			for o := range h.byOrigin {
+				touched[o] = true
+			}
 			all := true
 			for _, g := range r.hubs {
 				all = all && g.listed
