@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -65,7 +66,17 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 			}
 		}
 	}
-	var errs []error
+	// Every slice of every cluster first, then their writes, sliceWriters
+	// at a time: a change that touches many clusters' shares of one service
+	// (a relay hub's origins) is not one write after another.
+	type job struct {
+		cl    string
+		sl    *discoveryv1.EndpointSlice
+		taken string
+		wrote bool
+		err   error
+	}
+	var jobs []*job
 	for cl, s := range cur {
 		entry, _ := json.Marshal(s.entry)
 		var limit clusterset.SliceLimit
@@ -80,16 +91,31 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 			if relays {
 				relayAnnotate(sl, byAddr)
 			}
-			taken, err := c.applySlice(ctx, sl, out)
-			if taken != "" {
-				out.notes.add("slice/"+sl.Name, ReasonNameTaken, "cluster %s: EndpointSlice %s not written: %s", cl, sl.Name, taken)
-				c.metrics.Foreign.Inc()
-				continue
-			}
-			out.addSlice(sl)
-			if err != nil {
-				errs = append(errs, err)
-			}
+			jobs = append(jobs, &job{cl: cl, sl: sl})
+		}
+	}
+	sem := make(chan struct{}, sliceWriters)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			j.taken, j.wrote, j.err = c.applySlice(ctx, j.sl)
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	for _, j := range jobs {
+		out.wrote = out.wrote || j.wrote
+		if j.taken != "" {
+			out.notes.add("slice/"+j.sl.Name, ReasonNameTaken, "cluster %s: EndpointSlice %s not written: %s", j.cl, j.sl.Name, j.taken)
+			c.metrics.Foreign.Inc()
+			continue
+		}
+		out.addSlice(j.sl)
+		if j.err != nil {
+			errs = append(errs, j.err)
 		}
 	}
 	return errors.Join(errs...)
@@ -217,42 +243,45 @@ func (c *Controller) applyDerived(ctx context.Context, k clusterset.Key, want *c
 	return out, err
 }
 
-// applySlice applies want unless the stored slice already says the same.
-// A slice of its name that is not this service's and cluster's (not made
-// by this controller, or for another service or cluster) is left alone:
-// taken says why.
-func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointSlice, o *outcome) (taken string, err error) {
+// sliceWriters bounds the writes of one service's slices in flight (the
+// client's rate limit still applies).
+const sliceWriters = 16
+
+// applySlice applies want unless the stored slice already says the same
+// (wrote: it was written). A slice of its name that is not this service's
+// and cluster's (not made by this controller, or for another service or
+// cluster) is left alone: taken says why. Safe to call concurrently.
+func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointSlice) (taken string, wrote bool, err error) {
 	var cur *discoveryv1.EndpointSlice
 	if obj, ok, _ := c.slices.GetByKey(want.Namespace + "/" + want.Name); ok {
 		cur, _ = obj.(*discoveryv1.EndpointSlice)
 	} else if s, err := c.client.DiscoveryV1().EndpointSlices(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{}); err == nil {
 		cur = s
 	} else if !apierrors.IsNotFound(err) {
-		return "", err
+		return "", false, err
 	}
 	var stored map[string]string
 	if cur != nil {
 		for _, l := range []string{discoveryv1.LabelManagedBy, mcsv1beta1.LabelServiceName, mcsv1beta1.LabelSourceCluster} {
 			if cur.Labels[l] != want.Labels[l] {
-				return fmt.Sprintf("a slice of that name exists that this controller did not make for this service and cluster (%s=%q)", l, cur.Labels[l]), nil
+				return fmt.Sprintf("a slice of that name exists that this controller did not make for this service and cluster (%s=%q)", l, cur.Labels[l]), false, nil
 			}
 		}
 		stored = cur.Annotations
 	}
 	sum, same := applied(stored, want)
 	if same {
-		return "", nil
+		return "", false, nil
 	}
 	want.Annotations[AnnotationApplied] = sum
 	body, err := json.Marshal(want)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	o.wrote = true
 	_, err = c.client.DiscoveryV1().EndpointSlices(want.Namespace).Patch(ctx, want.Name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
 	c.metrics.write("endpointslice", err)
-	return "", err
+	return "", true, err
 }
 
 // heldDerived is the derived Service of k the informer holds, when it has
