@@ -161,7 +161,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	}
 	var srcs []*source.Source
 	// A relay hub's records keep the origin Pods' own bytes (store.Proof),
-	// which its EndpointSlices carry; it relays only what it reads itself.
+	// which its EndpointSlices carry (those read through -hub too, readHubs).
 	// The local client checks the API server's /readyz for contact.
 	srcs = append(srcs, source.New(o.cluster, client, records, events, source.Options{Key: o.keys[o.cluster], KeepProof: o.relay, Shared: localPods}))
 	for _, p := range o.peers {
@@ -231,6 +231,9 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 		Local:  o.cluster,
 		Direct: func(cluster string) bool { return direct[cluster] },
 		Keys:   o.keys,
+		// A hub reading hubs relays their origins too: their records keep
+		// the origin's bytes and the hubs they crossed.
+		KeepProof: o.relay,
 		Events: relay.Events{
 			Refused: func(hub, origin, ns, pod string, rej annotation.Rejection) {
 				sm.relayRefused.WithLabelValues(hub, string(rej.Reason)).Inc()

@@ -90,7 +90,7 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 	}
 	commons := make([]*parsed, len(sl.Exports))
 	seen := make(map[string]bool, len(sl.Pods))
-	for _, p := range sl.Pods {
+	for i, p := range sl.Pods {
 		if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
 			refuse(annotation.Clip(p.Name), ReasonMalformed, "slice %s: %q is no Pod name", es.Name, annotation.Clip(p.Name))
 			continue
@@ -101,6 +101,11 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		}
 		seen[p.Name] = true
 		export := sl.Exports[p.Export]
+		path := sl.PodPath(i)
+		if reason, detail := r.checkPath(path); reason != "" {
+			refuse(p.Name, reason, "slice %s: %s", es.Name, detail)
+			continue
+		}
 		if key != nil {
 			if rej, ok := annotation.VerifyEndpoint(key, p.Signature, origin, es.Namespace, p.Name, p.UID, export, p.Endpoint); !ok {
 				s.refused = append(s.refused, refusal{p.Name, rej})
@@ -121,8 +126,12 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		for _, rej := range c.rejected {
 			s.refused = append(s.refused, refusal{p.Name, rej})
 		}
+		rec := &store.Pod{Common: c.common, Name: p.Name, Hostname: ep.Hostname, IPs: ips, Ready: ep.Ready}
+		if r.cfg.KeepProof {
+			rec.Common = withProof(c.common, p, export, path)
+		}
 		s.entries = append(s.entries, entry{
-			rec:  &store.Pod{Common: c.common, Name: p.Name, Hostname: ep.Hostname, IPs: ips, Ready: ep.Ready},
+			rec:  rec,
 			seq:  ep.Seq,
 			hash: statementHash(export, p.Endpoint), // stable: remembered across restarts
 		})
@@ -136,6 +145,7 @@ type slimLease struct {
 	origin string
 	state  source.State
 	renew  time.Time
+	extra  map[string]string // kept only for a hub (leasecopy.go)
 }
 
 func (l *slimLease) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
