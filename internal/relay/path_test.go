@@ -2,14 +2,17 @@ package relay
 
 import (
 	"crypto/ed25519"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
@@ -77,13 +80,15 @@ func TestRelayPathRules(t *testing.T) {
 	p := func(name, ip string) Pod {
 		return stmt{origin: "origin-a", ns: "prod", name: name, ip: ip, ready: true, seq: 3}.pod(priv)
 	}
-	pods := []Pod{p("a", "10.0.0.1"), p("b", "10.0.0.2"), p("c", "10.0.0.3"), p("d", "10.0.0.4")}
+	// e's path is not the one it came by: the origin's signature, which
+	// does not cover the path, still decides.
+	pods := []Pod{p("a", "10.0.0.1"), p("b", "10.0.0.2"), p("c", "10.0.0.3"), p("d", "10.0.0.4"), p("e", "10.0.0.5")}
 	es := withPaths(slice("prod", "backend", "origin-a", nil), pods,
-		[]string{"hub-0"}, []string{"hub-0", "me", "hub-1"}, []string{"a", "b", "c", "d", "e"}, []string{"hub-0", "Bad!"})
+		[]string{"hub-0"}, []string{"hub-0", "me", "hub-1"}, []string{"a", "b", "c", "d", "e"}, []string{"hub-0", "Bad!"}, []string{"made-up", "hub-0"})
 	var ref refusals
 	st := store.New()
 	start(t, st, Config{Local: "me", KeepProof: true, Keys: map[string]ed25519.PublicKey{"origin-a": pub}, Events: ref.events()}, newFakeHub(es))
-	eventually(t, "a", func() bool { return len(st.Pods("origin-a")) == 1 })
+	eventually(t, "a and e", func() bool { return len(st.Pods("origin-a")) == 2 })
 	want := []string{"hub-0 origin-a prod/b relay_loop", "hub-0 origin-a prod/c relay_loop", "hub-0 origin-a prod/d malformed_relay"}
 	if got := ref.list(); !slices.Equal(got, want) {
 		t.Errorf("refused %q, want %q", got, want)
@@ -91,7 +96,9 @@ func TestRelayPathRules(t *testing.T) {
 	// Kept proof: re-encoding the record gives the bytes that came.
 	recs := st.Pods("origin-a")
 	got, _ := Encode(recs)
-	if w := (Slice{Exports: []string{backend}, Pods: pods[:1], Paths: [][]string{{"hub-0"}}}); Format(got) != Format(w) {
+	w := Slice{Exports: []string{backend}, Pods: []Pod{pods[0], pods[4]}, Paths: [][]string{{"hub-0"}, {"made-up", "hub-0"}}}
+	w.Pods[1].Path = 1
+	if Format(got) != Format(w) {
 		t.Errorf("re-encoded\n%s\nwant\n%s", Format(got), Format(w))
 	}
 	// Without KeepProof: no proof, and the records share their Common.
@@ -186,6 +193,27 @@ func TestHubsReadingEachOtherDropDeleted(t *testing.T) {
 		pump()
 		if !gone("b") {
 			t.Fatal("b came back")
+		}
+	}
+}
+
+// A hub's reader keeps, of each hub's origin Lease, the annotations under
+// multicluster.mcsannotations.io/ but the state (a heartbeat, say), to copy
+// them on; an edge's keeps none.
+func TestOriginLeaseExtra(t *testing.T) {
+	l := lease("kube-system", "origin-a", source.Connected, time.Now())
+	l.Annotations["multicluster.mcsannotations.io/heartbeat"] = "beat"
+	l.Annotations["example.com/other"] = "x"
+	for _, keep := range []bool{true, false} {
+		r := start(t, store.New(), Config{KeepProof: keep}, newFakeHub(l))
+		eventually(t, "the Lease", func() bool { return len(r.Origins()) == 1 && r.Origins()[0].State == source.Connected })
+		got := r.OriginLeaseExtra("origin-a")
+		want := map[string]string{"multicluster.mcsannotations.io/heartbeat": "beat"}
+		if !keep {
+			want = nil
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("keep %v: %v, want %v", keep, got, want)
 		}
 	}
 }
