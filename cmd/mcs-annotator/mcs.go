@@ -237,6 +237,12 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 		Events: relay.Events{
 			Refused: func(hub, origin, ns, pod string, rej annotation.Rejection) {
 				sm.relayRefused.WithLabelValues(hub, string(rej.Reason)).Inc()
+				if rej.Reason == relay.ReasonLoop {
+					// Hubs reading each other see their own records come
+					// back at every change: expected, counted, not warned.
+					klog.V(2).Infof("mcs-controller: hub %s: origin %s: %s/%s refused: %s", hub, origin, ns, pod, rej)
+					return
+				}
 				klog.Warningf("mcs-controller: hub %s: origin %s: %s/%s refused: %s", hub, origin, ns, pod, rej)
 			},
 			HubState: func(hub string, from, to source.State, err error) {

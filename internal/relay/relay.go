@@ -119,8 +119,9 @@ type Events struct {
 	// Pods of its origin already, annotation.ReasonTooMany),
 	// once per change of what the hub holds, not per resync: unsigned, bad
 	// signature (altered, forged, or moved to another namespace or cluster
-	// than the signed ones), replayed, malformed, unknown origin, or an
-	// export entry the parse refused (annotation.Reason*).
+	// than the signed ones), replayed, malformed, unknown origin, looping
+	// (a relay path naming the reader or too long), or an export entry the
+	// parse refused (annotation.Reason*).
 	Refused func(hub, origin, namespace, pod string, r annotation.Rejection)
 	// HubState hears of a hub's transitions, with the error that caused it
 	// if any.
