@@ -162,7 +162,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	var srcs []*source.Source
 	beats := map[string]kubernetes.Interface{o.cluster: client} // a relay hub passes each cluster's heartbeat on (the local one read with the annotator's client)
 	// A relay hub's records keep the origin Pods' own bytes (store.Proof),
-	// which its EndpointSlices carry; it relays only what it reads itself.
+	// which its EndpointSlices carry (those read through -hub too, readHubs).
 	// The local client checks the API server's /readyz for contact.
 	srcs = append(srcs, source.New(o.cluster, client, records, events, source.Options{Key: o.keys[o.cluster], KeepProof: o.relay, Shared: localPods}))
 	for _, p := range o.peers {
@@ -236,11 +236,20 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 		// Under verify, a hub's word that an origin is connected counts
 		// only with the origin's recent heartbeat.
 		HeartbeatTimeout: o.hubTimeout,
+		// A hub reading hubs relays their origins too: their records keep
+		// the origin's bytes and the hubs they crossed.
+		KeepProof: o.relay,
 		Events: relay.Events{
 			Refused: func(hub, origin, ns, pod string, rej annotation.Rejection) {
 				sm.relayRefused.WithLabelValues(hub, string(rej.Reason)).Inc()
 				if ns == "" { // the hub's word on the origin (a heartbeat)
 					klog.Warningf("mcs-controller: hub %s: origin %s: refused: %s", hub, origin, rej)
+					return
+				}
+				if rej.Reason == relay.ReasonLoop {
+					// Hubs reading each other see their own records come
+					// back at every change: expected, counted, not warned.
+					klog.V(2).Infof("mcs-controller: hub %s: origin %s: %s/%s refused: %s", hub, origin, ns, pod, rej)
 					return
 				}
 				klog.Warningf("mcs-controller: hub %s: origin %s: %s/%s refused: %s", hub, origin, ns, pod, rej)
@@ -268,7 +277,7 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 		}
 	}
 	if o.relay {
-		klog.Infof("mcs-controller: -relay with -hub: the origins read through hubs are written here without their bytes and relayed no further")
+		klog.Infof("mcs-controller: -relay with -hub: the origins read through hubs are relayed further with their bytes and the hubs they crossed (at most %d)", relay.MaxPath)
 	}
 	return r, nil
 }

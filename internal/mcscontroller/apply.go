@@ -81,15 +81,15 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 		entry, _ := json.Marshal(s.entry)
 		var limit clusterset.SliceLimit
 		var byAddr map[string][]*store.Pod
-		relays := c.cfg.Relay && c.direct(cl) // never a relayed origin's records
+		relays := c.cfg.Relay && c.relays(cl)
 		if relays {
 			byAddr = s.byAddress()
-			limit = relaySlices(byAddr)
+			limit = relaySlices(byAddr, c.cfg.LocalCluster)
 		}
 		for _, sl := range clusterset.LimitedSlices(k, cl, derived, im, s.endpoints, owner, limit) {
 			sl.Annotations = map[string]string{AnnotationExport: string(entry)}
 			if relays {
-				relayAnnotate(sl, byAddr)
+				relayAnnotate(sl, byAddr, c.cfg.LocalCluster)
 			}
 			jobs = append(jobs, &job{cl: cl, sl: sl})
 		}

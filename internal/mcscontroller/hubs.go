@@ -23,9 +23,14 @@ import (
 // Expire, counted from the start). Once every hub listed, an origin no hub
 // holds goes, as a peer no longer configured.
 //
-// A controller that is itself a hub (Config.Relay) relays only what it
-// reads directly: the slices of relayed origins carry no relay annotation
-// (their records have no proof anyway) and get no Lease.
+// A controller that is itself a hub (Config.Relay) relays its relayed
+// origins too (regions of regions): its Relay keeps each record's proof and
+// path (relay.Config.KeepProof), the slices of a relayed origin carry them
+// with the hub added to the path (relay.EncodeVia), and each relayed origin
+// gets a Lease saying what the hub's Relay knows of it (hublease.go). A
+// record whose path names the hub is refused by its Relay, and one that
+// crossed relay.MaxPath hubs is not relayed (internal/relay/path.go): that
+// is what keeps hubs reading each other from looping a record.
 
 // relayedOrigin is an origin read through hubs, as a Source.
 type relayedOrigin struct {
@@ -72,8 +77,14 @@ func (c *Controller) allSources() ([]Source, bool) {
 	return append(slices.Clone(c.sources), r...), pending
 }
 
-// direct says whether cluster is one the controller reads itself (a hub
-// relays only those).
+// relays says whether a hub relays cluster's records: those it reads
+// itself, and those of origins read through hubs (each record's path and
+// proof kept when the Relay keeps them; without, they are not relayed).
+func (c *Controller) relays(cluster string) bool {
+	return c.direct(cluster) || c.cfg.Hubs != nil
+}
+
+// direct says whether cluster is one the controller reads itself.
 func (c *Controller) direct(cluster string) bool {
 	for _, s := range c.sources {
 		if s.Cluster() == cluster {

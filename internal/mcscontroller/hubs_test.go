@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -72,7 +71,7 @@ func edgeOf(t *testing.T, cfg Config, hub *env, sources ...*fakeSource) *env {
 func newEdge(t *testing.T, cfg Config, hub kubernetes.Interface, sources []*fakeSource, objs ...runtime.Object) *env {
 	t.Helper()
 	e := newEnv(t, cfg, sources, objs...)
-	r := relay.New(e.table, relay.Config{Local: cfg.LocalCluster, Direct: e.ctl.direct})
+	r := relay.New(e.table, relay.Config{Local: cfg.LocalCluster, Direct: e.ctl.direct, KeepProof: cfg.Relay})
 	if err := r.AddHub("hub-1", hub, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -181,10 +180,11 @@ func TestHubOriginExpires(t *testing.T) {
 	}
 }
 
-// An edge that is a hub itself relays only what it reads directly: its
-// slices of a relayed origin carry no relay annotation, those of its direct
-// peer c do.
-func TestHubNotRelayedFurther(t *testing.T) {
+// An edge that is a hub itself relays what it reads through hubs too (its
+// Relay keeps the proofs): its slices of relayed origin b carry the relay
+// annotation with b's records' path, the hub then the edge; those of its
+// direct peer c carry the edge alone.
+func TestHubRelaysFurther(t *testing.T) {
 	hub := hubOf(t, 2)
 	cfg := Config{LocalCluster: "edge", Relay: true, RelayNamespace: relay.DefaultNamespace}
 	edge := edgeOf(t, cfg, hub, newSource("edge", true, time.Now()), newSource("c", true, time.Now()))
@@ -196,22 +196,18 @@ func TestHubNotRelayedFurther(t *testing.T) {
 	}
 	for _, s := range edge.slices() {
 		cl := s.Labels[mcsv1beta1.LabelSourceCluster]
-		_, has := s.Annotations[relay.SliceAnnotation]
-		if has != (cl == "c") {
-			t.Errorf("slice %s of %s: relay annotation %v", s.Name, cl, has)
+		sl, err := relay.Parse(s.Annotations[relay.SliceAnnotation])
+		if err != nil || len(sl.Pods) == 0 {
+			t.Fatalf("slice %s of %s: %v %+v", s.Name, cl, err, sl)
+		}
+		want := map[string]string{"b": "hub,edge", "c": "edge"}[cl]
+		for i := range sl.Pods {
+			if got := relay.JoinPath(sl.PodPath(i)); got != want {
+				t.Errorf("slice %s of %s: path %q, want %q", s.Name, cl, got, want)
+			}
 		}
 	}
 	if got := edge.slicesBy("web"); len(got["b"]) != 2 || len(got["c"]) != 1 {
 		t.Errorf("slices %v", got)
-	}
-	// No Lease of b: the edge is no hub of it.
-	leases, err := edge.client.CoordinationV1().Leases(relay.DefaultNamespace).List(edge.ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range leases.Items {
-		if l.Name == relay.LeasePrefix+"b" {
-			t.Errorf("the edge wrote %s", l.Name)
-		}
 	}
 }

@@ -24,14 +24,15 @@ import (
 // A relay hub (Config.Relay) writes, beside each EndpointSlice's standard
 // fields, the origin Pods' own bytes (relay.SliceAnnotation, internal/relay)
 // and one Lease per source cluster saying when the hub last heard from it.
-// It relays only what it reads directly: the local cluster and its peers.
+// It relays what it reads directly (the local cluster and its peers) and,
+// reading hubs too, what they relay (hubs.go).
 
 // relaySlices is the bound of a hub's slices of one cluster's share: at most
 // clusterset.RelayEndpointsPerSlice endpoints, and no more than the relay
 // annotation holds. byAddr finds the records behind an endpoint.
-func relaySlices(byAddr map[string][]*store.Pod) clusterset.SliceLimit {
+func relaySlices(byAddr map[string][]*store.Pod, hub string) clusterset.SliceLimit {
 	return clusterset.SliceLimit{Max: clusterset.RelayEndpointsPerSlice, Fits: func(eps []discoveryv1.Endpoint) bool {
-		_, fits, _ := relay.Annotation(relayPods(eps, byAddr))
+		_, fits, _ := relay.AnnotationVia(relayPods(eps, byAddr), hub)
 		return fits
 	}}
 }
@@ -69,11 +70,12 @@ func relayPods(eps []discoveryv1.Endpoint, byAddr map[string][]*store.Pod) []*st
 	return out
 }
 
-// relayAnnotate sets a hub's slice's relay annotation.
-func relayAnnotate(sl *discoveryv1.EndpointSlice, byAddr map[string][]*store.Pod) {
-	v, _, skipped := relay.Annotation(relayPods(sl.Endpoints, byAddr))
+// relayAnnotate sets a hub's slice's relay annotation, hub being the hub's
+// cluster ID (the last of each record's path).
+func relayAnnotate(sl *discoveryv1.EndpointSlice, byAddr map[string][]*store.Pod, hub string) {
+	v, _, skipped := relay.AnnotationVia(relayPods(sl.Endpoints, byAddr), hub)
 	if skipped > 0 {
-		klog.V(2).Infof("mcs-controller: slice %s/%s: %d records without proof not relayed", sl.Namespace, sl.Name, skipped)
+		klog.V(2).Infof("mcs-controller: slice %s/%s: %d records without proof or past relay.MaxPath hubs not relayed", sl.Namespace, sl.Name, skipped)
 	}
 	sl.Annotations[relay.SliceAnnotation] = v
 }

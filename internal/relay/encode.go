@@ -15,16 +15,33 @@ import (
 // records give the same bytes. A record whose origin states no endpoint gets
 // one from the record: its addresses (at most two), hostname and readiness,
 // Seq 1, unsigned. A record without a Proof (its source keeps none) or named
-// twice is left out; skipped counts those.
-func Encode(pods []*store.Pod) (s Slice, skipped int) {
+// twice is left out; skipped counts those. Each record's path is the one it
+// came with (see EncodeVia).
+func Encode(pods []*store.Pod) (s Slice, skipped int) { return EncodeVia(pods, "") }
+
+// EncodeVia is Encode by hub (a cluster ID; "" writes no path): each
+// record's path is the one it came with (its Proof.Path, empty when read
+// from its origin) and hub, and a record whose path names MaxPath hubs
+// already is left out too (counted in skipped): the hub does not relay it
+// further.
+func EncodeVia(pods []*store.Pod, hub string) (s Slice, skipped int) {
 	pods = slices.Clone(pods)
 	slices.SortFunc(pods, func(a, b *store.Pod) int { return cmp.Compare(a.Name, b.Name) })
 	index := map[string]int{}
 	s.Exports, s.Pods = []string{}, make([]Pod, 0, len(pods))
+	var paths []string // each Pod's path, joined
 	for i, p := range pods {
 		if p.Proof == nil || i > 0 && pods[i-1].Name == p.Name {
 			skipped++
 			continue
+		}
+		path := p.Proof.Path
+		if hub != "" {
+			if len(SplitPath(path)) >= MaxPath {
+				skipped++
+				continue
+			}
+			path = JoinPath(append(SplitPath(path), hub))
 		}
 		x, ok := index[p.Proof.Export]
 		if !ok {
@@ -34,6 +51,19 @@ func Encode(pods []*store.Pod) (s Slice, skipped int) {
 		}
 		stmt, sig := Statement(p)
 		s.Pods = append(s.Pods, Pod{Name: p.Name, UID: p.Proof.UID, Export: x, Endpoint: stmt, Signature: sig})
+		paths = append(paths, path)
+	}
+	if slices.ContainsFunc(paths, func(p string) bool { return p != "" }) {
+		pindex := map[string]int{}
+		for i, path := range paths {
+			x, ok := pindex[path]
+			if !ok {
+				x = len(s.Paths)
+				pindex[path] = x
+				s.Paths = append(s.Paths, append([]string{}, SplitPath(path)...))
+			}
+			s.Pods[i].Path = x
+		}
 	}
 	return s, skipped
 }
@@ -59,7 +89,12 @@ func Statement(p *store.Pod) (endpoint, signature string) {
 // and its signature a few hundred bytes (the source keeps none larger), and
 // JSON escaping at most doubles them.
 func Annotation(pods []*store.Pod) (value string, fits bool, skipped int) {
-	s, skipped := Encode(pods)
+	return AnnotationVia(pods, "")
+}
+
+// AnnotationVia is Annotation by hub (see EncodeVia).
+func AnnotationVia(pods []*store.Pod, hub string) (value string, fits bool, skipped int) {
+	s, skipped := EncodeVia(pods, hub)
 	value = Format(s)
 	return value, len(value) <= MaxSliceBytes, skipped
 }

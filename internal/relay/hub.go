@@ -126,7 +126,7 @@ func (h *hub) start(ctx context.Context, wg *sync.WaitGroup) {
 		h.runs = append(h.runs, ingest.Start(lw, p.st, sopts))
 	}
 	ll := ingest.Leases(h.client, h.namespace, OriginLabel, func(l *coordinationv1.Lease) (runtime.Object, error) {
-		return h.r.toLease(l), nil
+		return h.r.keepLease(h.r.toLease(l), l), nil
 	})
 	h.runs = append(h.runs, ingest.Start(ll, h.leaseSt, lopts))
 	wg.Go(func() {

@@ -53,10 +53,14 @@ const (
 	ReasonMalformed annotation.Reason = "malformed_relay"
 	// ReasonNoKey: under verify, a record of an origin that has no key.
 	ReasonNoKey annotation.Reason = "unknown_origin"
+	// ReasonLoop: a record whose relay path (Slice.Paths) names the reader
+	// (it relayed the record itself: taking it back would let it loop) or
+	// more than MaxPath hubs.
+	ReasonLoop annotation.Reason = "relay_loop"
 )
 
 // Reasons lists every Reason Events.Refused may report, for metric labels.
-var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMalformed, ReasonNoKey, ReasonHeartbeat, ReasonStaleHeartbeat)
+var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMalformed, ReasonNoKey, ReasonHeartbeat, ReasonStaleHeartbeat, ReasonLoop)
 
 // TombstoneTTL is how long the Seq of a deleted record is remembered, so
 // that an older statement of it that a lagging or hostile hub presents is
@@ -98,6 +102,12 @@ type Config struct {
 	// on the hub needs only a Role in each). At most MaxNamespaces, each a
 	// namespace name, none twice.
 	Namespaces []string
+	// KeepProof gives each record a store.Common of its own carrying the
+	// origin's bytes it came with and its relay path (store.Proof), so that
+	// a reader that is itself a hub relays it further
+	// (source.Options.KeepProof for relayed records). Off, records share
+	// their service's Common and carry nothing more: an edge pays nothing.
+	KeepProof bool
 	// Events hears of refusals and state changes.
 	Events Events
 	// Ingest tunes the reflectors of every hub, as those of every reader of
@@ -118,8 +128,9 @@ type Events struct {
 	// Pods of its origin already, annotation.ReasonTooMany),
 	// once per change of what the hub holds, not per resync: unsigned, bad
 	// signature (altered, forged, or moved to another namespace or cluster
-	// than the signed ones), replayed, malformed, unknown origin, or an
-	// export entry the parse refused (annotation.Reason*).
+	// than the signed ones), replayed, malformed, unknown origin, looping
+	// (a relay path naming the reader or too long), or an export entry the
+	// parse refused (annotation.Reason*).
 	Refused func(hub, origin, namespace, pod string, r annotation.Rejection)
 	// HubState hears of a hub's transitions, with the error that caused it
 	// if any.

@@ -136,7 +136,7 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 	}
 	commons := make([]*parsed, len(sl.Exports))
 	seen := make(map[string]bool, len(sl.Pods))
-	for _, p := range sl.Pods {
+	for i, p := range sl.Pods {
 		if msgs := validation.IsDNS1123Subdomain(p.Name); len(msgs) > 0 {
 			refuse(annotation.Clip(p.Name), ReasonMalformed, "slice %s: %q is no Pod name", es.Name, annotation.Clip(p.Name))
 			continue
@@ -147,6 +147,11 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		}
 		seen[p.Name] = true
 		export := sl.Exports[p.Export]
+		path := sl.PodPath(i)
+		if reason, detail := r.checkPath(path); reason != "" {
+			refuse(p.Name, reason, "slice %s: %s", es.Name, detail)
+			continue
+		}
 		if key != nil {
 			if rej, ok := annotation.VerifyEndpoint(key, p.Signature, origin, s.Namespace, p.Name, p.UID, export, p.Endpoint); !ok {
 				add(refusal{p.Name, rej})
@@ -170,8 +175,12 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		if s.entries == nil {
 			s.entries = make([]entry, 0, len(sl.Pods)) // at its size: a hub holds many slices
 		}
+		rec := &store.Pod{Common: c.common, Name: p.Name, Hostname: ep.Hostname, IPs: ips, Ready: ep.Ready}
+		if r.cfg.KeepProof {
+			rec.Common = withProof(c.common, p, export, path)
+		}
 		s.entries = append(s.entries, entry{
-			rec:  &store.Pod{Common: c.common, Name: p.Name, Hostname: ep.Hostname, IPs: ips, Ready: ep.Ready},
+			rec:  rec,
 			seq:  ep.Seq,
 			hash: statementHash(export, p.Endpoint), // stable: remembered across restarts
 		})
@@ -191,6 +200,7 @@ type slimLease struct {
 	beat        time.Time
 	beatRefused annotation.Rejection
 	beatHash    uint64
+	extra       map[string]string // kept only for a hub (leasecopy.go)
 }
 
 func (l *slimLease) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }

@@ -47,6 +47,13 @@ const (
 	// from it rather than from renewTime, which the hub alone vouches for.
 	HeartbeatAnnotation          = "multicluster.mcsannotations.io/heartbeat"
 	HeartbeatSignatureAnnotation = "multicluster.mcsannotations.io/heartbeat-signature"
+	// MaxPath is the most hubs a record crosses between its origin and any
+	// reader: a hub does not relay a record that crossed MaxPath hubs
+	// already (its own would be one more), and a reader refuses a record
+	// whose path names more (ReasonLoop). Regions of regions rarely need
+	// more than two or three tiers; a few hubs more bound the time a
+	// deleted record can take to go (docs/DESIGN.md#relay-hubs).
+	MaxPath = 4
 
 	// MaxSliceBytes bounds SliceAnnotation's value (Kubernetes allows
 	// 256 KiB of annotations per object).
@@ -59,6 +66,17 @@ type Slice struct {
 	// the origin Pods' bytes unchanged) of the Pods below.
 	Exports []string `json:"exports"`
 	Pods    []Pod    `json:"pods"`
+	// Paths are the distinct relay paths of the Pods below: the cluster IDs
+	// of the hubs each record crossed, in order, the slice's writer last (a
+	// hub that read the origin directly writes a path of itself alone). A
+	// reader refuses a record whose path names itself or more than MaxPath
+	// hubs (ReasonLoop), so that records do not loop between hubs reading
+	// each other. The path is the hubs' word, not signed: a hub can alter
+	// it, which at most makes a reader refuse (withhold) a record. Absent
+	// when written by a hub that relays only what it reads directly (older
+	// versions): every Pod's path is then unknown, taken as empty. An older
+	// reader ignores it.
+	Paths [][]string `json:"paths,omitempty"`
 }
 
 // Pod is one origin Pod behind a slice.
@@ -75,6 +93,8 @@ type Pod struct {
 	Endpoint string `json:"endpoint"`
 	// Signature is the Pod's annotation.EndpointSignatureAnnotation.
 	Signature string `json:"sig,omitempty"`
+	// Path indexes Slice.Paths (0 when Paths is empty).
+	Path int `json:"path,omitempty"`
 }
 
 // Format returns a Slice's annotation value. It does not escape <, > and &
@@ -89,7 +109,7 @@ func Format(s Slice) string {
 }
 
 // Parse reads a Slice's annotation value, bounded; it checks the structure
-// only (every Export index in range), not the records.
+// only (every Export and Path index in range), not the records.
 func Parse(raw string) (Slice, error) {
 	var s Slice
 	if len(raw) > MaxSliceBytes {
@@ -102,6 +122,28 @@ func Parse(raw string) (Slice, error) {
 		if p.Export < 0 || p.Export >= len(s.Exports) {
 			return Slice{}, fmt.Errorf("relay annotation: pod %d names export %d of %d", i, p.Export, len(s.Exports))
 		}
+		if p.Path != 0 && (p.Path < 0 || p.Path >= len(s.Paths)) {
+			return Slice{}, fmt.Errorf("relay annotation: pod %d names path %d of %d", i, p.Path, len(s.Paths))
+		}
 	}
 	return s, nil
+}
+
+// PodPath is the path of Slice.Pods[i] (nil when the slice has none).
+func (s Slice) PodPath(i int) []string {
+	if len(s.Paths) == 0 {
+		return nil
+	}
+	return s.Paths[s.Pods[i].Path]
+}
+
+// JoinPath and SplitPath turn a path into store.Proof.Path and back:
+// cluster IDs (RFC 1123 subdomains) joined by commas.
+func JoinPath(path []string) string { return strings.Join(path, ",") }
+
+func SplitPath(path string) []string {
+	if path == "" {
+		return nil
+	}
+	return strings.Split(path, ",")
 }

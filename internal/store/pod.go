@@ -54,6 +54,10 @@ type Proof struct {
 	// signature (annotation.EndpointAnnotation, EndpointSignatureAnnotation);
 	// empty when the origin states none.
 	Endpoint, EndpointSignature string
+	// Path is the relay path of a record read through hubs (relay.Slice's
+	// Paths, the hubs' cluster IDs joined by commas), empty for one read
+	// from its origin.
+	Path string
 }
 
 // Equal reports whether two proofs carry the same bytes (nil equals nil only).
