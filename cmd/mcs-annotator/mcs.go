@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,6 +83,9 @@ func checkMCS(o *options) error {
 		}
 		if o.relay {
 			return errors.New("-relay needs -mcs-controller: a relay hub's controller writes what it relays")
+		}
+		if o.snapshotDir != "" {
+			return errors.New("-snapshot-dir needs -mcs-controller: it is the MCS controller's snapshot")
 		}
 		return nil
 	}
@@ -179,12 +183,24 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	if err != nil {
 		return nil, err
 	}
+	metrics := mcscontroller.NewMetrics(reg)
 	var feeds []mcscontroller.Source
+	for _, s := range srcs {
+		feeds = append(feeds, feed{s})
+	}
+	// The snapshot, before any source runs: the clusters' records from
+	// before the restart, then every change.
+	var restored map[string]bool
+	if o.snapshotDir != "" {
+		if st := mcscontroller.OpenSnapshot(filepath.Join(o.snapshotDir, snapshotFile), metrics); st != nil {
+			restored = mcscontroller.RestoreSnapshot(st, records, feeds, metrics)
+			mcscontroller.JournalSnapshot(ctx, st, records, feeds, metrics)
+		}
+	}
 	for _, s := range srcs {
 		if err := s.Start(); err != nil {
 			return nil, err
 		}
-		feeds = append(feeds, feed{s})
 	}
 	if hubs != nil {
 		if err := hubs.Start(); err != nil {
@@ -206,7 +222,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	rec := bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: mcscontroller.FieldManager})
 	ctl := mcscontroller.New(records, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec,
-		Relay: o.relay, RelayNamespace: o.leaseNamespace, Hubs: hubs}, mcscontroller.NewMetrics(reg))
+		Relay: o.relay, RelayNamespace: o.leaseNamespace, Hubs: hubs, Restored: restored}, metrics)
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, %d relay hubs, expiry %v", o.cluster, len(o.peers), len(o.hubs), o.peerExpire)
 	if o.relay {
@@ -263,6 +279,9 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 	}
 	return r, nil
 }
+
+// snapshotFile is the MCS controller's snapshot in --snapshot-dir.
+const snapshotFile = "mcs-controller.db"
 
 // feed is a cluster's source as the controller reads it.
 type feed struct{ *source.Source }
