@@ -169,7 +169,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, o); err != nil {
+	err = run(ctx, o)
+	waitSnapshot()
+	if err != nil {
 		klog.Errorf("mcs-annotator: %v", err)
 		klog.Flush()
 		os.Exit(1)

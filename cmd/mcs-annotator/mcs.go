@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -194,7 +195,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	if o.snapshotDir != "" {
 		if st := mcscontroller.OpenSnapshot(filepath.Join(o.snapshotDir, snapshotFile), metrics); st != nil {
 			restored = mcscontroller.RestoreSnapshot(st, records, feeds, metrics)
-			mcscontroller.JournalSnapshot(ctx, st, records, feeds, metrics)
+			snapshotClosed = mcscontroller.JournalSnapshot(ctx, st, records, feeds, metrics)
 		}
 	}
 	for _, s := range srcs {
@@ -282,6 +283,25 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 
 // snapshotFile is the MCS controller's snapshot in --snapshot-dir.
 const snapshotFile = "mcs-controller.db"
+
+// snapshotClosed is closed once the snapshot, journaled until the process
+// stops, has written its last changes and closed (nil: no snapshot).
+var snapshotClosed <-chan struct{}
+
+// waitSnapshot waits, at exit, for the snapshot to close (at most
+// snapshotCloseWait: a full disk must not hold the exit up).
+func waitSnapshot() {
+	if snapshotClosed == nil {
+		return
+	}
+	select {
+	case <-snapshotClosed:
+	case <-time.After(snapshotCloseWait):
+		klog.Warningf("mcs-controller: the snapshot did not close within %v: its last changes may be lost", snapshotCloseWait)
+	}
+}
+
+const snapshotCloseWait = 5 * time.Second
 
 // feed is a cluster's source as the controller reads it.
 type feed struct{ *source.Source }
