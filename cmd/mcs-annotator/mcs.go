@@ -192,7 +192,13 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	// The snapshot, before any source runs: the clusters' records from
 	// before the restart, then every change.
 	var restored map[string]bool
-	if o.snapshotDir != "" {
+	switch {
+	case o.snapshotDir != "" && o.relay:
+		// A hub's slices carry the origins' own bytes (store.Proof), which
+		// the snapshot's records do not keep: restored records would be
+		// relayed without them. Its slices are held as they are instead.
+		klog.Warningf("mcs-controller: --snapshot-dir is not used with --relay (the snapshot does not keep the origins' bytes a hub relays): a cluster cut across a restart keeps its EndpointSlices as they are")
+	case o.snapshotDir != "":
 		if st := mcscontroller.OpenSnapshot(filepath.Join(o.snapshotDir, snapshotFile), metrics); st != nil {
 			restored = mcscontroller.RestoreSnapshot(st, records, feeds, metrics)
 			snapshotClosed = mcscontroller.JournalSnapshot(ctx, st, records, feeds, metrics)
