@@ -130,9 +130,12 @@ func TestControllerStatesEndpoints(t *testing.T) {
 		}
 		return nil
 	})
-	if got := testutil.ToFloat64(f.m.EndpointStatements); got != 2 {
-		t.Errorf("endpoint_statements_total = %v, want 2", got)
-	}
+	f.eventually("two statements counted", func() error {
+		if got := testutil.ToFloat64(f.m.EndpointStatements); got != 2 {
+			return fmt.Errorf("endpoint_statements_total = %v, want 2", got)
+		}
+		return nil
+	})
 
 	// A new leader (no memory) over the same Pods writes nothing: the
 	// statements verify with its key. One with another key states anew.
@@ -176,9 +179,14 @@ func TestControllerStatesEndpoints(t *testing.T) {
 		return err
 	})
 	f.cached("p")
-	if got := testutil.ToFloat64(f.m.EndpointStatements); got != 4 {
-		t.Errorf("endpoint_statements_total = %v, want 4 (one per change)", got)
-	}
+	// The writer counts a statement after its write returns, so the test
+	// may see the annotation first: wait (bounded) for the count.
+	f.eventually("one statement per change", func() error {
+		if got := testutil.ToFloat64(f.m.EndpointStatements); got != 4 {
+			return fmt.Errorf("endpoint_statements_total = %v, want 4 (one per change)", got)
+		}
+		return nil
+	})
 
 	// The flag dropped: the statements the annotator wrote go, the export
 	// annotation and its signature stay.

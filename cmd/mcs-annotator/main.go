@@ -67,6 +67,9 @@ type options struct {
 	kubeAPIQPS     float64
 	kubeAPIBurst   int
 	version        bool
+
+	// snapshotDir: the MCS controller's snapshot folder (--snapshot-dir).
+	snapshotDir string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -95,6 +98,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")
 	fs.BoolVar(&o.relay, "relay", false, "make this cluster a relay hub: the MCS controller writes on each EndpointSlice the origin Pods' own signed bytes, and one Lease per cluster it reads in --lease-namespace (needs --mcs-controller)")
+	// The MCS controller's own memory of every cluster's share across a restart.
+	fs.StringVar(&o.snapshotDir, "snapshot-dir", "", "folder of the MCS controller's snapshot ("+snapshotFile+"): the records of every cluster and their last contact, kept on disk so that after a restart a cluster out of contact keeps exactly its share (needs --mcs-controller; without it, such a cluster's EndpointSlices are left as they are until it answers or --peer-expire passes)")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "requests per second to the local API server (its priority and fairness protects it; the MCS controller's first sync makes about four requests per exported service, plus one per exporting cluster)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "burst of requests to the local API server above --kube-api-qps")
 	fs.BoolVar(&o.version, "version", false, "print the version and commit, and exit")
@@ -172,7 +177,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, o); err != nil {
+	err = run(ctx, o)
+	waitSnapshot()
+	if err != nil {
 		klog.Errorf("mcs-annotator: %v", err)
 		klog.Flush()
 		os.Exit(1)

@@ -84,3 +84,15 @@ func TestHubFlag(t *testing.T) {
 		}
 	}
 }
+
+// --snapshot-dir is the MCS controller's: without --mcs-controller the
+// annotator does not start.
+func TestSnapshotDirFlag(t *testing.T) {
+	if _, err := parseFlags([]string{"--snapshot-dir", "/var/lib/x"}); err == nil || !strings.Contains(err.Error(), "-snapshot-dir needs -mcs-controller") {
+		t.Errorf("without --mcs-controller: %v", err)
+	}
+	o, err := parseFlags([]string{"--snapshot-dir", "/var/lib/x", "--mcs-controller", "--cluster", "edge-a"})
+	if err != nil || o.snapshotDir != "/var/lib/x" {
+		t.Errorf("with --mcs-controller: %q, %v", o.snapshotDir, err)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -82,6 +84,9 @@ func checkMCS(o *options) error {
 		}
 		if o.relay {
 			return errors.New("-relay needs -mcs-controller: a relay hub's controller writes what it relays")
+		}
+		if o.snapshotDir != "" {
+			return errors.New("-snapshot-dir needs -mcs-controller: it is the MCS controller's snapshot")
 		}
 		return nil
 	}
@@ -181,12 +186,30 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	if err != nil {
 		return nil, err
 	}
+	metrics := mcscontroller.NewMetrics(reg)
 	var feeds []mcscontroller.Source
+	for _, s := range srcs {
+		feeds = append(feeds, feed{s})
+	}
+	// The snapshot, before any source runs: the clusters' records from
+	// before the restart, then every change.
+	var restored map[string]bool
+	switch {
+	case o.snapshotDir != "" && o.relay:
+		// A hub's slices carry the origins' own bytes (store.Proof), which
+		// the snapshot's records do not keep: restored records would be
+		// relayed without them. Its slices are held as they are instead.
+		klog.Warningf("mcs-controller: --snapshot-dir is not used with --relay (the snapshot does not keep the origins' bytes a hub relays): a cluster cut across a restart keeps its EndpointSlices as they are")
+	case o.snapshotDir != "":
+		if st := mcscontroller.OpenSnapshot(filepath.Join(o.snapshotDir, snapshotFile), metrics); st != nil {
+			restored = mcscontroller.RestoreSnapshot(st, records, feeds, metrics)
+			snapshotClosed = mcscontroller.JournalSnapshot(ctx, st, records, feeds, metrics)
+		}
+	}
 	for _, s := range srcs {
 		if err := s.Start(); err != nil {
 			return nil, err
 		}
-		feeds = append(feeds, feed{s})
 	}
 	if hubs != nil {
 		if err := hubs.Start(); err != nil {
@@ -208,7 +231,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	rec := bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: mcscontroller.FieldManager})
 	ctl := mcscontroller.New(records, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec,
-		Relay: o.relay, RelayNamespace: o.leaseNamespace, Heartbeats: beats, Hubs: hubs}, mcscontroller.NewMetrics(reg))
+		Relay: o.relay, RelayNamespace: o.leaseNamespace, Heartbeats: beats, Hubs: hubs, Restored: restored}, metrics)
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, %d relay hubs, expiry %v", o.cluster, len(o.peers), len(o.hubs), o.peerExpire)
 	if o.relay {
@@ -281,6 +304,28 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 	}
 	return r, nil
 }
+
+// snapshotFile is the MCS controller's snapshot in --snapshot-dir.
+const snapshotFile = "mcs-controller.db"
+
+// snapshotClosed is closed once the snapshot, journaled until the process
+// stops, has written its last changes and closed (nil: no snapshot).
+var snapshotClosed <-chan struct{}
+
+// waitSnapshot waits, at exit, for the snapshot to close (at most
+// snapshotCloseWait: a full disk must not hold the exit up).
+func waitSnapshot() {
+	if snapshotClosed == nil {
+		return
+	}
+	select {
+	case <-snapshotClosed:
+	case <-time.After(snapshotCloseWait):
+		klog.Warningf("mcs-controller: the snapshot did not close within %v: its last changes may be lost", snapshotCloseWait)
+	}
+}
+
+const snapshotCloseWait = 5 * time.Second
 
 // feed is a cluster's source as the controller reads it.
 type feed struct{ *source.Source }

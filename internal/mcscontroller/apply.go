@@ -11,11 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
@@ -270,7 +272,7 @@ func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointS
 		stored = cur.Annotations
 	}
 	sum, same := applied(stored, want)
-	if same {
+	if same && sameContent(cur, want) {
 		return "", false, nil
 	}
 	want.Annotations[AnnotationApplied] = sum
@@ -282,6 +284,33 @@ func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointS
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
 	c.metrics.write("endpointslice", err)
 	return "", true, err
+}
+
+// sameContent says whether a stored slice holds the address type,
+// endpoints and ports want says (with the API server's defaults for a
+// port's name and protocol): one that someone else changed is written
+// again, whatever its annotations say. Its annotations are no proof of its
+// content: whoever may write EndpointSlices may keep them.
+func sameContent(cur, want *discoveryv1.EndpointSlice) bool {
+	return cur != nil && cur.AddressType == want.AddressType &&
+		apiequality.Semantic.DeepEqual(cur.Endpoints, want.Endpoints) &&
+		apiequality.Semantic.DeepEqual(defaultPorts(cur.Ports), defaultPorts(want.Ports))
+}
+
+// defaultPorts are ports with the API server's defaults set: an empty name
+// and TCP.
+func defaultPorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	out := make([]discoveryv1.EndpointPort, len(ports))
+	for i, p := range ports {
+		if p.Name == nil {
+			p.Name = ptr.To("")
+		}
+		if p.Protocol == nil {
+			p.Protocol = ptr.To(corev1.ProtocolTCP)
+		}
+		out[i] = p
+	}
+	return out
 }
 
 // heldDerived is the derived Service of k the informer holds, when it has

@@ -5,9 +5,11 @@
 // are a ClusterSetIP service's ClusterSetIPs, the EndpointSlices of every
 // exporting cluster, and the Conflict condition of the local ServiceExports.
 //
-// What a cluster that cannot be reached exported stays as last written: the
-// local API server holds it, and a cluster that has not answered since the
-// controller started is merged from its EndpointSlices, never removed. Only a
+// What a cluster that cannot be reached exported stays as last written: its
+// records stay in the table while it is cut, and across a restart the
+// snapshot (--snapshot-dir, RestoreSnapshot) gives them back; without one, a
+// cluster that has not answered since the controller started keeps its
+// EndpointSlices as they are, never rebuilt from them nor removed. Only a
 // cluster that answers and no longer exports a service takes its share away
 // (or one past its expiry, when the operator set one).
 package mcscontroller
@@ -126,6 +128,11 @@ type Config struct {
 	// is a source cluster too (see relayedOrigin). The caller starts and
 	// stops it.
 	Hubs *relay.Relay
+	// Restored are the clusters whose records RestoreSnapshot put back
+	// from the snapshot: until they list, their records are their
+	// current share, as before the restart. Any other cluster not heard
+	// from since the start keeps its slices as they are (heldSlices).
+	Restored map[string]bool
 }
 
 // Controller keeps the MCS objects of the local cluster.
@@ -217,6 +224,12 @@ type outcome struct {
 
 func (o *outcome) addSlice(s *discoveryv1.EndpointSlice) {
 	o.slices = append(o.slices, s.Namespace+"/"+s.Name)
+}
+
+// hasSliceUnsorted says whether o holds the slice ns/name, before the
+// reconcile sorts o.slices.
+func (o *outcome) hasSliceUnsorted(ns, name string) bool {
+	return slices.Contains(o.slices, ns+"/"+name)
 }
 
 // hasSlice says whether o holds the slice ns/name (o.slices sorted).

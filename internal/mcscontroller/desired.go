@@ -2,7 +2,6 @@ package mcscontroller
 
 import (
 	"cmp"
-	"encoding/json"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,9 +15,10 @@ import (
 )
 
 // AnnotationExport on each EndpointSlice the controller writes holds the
-// source cluster's export entry (annotation.Export as JSON): what the
-// ServiceImport is merged from. After a restart, a cluster that cannot be
-// reached yet is merged from its slices, so that its share stays as it was.
+// source cluster's export entry (annotation.Export as JSON), for people and
+// tools to read: the controller never reads it back (a cluster's share comes
+// from its records only, after a restart from the snapshot, see
+// RestoreSnapshot).
 const AnnotationExport = "multicluster.mcsannotations.io/export"
 
 // share is one cluster's part of one service: its export entry and its
@@ -106,42 +106,24 @@ func exportedFamilies(families []string) []corev1.IPFamily {
 	return out
 }
 
-// kept is the share of a cluster whose records are not current (it has not
-// answered since the controller started): its EndpointSlices as they are in
-// the local API server, and the entry they were written from.
-type kept struct {
-	entry  annotation.Export
-	slices []*discoveryv1.EndpointSlice
-}
-
-// keptShares reads the shares of the clusters in stale from the slices the
-// controller wrote before. A slice without a readable entry is still kept
-// (never deleted for a bad annotation), but cannot take part in a merge.
-func keptShares(existing []*discoveryv1.EndpointSlice, stale func(cluster string) bool) map[clusterset.Key]map[string]*kept {
-	out := map[clusterset.Key]map[string]*kept{}
+// heldSlices are the EndpointSlices of the clusters in stale (not heard from
+// since the controller started, and not restored from its snapshot), by
+// service and cluster: their share is not known, so their slices are left as
+// the local API server holds them, neither rebuilt nor deleted, until the
+// cluster is heard from or its expiry passes. Nothing is read out of them:
+// whoever may write EndpointSlices could have written it.
+func heldSlices(existing []*discoveryv1.EndpointSlice, stale func(cluster string) bool) map[clusterset.Key]map[string][]*discoveryv1.EndpointSlice {
+	out := map[clusterset.Key]map[string][]*discoveryv1.EndpointSlice{}
 	for _, s := range existing {
 		cluster := s.Labels[mcsv1beta1.LabelSourceCluster]
 		if !stale(cluster) {
 			continue
 		}
 		k := clusterset.Key{Namespace: s.Namespace, Name: s.Labels[mcsv1beta1.LabelServiceName]}
-		byCluster := out[k]
-		if byCluster == nil {
-			byCluster = map[string]*kept{}
-			out[k] = byCluster
+		if out[k] == nil {
+			out[k] = map[string][]*discoveryv1.EndpointSlice{}
 		}
-		kc := byCluster[cluster]
-		if kc == nil {
-			kc = &kept{}
-			byCluster[cluster] = kc
-		}
-		if kc.entry.Name == "" {
-			var e annotation.Export
-			if json.Unmarshal([]byte(s.Annotations[AnnotationExport]), &e) == nil && e.Name == k.Name {
-				kc.entry = e
-			}
-		}
-		kc.slices = append(kc.slices, s)
+		out[k][cluster] = append(out[k][cluster], s)
 	}
 	return out
 }

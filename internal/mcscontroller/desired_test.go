@@ -72,26 +72,27 @@ func TestToExport(t *testing.T) {
 	}
 }
 
-func TestKeptShares(t *testing.T) {
-	e := entry("web", annotation.TypeClusterSetIP)
+// heldSlices groups the slices of the clusters whose share is not known by
+// service and cluster, whatever their annotations say.
+func TestHeldSlices(t *testing.T) {
+	e := entry("db", annotation.TypeClusterSetIP)
 	raw, _ := json.Marshal(e)
 	slice := func(name, cluster, svc, ann string) *discoveryv1.EndpointSlice {
 		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
 			Labels:      map[string]string{mcsv1beta1.LabelSourceCluster: cluster, mcsv1beta1.LabelServiceName: svc},
 			Annotations: map[string]string{AnnotationExport: ann}}}
 	}
-	got := keptShares([]*discoveryv1.EndpointSlice{
+	got := heldSlices([]*discoveryv1.EndpointSlice{
 		slice("web-1", "b", "web", string(raw)),
-		slice("web-2", "b", "web", "not json"),  // kept all the same
-		slice("web-3", "a", "web", string(raw)), // a is current: not kept from slices
-		slice("db-1", "b", "db", string(raw)),   // an entry of another service: not used
+		slice("web-2", "b", "web", "not json"),  // held all the same
+		slice("web-3", "a", "web", string(raw)), // a is current: not held
+		slice("db-1", "b", "db", ""),
 	}, func(c string) bool { return c == "b" })
 	w := got[clusterset.Key{Namespace: "ns", Name: "web"}]
-	if len(w) != 1 || len(w["b"].slices) != 2 || w["b"].entry.Type != annotation.TypeClusterSetIP {
+	if len(w) != 1 || len(w["b"]) != 2 {
 		t.Errorf("web: %+v", w)
 	}
-	d := got[clusterset.Key{Namespace: "ns", Name: "db"}]
-	if len(d["b"].slices) != 1 || d["b"].entry.Name != "" {
+	if d := got[clusterset.Key{Namespace: "ns", Name: "db"}]; len(d) != 1 || len(d["b"]) != 1 {
 		t.Errorf("db: %+v", d)
 	}
 }

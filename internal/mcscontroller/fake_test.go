@@ -51,6 +51,7 @@ type fakeSource struct {
 	synced  atomic.Bool
 	last    atomic.Int64 // unix nanoseconds; 0: never answered
 	cut     atomic.Bool  // not connected
+	full    atomic.Int64 // last full list, unix nanoseconds; 0: never
 }
 
 func newSource(cluster string, synced bool, last time.Time) *fakeSource {

@@ -24,6 +24,9 @@ type Metrics struct {
 	Refused    *prometheus.CounterVec
 	RefusedNow prometheus.Gauge
 	Deferred   prometheus.Counter
+	// SnapshotErrors counts the snapshot's problems (--snapshot-dir), by
+	// kind (snapshotErrorKinds).
+	SnapshotErrors *prometheus.CounterVec
 
 	// sources are read at scrape time for the clusters' last contact (set
 	// by New; none before).
@@ -78,18 +81,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "What the controller refused to write or left out, by reason, counted when it starts or changes."}, []string{"reason"}),
 		RefusedNow: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mcs_controller_refused_services",
 			Help: "Exported services (or clusters' shares of them) not imported now because a namespace or a source cluster reached its cap."}),
+		SnapshotErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mcs_controller_snapshot_errors_total",
+			Help: "Snapshot problems by kind: open (it could not be opened: running without it), moved_aside (an unusable file renamed), load, bad_record (a record skipped at the restore), encode (a record left out of the file)."}, []string{"kind"}),
 		Deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "mcs_controller_deferred_total",
 			Help: "Changed services that waited before being written: damping of a service that keeps changing, or the backoff of its failed writes."}),
 	}
 	for _, r := range refusalReasons {
 		m.Refused.WithLabelValues(r)
 	}
+	for _, k := range snapshotErrorKinds {
+		m.SnapshotErrors.WithLabelValues(k)
+	}
 	for _, k := range writeKinds {
 		m.Writes.WithLabelValues(k, "ok")
 		m.Writes.WithLabelValues(k, "error")
 	}
 	if reg != nil {
-		reg.MustRegister(m.Imports, m.Slices, m.Conflicts, m.Writes, m.Foreign, m.Reconcile, m.Refused, m.RefusedNow, m.Deferred, contact{m}, hubCollector{m})
+		reg.MustRegister(m.Imports, m.Slices, m.Conflicts, m.Writes, m.Foreign, m.Reconcile, m.Refused, m.RefusedNow, m.Deferred, m.SnapshotErrors, contact{m}, hubCollector{m})
 	}
 	return m
 }

@@ -42,7 +42,7 @@ type job struct {
 // the caps never refuse a service already imported, and admit the oldest
 // new ones.
 func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.Key][]*store.Pod,
-	keep map[clusterset.Key]map[string]*kept, outOf map[string]time.Duration, now time.Time) (map[clusterset.Key]job, map[clusterset.Key]notes) {
+	held map[clusterset.Key]map[string][]*discoveryv1.EndpointSlice, outOf map[string]time.Duration, now time.Time) (map[clusterset.Key]job, map[clusterset.Key]notes) {
 	type cand struct {
 		k      clusterset.Key
 		old    *outcome
@@ -156,33 +156,47 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 				clusterset.ClusterList(over), c.cfg.MaxImportsPerCluster)
 			c.refused[k] = true
 		}
-		for cl, kc := range keep[k] {
-			if kc.entry.Name != "" && stale(cl, &kc.entry) {
-				continue // its slices go
-			}
-			for _, s := range kc.slices {
+		// The clusters whose share is not known (see heldSlices) keep their
+		// slices as they are; no stale policy applies to them (their
+		// entry is not known), only the expiry.
+		for _, cl := range slices.Sorted(maps.Keys(held[k])) {
+			for _, s := range held[k][cl] {
 				out.addSlice(s)
 				if len(s.Endpoints) > 0 {
 					usable = true
 				}
 			}
 			out.clusters = append(out.clusters, cl)
-			if kc.entry.Name != "" {
-				exports = append(exports, toExport(cl, &kc.entry))
-				families = append(families, kc.entry.IPFamilies.List()...)
-			}
 		}
 		if recheck > 0 {
 			c.queue.AddAfter(k, recheck)
 		}
 		said[k] = n
-		if len(exports) == 0 {
-			if len(out.slices) > 0 {
-				// Only slices without a readable entry: keep them and the import as they are.
-				out.service = k.Namespace + "/" + clusterset.DerivedServiceName(k.Name)
-				c.count(k, out, 1, before)
-				c.done[k] = out
+		if len(exports) == 0 && len(out.slices) > 0 || len(held[k]) > 0 && cd.stored != nil {
+			// A share not known: the service stands as it is (its
+			// ServiceImport, derived Service and every slice, those of
+			// the current clusters too) until its cluster is heard from
+			// or expires, rather than be merged without it. Unless
+			// nothing of it was imported: then the current clusters'
+			// shares are, and the held slices stay beside them.
+			objs, _ := c.slices.ByIndex(indexService, k.String())
+			for _, o := range objs {
+				if s, ok := o.(*discoveryv1.EndpointSlice); ok && !out.hasSliceUnsorted(s.Namespace, s.Name) {
+					out.addSlice(s)
+				}
 			}
+			for _, cl := range slices.Sorted(maps.Keys(cur)) {
+				if !slices.Contains(out.clusters, cl) {
+					out.clusters = append(out.clusters, cl)
+				}
+			}
+			out.service = k.Namespace + "/" + clusterset.DerivedServiceName(k.Name)
+			slices.Sort(out.slices)
+			c.count(k, out, 1, before)
+			c.done[k] = out
+			continue
+		}
+		if len(exports) == 0 {
 			continue
 		}
 		im := clusterset.Merge(exports)
@@ -199,8 +213,8 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 				eps = append(eps, s.endpoints...)
 			}
 			var have []discoveryv1.AddressType
-			for _, kc := range keep[k] {
-				for _, s := range kc.slices {
+			for _, sls := range held[k] {
+				for _, s := range sls {
 					have = append(have, s.AddressType)
 				}
 			}

@@ -122,8 +122,8 @@ func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) err
 		c.ownedKeys(dirty)
 	}
 
-	// The shares of the clusters that have not answered since the start,
-	// from the slices the controller wrote before.
+	// The slices of the clusters whose share is not known (not heard from
+	// since the start, not restored from the snapshot): held as they are.
 	var existing []*discoveryv1.EndpointSlice
 	for k := range dirty {
 		objs, _ := c.slices.ByIndex(indexService, k.String())
@@ -133,7 +133,7 @@ func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) err
 			}
 		}
 	}
-	keep := keptShares(existing, stale)
+	held := heldSlices(existing, stale)
 
 	now := time.Now()
 	if all {
@@ -148,7 +148,7 @@ func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) err
 			c.metrics.Deferred.Inc()
 		}
 	}
-	planned, said := c.plan(dirty, groups, keep, outOf, now)
+	planned, said := c.plan(dirty, groups, held, outOf, now)
 	// The services with something to write go first, then those that only
 	// delete: an object that one service no longer wants and another one
 	// would write under the same name is left alone until the next sync,

@@ -239,8 +239,9 @@ func (c *Controller) logOnce(err error) {
 }
 
 // clusterState says, for a source cluster, whether the table holds its
-// current share (current), whether it has not answered since the start so
-// that its share is what the local API server holds (stale), or whether its
+// current share (current: it listed, or its records were restored from the
+// snapshot), whether it has not answered since the start so that its slices
+// are held as they are (stale), or whether its
 // share is gone (neither: a peer past its expiry, or a cluster no longer
 // configured); and, in out, how long each peer has been out of contact
 // (absent: in contact), for the services' stale policies.
@@ -267,7 +268,7 @@ func (c *Controller) clusterState(now time.Time) (current, stale func(string) bo
 		switch {
 		case c.cfg.Expire > 0 && s.Cluster() != local && now.Sub(last) > c.cfg.Expire:
 			b.WriteString("=gone,")
-		case s.HasSynced():
+		case s.HasSynced() || c.cfg.Restored[s.Cluster()]:
 			cur[s.Cluster()] = true
 			b.WriteString("=current,")
 		default:

@@ -26,14 +26,17 @@ func withPolicy(p *store.Pod, policy string, grace time.Duration) *store.Pod {
 // it (internal/table TestStalePolicy): each policy of peer b's export, with
 // b connected, out of contact within its grace and past it, with and
 // without ready endpoints in the local cluster a; and the same once the
-// controller restarted while b is cut (b's share only in its slices).
+// controller restarted while b is cut, its records restored from the
+// snapshot (restart "snapshot"). Restarted without a snapshot (restart
+// "bare"), b's share is not known: its slices are held as they are, no
+// stale policy drops them.
 func TestStalePolicySlices(t *testing.T) {
 	const grace = 30 * time.Second
 	for _, policy := range []string{annotation.StaleServe, annotation.StaleDrop, annotation.StaleDropIfLocal} {
 		for _, out := range []time.Duration{0, grace - 10*time.Second, grace + 10*time.Second} {
 			for _, local := range []bool{false, true} {
-				for _, restarted := range []bool{false, true} {
-					name := fmt.Sprintf("%s/out=%s/local=%t/restarted=%t", policy, out, local, restarted)
+				for _, restarted := range []string{"", "snapshot", "bare"} {
+					name := fmt.Sprintf("%s/out=%s/local=%t/restart=%s", policy, out, local, restarted)
 					t.Run(name, func(t *testing.T) {
 						testStalePolicySlices(t, policy, grace, out, local, restarted)
 					})
@@ -43,7 +46,7 @@ func TestStalePolicySlices(t *testing.T) {
 	}
 }
 
-func testStalePolicySlices(t *testing.T, policy string, grace, out time.Duration, local, restarted bool) {
+func testStalePolicySlices(t *testing.T, policy string, grace, out time.Duration, local bool, restarted string) {
 	now := time.Now()
 	a, b := newSource("a", true, now), newSource("b", true, now)
 	e := newEnv(t, Config{}, []*fakeSource{a, b})
@@ -68,7 +71,13 @@ func testStalePolicySlices(t *testing.T, policy string, grace, out time.Duration
 		b.cut.Store(true)
 		b.setLast(now.Add(-out))
 	}
-	if restarted {
+	switch restarted {
+	case "snapshot":
+		// b's records are the snapshot's, its last contact the file's.
+		b.synced.Store(false)
+		e.ctl.cfg.Restored = map[string]bool{"b": true}
+		e.ctl.started = now.Add(-time.Minute)
+	case "bare":
 		b.synced.Store(false)
 		e.table.ReplaceCluster("b", nil)
 		if out > 0 {
@@ -79,7 +88,7 @@ func testStalePolicySlices(t *testing.T, policy string, grace, out time.Duration
 	if err := e.reconcile(); err != nil {
 		t.Fatal(err)
 	}
-	dropped := out > grace && (policy == annotation.StaleDrop || policy == annotation.StaleDropIfLocal && local)
+	dropped := out > grace && (policy == annotation.StaleDrop || policy == annotation.StaleDropIfLocal && local) && restarted != "bare"
 	if got := len(e.slicesBy("web")["b"]) == 0; got != dropped {
 		t.Errorf("b's slices dropped: %t, want %t (slices %v)", got, dropped, e.slicesBy("web"))
 	}
@@ -98,7 +107,7 @@ func testStalePolicySlices(t *testing.T, policy string, grace, out time.Duration
 	// In contact again: b's share is back.
 	b.cut.Store(false)
 	b.setLast(time.Now())
-	if restarted {
+	if restarted != "" {
 		b.synced.Store(true)
 		e.table.Upsert(withPolicy(exporter("b", "web", "10.0.1.1", annotation.TypeClusterSetIP), policy, grace))
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/clustersetip"
 )
 
 // storedClusterSetIP is the snapshot's form of a ClusterSetIP.
@@ -24,7 +24,7 @@ type storedPort struct {
 }
 
 // EncodeClusterSetIP encodes ci for the snapshot (JSON: a few per cluster).
-func EncodeClusterSetIP(ci table.ClusterSetIP) ([]byte, error) {
+func EncodeClusterSetIP(ci clustersetip.ClusterSetIP) ([]byte, error) {
 	s := storedClusterSetIP{Namespace: ci.Namespace, Name: ci.Name, IPs: ci.IPs}
 	for _, p := range ci.Ports {
 		s.Ports = append(s.Ports, storedPort(p))
@@ -33,27 +33,27 @@ func EncodeClusterSetIP(ci table.ClusterSetIP) ([]byte, error) {
 }
 
 // DecodeClusterSetIP decodes what EncodeClusterSetIP wrote; it fails on
-// anything that table.SetClusterSetIPs could not use.
-func DecodeClusterSetIP(b []byte) (table.ClusterSetIP, error) {
+// anything that clustersetip.SetClusterSetIPs could not use.
+func DecodeClusterSetIP(b []byte) (clustersetip.ClusterSetIP, error) {
 	var s storedClusterSetIP
 	if err := json.Unmarshal(b, &s); err != nil {
-		return table.ClusterSetIP{}, err
+		return clustersetip.ClusterSetIP{}, err
 	}
 	if s.Namespace == "" || s.Name == "" || len(s.IPs) == 0 {
-		return table.ClusterSetIP{}, errors.New("ClusterSetIP record without namespace, name or IPs")
+		return clustersetip.ClusterSetIP{}, errors.New("ClusterSetIP record without namespace, name or IPs")
 	}
-	ci := table.ClusterSetIP{Namespace: s.Namespace, Name: s.Name}
+	ci := clustersetip.ClusterSetIP{Namespace: s.Namespace, Name: s.Name}
 	for _, ip := range s.IPs {
 		if !ip.IsValid() || ip.Zone() != "" {
-			return table.ClusterSetIP{}, fmt.Errorf("ClusterSetIP record with a bad IP %v", ip)
+			return clustersetip.ClusterSetIP{}, fmt.Errorf("ClusterSetIP record with a bad IP %v", ip)
 		}
 		ci.IPs = append(ci.IPs, ip.Unmap())
 	}
 	for _, p := range s.Ports {
 		if p.Port == 0 || (p.Protocol != "TCP" && p.Protocol != "UDP" && p.Protocol != "SCTP") {
-			return table.ClusterSetIP{}, fmt.Errorf("ClusterSetIP record with a bad port %+v", p)
+			return clustersetip.ClusterSetIP{}, fmt.Errorf("ClusterSetIP record with a bad port %+v", p)
 		}
-		ci.Ports = append(ci.Ports, table.ImportPort(p))
+		ci.Ports = append(ci.Ports, clustersetip.ImportPort(p))
 	}
 	return ci, nil
 }

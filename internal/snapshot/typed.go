@@ -9,7 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/mcsannotations/mcsannotations/internal/clients"
-	"github.com/mcsannotations/mcsannotations/internal/table"
+	"github.com/mcsannotations/mcsannotations/internal/clustersetip"
 )
 
 // The typed buckets: the local Pods as DNS clients (who imports what, by IP,
@@ -84,7 +84,7 @@ func (s *Store) LoadClients(fn func(c *clients.Client, ips []netip.Addr)) (bad i
 }
 
 // importStateKey, in the ClusterSetIP bucket, holds whether ServiceImports
-// were served (table.ImportState's String): after a restart while the API
+// were served (clustersetip.ImportState's String): after a restart while the API
 // server is unreachable, services exported as ClusterSetIP answer as they
 // did. It has no "/", so it is never a record's key.
 const importStateKey = "import-state"
@@ -92,16 +92,16 @@ const importStateKey = "import-state"
 // ReplaceClusterSetIPs makes list the whole content of the ClusterSetIP
 // bucket, without an import state. An entry that does not encode is left out
 // and counted in bad.
-func (s *Store) ReplaceClusterSetIPs(list []table.ClusterSetIP) (bad int) {
-	return s.ReplaceImports(list, table.ImportsUnknown)
+func (s *Store) ReplaceClusterSetIPs(list []clustersetip.ClusterSetIP) (bad int) {
+	return s.ReplaceImports(list, clustersetip.ImportsUnknown)
 }
 
 // ReplaceImports makes list and state the whole content of the ClusterSetIP
 // bucket (ImportsUnknown is not stored). An entry that does not encode is
 // left out and counted in bad.
-func (s *Store) ReplaceImports(list []table.ClusterSetIP, state table.ImportState) (bad int) {
+func (s *Store) ReplaceImports(list []clustersetip.ClusterSetIP, state clustersetip.ImportState) (bad int) {
 	recs := make(map[string][]byte, len(list)+1)
-	if state != table.ImportsUnknown {
+	if state != clustersetip.ImportsUnknown {
 		recs[importStateKey] = []byte(state.String())
 	}
 	for _, ci := range list {
@@ -119,7 +119,7 @@ func (s *Store) ReplaceImports(list []table.ClusterSetIP, state table.ImportStat
 // LoadClusterSetIPs returns the ClusterSetIP services committed to the file.
 // Records that do not decode, or that are stored under another key than
 // their namespace/name, are skipped, queued for deletion and counted in bad.
-func (s *Store) LoadClusterSetIPs() (list []table.ClusterSetIP, bad int, err error) {
+func (s *Store) LoadClusterSetIPs() (list []clustersetip.ClusterSetIP, bad int, err error) {
 	var stale []string
 	err = s.view(func(tx *bolt.Tx) error {
 		return forEach(typedBucket(tx, kindClusterSetIPs), func(k, v []byte) {
@@ -142,14 +142,14 @@ func (s *Store) LoadClusterSetIPs() (list []table.ClusterSetIP, bad int, err err
 
 // LoadImportState returns the import state committed to the file
 // (ImportsUnknown when none, or one this version does not know).
-func (s *Store) LoadImportState() (state table.ImportState, err error) {
+func (s *Store) LoadImportState() (state clustersetip.ImportState, err error) {
 	err = s.view(func(tx *bolt.Tx) error {
 		if b := typedBucket(tx, kindClusterSetIPs); b != nil {
 			switch string(b.Get([]byte(importStateKey))) {
-			case table.ImportsServed.String():
-				state = table.ImportsServed
-			case table.ImportsAbsent.String():
-				state = table.ImportsAbsent
+			case clustersetip.ImportsServed.String():
+				state = clustersetip.ImportsServed
+			case clustersetip.ImportsAbsent.String():
+				state = clustersetip.ImportsAbsent
 			}
 		}
 		return nil

@@ -20,7 +20,7 @@ func TestAnswerClusters(t *testing.T) {
 		tb.Upsert(pod("edge-b", "default", "b1", "", true, []string{"10.1.0.1", "fd01::1"}, export("backend", httpPort)))
 		tb.Upsert(pod("edge-c", "default", "c1", "", true, []string{"fd02::1"}, export("backend", httpPort)))
 		tb.Upsert(pod("edge-c", "default", "c2", "", true, []string{"10.2.0.1"}, export("vip", httpPort)))
-		tb.SetClusterSetIPs([]ClusterSetIP{vip("default", "vip", []string{"10.96.0.10"}, ImportPort{"http", "TCP", 80})})
+		tb.SetClusterSetIPs([]ClusterSetIP{vip("default", "vip", []string{"10.96.0.10"}, ImportPort{Name: "http", Protocol: "TCP", Port: 80})})
 		return tb.Rebuild()
 	}
 	anyIx, localIx := build(Any), build(PreferLocal)

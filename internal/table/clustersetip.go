@@ -6,24 +6,16 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/mcsannotations/mcsannotations/internal/clustersetip"
 )
 
-// ClusterSetIP is what an MCS ServiceImport of type ClusterSetIP in the local
-// cluster says about a service: its cluster-set virtual IPs and its ports.
-// While a service has one, its name answers with these IPs instead of its
-// endpoints (KEP-1645 DNS specification 1.0.0, ClusterSetIP services).
-type ClusterSetIP struct {
-	Namespace, Name string
-	IPs             []netip.Addr // an entry without any is ignored
-	Ports           []ImportPort
-}
-
-// ImportPort is one port of a ClusterSetIP service.
-type ImportPort struct {
-	Name     string // SRV names need one; unnamed ports make no SRV record
-	Protocol string // TCP, UDP or SCTP
-	Port     uint16
-}
+// ClusterSetIP and ImportPort are internal/clustersetip's (shared with the
+// snapshot, which must not depend on this package).
+type (
+	ClusterSetIP = clustersetip.ClusterSetIP
+	ImportPort   = clustersetip.ImportPort
+)
 
 // SetClusterSetIPs makes list the complete set of ClusterSetIP services (a
 // later entry for the same service wins; entries without IPs are left out).

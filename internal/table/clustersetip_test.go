@@ -25,8 +25,8 @@ func TestClusterSetIPLookup(t *testing.T) {
 	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
 	tb.SetClusterSetIPs([]ClusterSetIP{
-		vip("default", "backend", []string{"10.96.0.10"}, ImportPort{"http", "TCP", 80}, ImportPort{"", "TCP", 81}),
-		vip("other", "empty", nil, ImportPort{"http", "TCP", 80}),
+		vip("default", "backend", []string{"10.96.0.10"}, ImportPort{Name: "http", Protocol: "TCP", Port: 80}, ImportPort{Protocol: "TCP", Port: 81}),
+		vip("other", "empty", nil, ImportPort{Name: "http", Protocol: "TCP", Port: 80}),
 	})
 	ix := tb.Rebuild()
 	if ix.ClusterSetIPLen() != 1 {
@@ -97,7 +97,7 @@ func TestClusterSetIPWithoutEndpoints(t *testing.T) {
 func TestClusterSetIPLookupDoesNotAllocate(t *testing.T) {
 	tb := newTable(cfg())
 	tb.Upsert(pod("edge-a", "default", "b1", "", true, []string{"10.0.0.1"}, export("backend", httpPort)))
-	tb.SetClusterSetIPs([]ClusterSetIP{vip("default", "backend", []string{"10.96.0.10"}, ImportPort{"http", "TCP", 80})})
+	tb.SetClusterSetIPs([]ClusterSetIP{vip("default", "backend", []string{"10.96.0.10"}, ImportPort{Name: "http", Protocol: "TCP", Port: 80})})
 	ix := tb.Rebuild()
 	for _, q := range []string{"backend.default.svc." + zone, "_http._tcp.backend.default.svc." + zone, "10-0-0-1.edge-a.backend.default.svc." + zone, "nope.default.svc." + zone} {
 		if n := testing.AllocsPerRun(100, func() { ix.Lookup(q, dns.TypeA) }); n != 0 {

@@ -6,37 +6,22 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/clustersetip"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
-// ImportState says whether ServiceImports are read in the local cluster:
-// whether an MCS controller is expected to allocate the ClusterSetIPs of the
-// services exported as ClusterSetIP (Index.answer).
-type ImportState uint8
+// ImportState says whether ServiceImports are read in the local cluster
+// (internal/clustersetip's, shared with the snapshot): whether an MCS
+// controller is expected to allocate the ClusterSetIPs of the services
+// exported as ClusterSetIP (Index.answer).
+type ImportState = clustersetip.ImportState
 
-// The import states.
+// The import states (see internal/clustersetip).
 const (
-	// ImportsUnknown: not known yet (no word from the API server since
-	// start, and none in the snapshot). Answered as ImportsServed: a
-	// ClusterSetIP service never answers its endpoints where a controller
-	// may run.
-	ImportsUnknown ImportState = iota
-	// ImportsServed: the API server serves ServiceImports.
-	ImportsServed
-	// ImportsAbsent: it serves none, so no MCS controller runs in the
-	// cluster: ClusterSetIP services answer their endpoints' addresses.
-	ImportsAbsent
+	ImportsUnknown = clustersetip.ImportsUnknown
+	ImportsServed  = clustersetip.ImportsServed
+	ImportsAbsent  = clustersetip.ImportsAbsent
 )
-
-func (s ImportState) String() string {
-	switch s {
-	case ImportsServed:
-		return "served"
-	case ImportsAbsent:
-		return "absent"
-	}
-	return "unknown"
-}
 
 // SetImportState records whether ServiceImports are read; the next index
 // answers after it.

@@ -6,9 +6,6 @@ import (
 	"iter"
 	"math"
 	"net/netip"
-	"runtime"
-	"slices"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -159,7 +156,7 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 			log.Infof("snapshot: dropping records of cluster %s, which is no longer configured", cluster)
 			return nil
 		}
-		pods, bad, err := decodeRecords(st, cluster, meta.Records, records)
+		pods, bad, err := snapshot.DecodeRecords(st, cluster, meta.Records, records)
 		if err != nil {
 			return err
 		}
@@ -198,77 +195,6 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	m.applyStalePolicies(m.staleState().now())
 	ix := m.table.Rebuild()
 	log.Infof("snapshot %s: loaded %d records, %d services, serving them now", m.snapshotPath, total, ix.Len())
-}
-
-// decodeBatch is how many records a decoding goroutine takes at a time.
-const decodeBatch = 1024
-
-type rawRecord struct{ k, v []byte }
-
-// decodeRecords decodes the records of cluster, which Scan hands out, on
-// GOMAXPROCS goroutines (each with its own decoder, under the store's fault
-// protection), and returns the good ones and the keys of the bad ones: those
-// that do not decode, or that claim another cluster or key than their own.
-func decodeRecords(st *snapshot.Store, cluster string, n int, records iter.Seq2[[]byte, []byte]) ([]*store.Pod, []string, error) {
-	workers := max(1, min(runtime.GOMAXPROCS(0), n/decodeBatch))
-	var (
-		work = make(chan []rawRecord, 2*workers)
-		free = make(chan []rawRecord, 2*workers)
-		outs = make([][]*store.Pod, workers)
-		bads = make([][]string, workers)
-		errs = make([]error, workers)
-		wg   sync.WaitGroup
-	)
-	for w := range workers {
-		wg.Go(func() {
-			errs[w] = st.Guard(func() {
-				dec := snapshot.NewPodDecoder() // records share their cluster, namespace and exports
-				out := make([]*store.Pod, 0, n/workers+decodeBatch)
-				for b := range work {
-					for _, r := range b {
-						p, err := dec.Decode(r.v)
-						if err == nil && (p.Cluster != cluster || !isKey(r.k, p) || !exportsOwn(p)) {
-							err = errMismatch
-						}
-						if err != nil {
-							bads[w] = append(bads[w], string(r.k))
-							continue
-						}
-						out = append(out, p)
-					}
-					select {
-					case free <- b[:0]:
-					default:
-					}
-				}
-				outs[w] = out
-			})
-			for range work { // after a fault: let the scan finish
-			}
-		})
-	}
-	// Also when the scan faults (the store turns that panic into an error):
-	// the workers end before the transaction does.
-	finish := sync.OnceFunc(func() { close(work); wg.Wait() })
-	defer finish()
-	b := make([]rawRecord, 0, decodeBatch)
-	for k, v := range records {
-		b = append(b, rawRecord{k, v})
-		if len(b) == decodeBatch {
-			work <- b
-			select {
-			case b = <-free:
-			default:
-				b = make([]rawRecord, 0, decodeBatch)
-			}
-		}
-	}
-	work <- b
-	finish()
-	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
-	}
-	return slices.Concat(outs...), slices.Concat(bads...), nil
 }
 
 // loadClients seeds the client index from the snapshot; the watcher's first
@@ -360,25 +286,6 @@ func toReplay(mem []relay.Remembered) []snapshot.Replay {
 		out[i] = snapshot.Replay(r)
 	}
 	return out
-}
-
-type mismatchError struct{}
-
-func (mismatchError) Error() string { return "record does not belong where it was stored" }
-
-var errMismatch = mismatchError{}
-
-// isKey reports whether key is "<namespace>/<name>" of p.
-func isKey(key []byte, p *store.Pod) bool { return snapshot.IsNameKey(key, p.Namespace, p.Name) }
-
-// exportsOwn re-checks the sameness rules on a stored record.
-func exportsOwn(p *store.Pod) bool {
-	for _, e := range p.Exports {
-		if e.Cluster != p.Cluster || e.Namespace != p.Namespace {
-			return false
-		}
-	}
-	return true
 }
 
 func stamp(t time.Time) string {
@@ -483,19 +390,8 @@ func (m *MCS) journal(changes []store.Change) {
 	if st == nil {
 		return
 	}
-	for _, c := range changes {
-		k := c.Key()
-		key := k.Namespace + "/" + k.Name
-		if c.New == nil {
-			st.Delete(k.Cluster, key)
-			continue
-		}
-		b, err := snapshot.EncodePod(c.New)
-		if err != nil {
-			snapshotErrors.WithLabelValues("encode").Inc()
-			continue
-		}
-		st.Put(k.Cluster, key, b)
+	if n := st.Journal(changes, nil); n > 0 {
+		snapshotErrors.WithLabelValues("encode").Add(float64(n))
 	}
 }
 

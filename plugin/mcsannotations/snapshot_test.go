@@ -419,11 +419,11 @@ func rawLen(t *testing.T, st *snapshot.Store, bucket string) int {
 	return n
 }
 
-// decodeRecords spreads a cluster's records over several goroutines: every
+// snapshot.DecodeRecords spreads a cluster's records over several goroutines: every
 // good record comes back once, every bad one is reported by key, whatever
-// the number of workers (batches of decodeBatch, a partial last batch).
+// the number of workers (batches of snapshot.DecodeBatch, a partial last batch).
 func TestDecodeRecordsInParallel(t *testing.T) {
-	const n = 5*decodeBatch + 17
+	const n = 5*snapshot.DecodeBatch + 17
 	path := filepath.Join(t.TempDir(), "table.db")
 	st, _, err := snapshot.Open(path, snapshot.Options{})
 	if err != nil {
@@ -460,7 +460,7 @@ func TestDecodeRecordsInParallel(t *testing.T) {
 			var bad []string
 			err := st.Scan(func(cluster string, meta snapshot.Meta, records iter.Seq2[[]byte, []byte]) error {
 				var err error
-				pods, bad, err = decodeRecords(st, cluster, meta.Records, records)
+				pods, bad, err = snapshot.DecodeRecords(st, cluster, meta.Records, records)
 				return err
 			})
 			if err != nil {

@@ -315,7 +315,7 @@ func TestAnnotatorStatic(t *testing.T) {
 	f := flags(t, ctr.Args)
 	for name := range f {
 		if !slices.Contains([]string{"cluster", "lease-namespace", "lease-name", "listen", "leader-elect", "id", "workers",
-			"lease-duration", "renew-deadline", "retry-period", "serviceexport-poll", "mcs-controller", "peer-expire"}, name) {
+			"lease-duration", "renew-deadline", "retry-period", "serviceexport-poll", "mcs-controller", "peer-expire", "snapshot-dir"}, name) {
 			t.Errorf("flag --%s is not the annotator's (or needs a file the base does not mount)", name)
 		}
 	}
@@ -402,8 +402,49 @@ func TestAnnotatorStatic(t *testing.T) {
 		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 || (sc.Privileged != nil && *sc.Privileged) {
 		t.Errorf("container securityContext %+v: want no privilege escalation, every capability dropped, a read-only root file system", sc)
 	}
-	if len(pod.Volumes) > 0 || pod.HostNetwork {
-		t.Errorf("volumes %v, hostNetwork %v: the annotator needs neither", pod.Volumes, pod.HostNetwork)
+	if pod.HostNetwork {
+		t.Errorf("hostNetwork: the annotator does not need it")
+	}
+	annotatorSnapshot(t, &pod, f["snapshot-dir"])
+}
+
+// annotatorSnapshot: the MCS controller's --snapshot-dir is a hostPath
+// folder of its own (not CoreDNS's), as CoreDNS's snapshot is given: the only
+// volume, mounted where the flag says, one replica per node (required
+// anti-affinity: bbolt lets one process open the file), and an init step
+// that gives the folder to the annotator's user.
+func annotatorSnapshot(t *testing.T, pod *corev1.PodSpec, dir string) {
+	t.Helper()
+	if dir == "" || dir == "/var/lib/mcsannotations" {
+		t.Fatalf("--snapshot-dir %q: want a folder of its own (CoreDNS's is /var/lib/mcsannotations)", dir)
+	}
+	if len(pod.Volumes) != 1 || pod.Volumes[0].HostPath == nil || pod.Volumes[0].HostPath.Path != dir ||
+		pod.Volumes[0].HostPath.Type == nil || *pod.Volumes[0].HostPath.Type != corev1.HostPathDirectoryOrCreate {
+		t.Fatalf("volumes %+v: want one hostPath %s, DirectoryOrCreate", pod.Volumes, dir)
+	}
+	vol := pod.Volumes[0].Name
+	mounted := func(ms []corev1.VolumeMount) bool {
+		return len(ms) == 1 && ms[0].Name == vol && ms[0].MountPath == dir && !ms[0].ReadOnly
+	}
+	if !mounted(pod.Containers[0].VolumeMounts) {
+		t.Errorf("the annotator's mounts %+v: want the snapshot volume at %s, writable", pod.Containers[0].VolumeMounts, dir)
+	}
+	a := pod.Affinity
+	if a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != "kubernetes.io/hostname" {
+		t.Errorf("no required pod anti-affinity by node: two replicas on a node would share the snapshot file")
+	}
+	if len(pod.InitContainers) != 1 {
+		t.Fatalf("%d init containers, want 1 (the snapshot folder's owner)", len(pod.InitContainers))
+	}
+	ic := pod.InitContainers[0]
+	if want := []string{"/mcs-snapshot-dir", "-owner", "65532:65532", dir}; !slices.Equal(ic.Command, want) || !mounted(ic.VolumeMounts) {
+		t.Errorf("init container %v with mounts %+v: want %v with the snapshot volume", ic.Command, ic.VolumeMounts, want)
+	}
+	if sc := ic.SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"CHOWN"}) ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("init container securityContext %+v: want CHOWN only, a read-only root file system, no privilege escalation", sc)
 	}
 }
 
@@ -510,7 +551,8 @@ func podExports(c *harness.Cluster, ns, name string, want []harness.ExportServic
 
 // annotatorArgs are the Deployment's arguments for a run on 127.0.0.1: the
 // cluster placeholder replaced, $(POD_NAMESPACE) resolved as the kubelet
-// would (to the Deployment's namespace), --listen left to the harness.
+// would (to the Deployment's namespace), --listen left to the harness,
+// --snapshot-dir a temporary folder of each run.
 func annotatorArgs(t *testing.T, d *appsv1.Deployment, cluster string) []string {
 	t.Helper()
 	var out []string
@@ -520,6 +562,9 @@ func annotatorArgs(t *testing.T, d *appsv1.Deployment, cluster string) []string 
 		}
 		a = strings.ReplaceAll(a, clusterPlaceholder, cluster)
 		a = strings.ReplaceAll(a, "$(POD_NAMESPACE)", d.Namespace)
+		if strings.HasPrefix(a, "--snapshot-dir=") {
+			a = "--snapshot-dir=" + t.TempDir() // each replica its folder, as each node its hostPath
+		}
 		out = append(out, a)
 	}
 	f := flags(t, out)

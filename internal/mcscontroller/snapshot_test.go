@@ -1,0 +1,216 @@
+package mcscontroller
+
+import (
+	"context"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/clusterset"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+)
+
+// What a restore seeds on a source (internal/source.Source's methods).
+func (s *fakeSource) SeedLastContact(t time.Time) {
+	if !t.IsZero() {
+		s.last.CompareAndSwap(0, t.UnixNano())
+	}
+}
+
+func (s *fakeSource) SeedLastFullSync(t time.Time) {
+	if !t.IsZero() {
+		s.full.CompareAndSwap(0, t.UnixNano())
+	}
+}
+
+func (s *fakeSource) LastFullSync() time.Time {
+	if n := s.full.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// restartedWithSnapshot runs a controller over a (local) and b with a
+// snapshot journaling the records, reconciles, cuts b, and "restarts": it
+// returns a new controller over the objects the first one wrote (tamper
+// changes them first), b not heard from since its start, its records
+// restored from the snapshot (restore false: no snapshot), and the first
+// controller's plan of web.
+func restartedWithSnapshot(t *testing.T, restore bool, tamper func([]runtime.Object)) (*env, *outcome, time.Time) {
+	defer func(d time.Duration) { metaPoll = d }(metaPoll)
+	metaPoll = 10 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "mcs-controller.db")
+	now := time.Now()
+	a, b := newSource("a", true, now), newSource("b", true, now)
+	a.full.Store(now.UnixNano())
+	b.full.Store(now.UnixNano())
+	e := newEnv(t, Config{LocalCluster: "a"}, []*fakeSource{a, b})
+	st, _, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jctx, stop := context.WithCancel(context.Background())
+	closed := JournalSnapshot(jctx, st, e.table, []Source{a, b}, e.metrics)
+	e.table.Upsert(exporter("a", "web", "10.0.0.1", annotation.TypeClusterSetIP))
+	e.table.Upsert(exporter("b", "web", "10.0.1.1", annotation.TypeClusterSetIP))
+	e.table.Upsert(exporter("b", "db", "10.0.1.2", annotation.TypeHeadless))
+	e.start(false)
+	e.waitSynced()
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	web := clusterset.Key{Namespace: "ns", Name: "web"}
+	before := e.ctl.done[web]
+	// b is cut; the process ends (the journal writes the meta and closes).
+	lost := now.Add(-10 * time.Second)
+	b.cut.Store(true)
+	b.setLast(lost)
+	stop()
+	<-closed
+
+	var objs []runtime.Object
+	for _, s := range e.slices() {
+		objs = append(objs, s.DeepCopy())
+	}
+	for _, s := range e.derivedServices() {
+		objs = append(objs, s.DeepCopy())
+	}
+	objs = append(objs, e.serviceImports()...)
+	if tamper != nil {
+		tamper(objs)
+	}
+	a2, b2 := newSource("a", true, now), newSource("b", false, time.Time{})
+	b2.cut.Store(true)
+	e2 := newEnv(t, Config{LocalCluster: "a"}, []*fakeSource{a2, b2}, objs...)
+	if restore {
+		st, _, err := snapshot.Open(path, snapshot.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2.ctl.cfg.Restored = RestoreSnapshot(st, e2.table, []Source{a2, b2}, e2.metrics)
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2.table.Upsert(exporter("a", "web", "10.0.0.1", annotation.TypeClusterSetIP)) // a lists at once
+	e2.start(false)
+	e2.waitSynced()
+	return e2, before, lost
+}
+
+// A controller restarted while peer b is cut plans b's share from the
+// records the snapshot gave back, exactly as before the restart: the same
+// slices, clusters and merged import, nothing written; b's last contact is
+// the one from before the restart.
+func TestRestoreSnapshotSamePlan(t *testing.T) {
+	e, before, lost := restartedWithSnapshot(t, true, nil)
+	if !e.ctl.cfg.Restored["b"] || !e.ctl.cfg.Restored["a"] {
+		t.Fatalf("restored %v, want a and b", e.ctl.cfg.Restored)
+	}
+	m := e.mark()
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	after := e.ctl.done[clusterset.Key{Namespace: "ns", Name: "web"}]
+	switch {
+	case after == nil || after.merged == nil:
+		t.Fatalf("no merged import planned for web after the restart: %+v", after)
+	case !slices.Equal(after.slices, before.slices) || !slices.Equal(after.clusters, before.clusters):
+		t.Errorf("plan after the restart: slices %v clusters %v; before %v %v", after.slices, after.clusters, before.slices, before.clusters)
+	case !reflect.DeepEqual(after.merged.Spec, before.merged.Spec) || !slices.Equal(after.merged.Clusters, before.merged.Clusters):
+		t.Errorf("merged import after the restart %+v, before %+v", *after.merged, *before.merged)
+	}
+	if w := e.writesSince(m); len(w) > 0 {
+		t.Errorf("the restart wrote %v", w)
+	}
+	if got := e.sources["b"].LastContact(); !got.Equal(lost.Truncate(0)) && got.Sub(lost).Abs() > time.Millisecond {
+		t.Errorf("b's last contact %v, want the snapshot's %v", got, lost)
+	}
+	if got := e.slicesBy("db")["b"]; !slices.Equal(got, []string{"10.0.1.2"}) {
+		t.Errorf("db's share of b: %v", got)
+	}
+}
+
+// A slice of the cut peer changed on the API server while the controller
+// was down (an address added, its annotations kept) is written again from
+// the restored records: its content is not trusted.
+func TestRestoreSnapshotRewritesTamperedSlice(t *testing.T) {
+	tamper := func(objs []runtime.Object) {
+		for _, o := range objs {
+			if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels["multicluster.kubernetes.io/source-cluster"] == "b" && len(s.Endpoints) > 0 {
+				extra := s.Endpoints[0]
+				extra.Addresses = []string{"192.0.2.66"}
+				s.Endpoints = append(s.Endpoints, extra)
+			}
+		}
+	}
+	e, _, _ := restartedWithSnapshot(t, true, tamper)
+	if got := e.slicesBy("web")["b"]; !slices.Contains(got, "192.0.2.66") {
+		t.Fatalf("the tampered slice is not there to start with: %v", got)
+	}
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.slicesBy("web")["b"]; !slices.Equal(got, []string{"10.0.1.1"}) {
+		t.Errorf("web's share of b after the restart: %v, want 10.0.1.1 only", got)
+	}
+	if got := e.slicesBy("db")["b"]; !slices.Equal(got, []string{"10.0.1.2"}) {
+		t.Errorf("db's share of b after the restart: %v, want 10.0.1.2 only", got)
+	}
+}
+
+// Without a snapshot, the cut peer's share is not known after a restart:
+// its slices, the import and the derived Service stay exactly as they are
+// (nothing rebuilt from them, nothing deleted), tampered or not.
+func TestRestartWithoutSnapshotHolds(t *testing.T) {
+	e, _, _ := restartedWithSnapshot(t, false, nil)
+	m := e.mark()
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if w := e.writesSince(m); len(w) > 0 {
+		t.Errorf("wrote %v", w)
+	}
+	if got := e.slicesBy("web")["b"]; !slices.Equal(got, []string{"10.0.1.1"}) {
+		t.Errorf("b's slices %v", got)
+	}
+	if im := e.serviceImport("web"); im == nil || !slices.Equal(importClusters(im), []string{"a", "b"}) {
+		t.Errorf("web's import %v", im)
+	}
+}
+
+// A record of the snapshot that does not belong where it is stored is
+// skipped and counted; the others are restored.
+func TestRestoreSnapshotBadRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mcs-controller.db")
+	st, _, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := snapshot.EncodePod(exporter("b", "web", "10.0.1.1", annotation.TypeClusterSetIP))
+	st.ReplaceSource("b", map[string][]byte{"ns/web-b": good, "ns/other": good, "ns/junk": []byte("junk")}, snapshot.Meta{ClusterID: "b", LastFullSync: time.Now()})
+	st.ReplaceSource("gone", map[string][]byte{"ns/web-gone": good}, snapshot.Meta{ClusterID: "gone", LastFullSync: time.Now()})
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b := newSource("b", false, time.Time{})
+	e := newEnv(t, Config{}, []*fakeSource{b})
+	restored := RestoreSnapshot(st, e.table, []Source{b}, e.metrics)
+	if !restored["b"] || restored["gone"] {
+		t.Errorf("restored %v", restored)
+	}
+	if got := e.table.Pods("b"); len(got) != 1 || got[0].Name != "web-b" {
+		t.Errorf("b's records %v", got)
+	}
+	if got := testutil.ToFloat64(e.metrics.SnapshotErrors.WithLabelValues("bad_record")); got != 2 {
+		t.Errorf("bad_record %v, want 2", got)
+	}
+	_ = st.Close()
+}
