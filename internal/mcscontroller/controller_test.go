@@ -193,12 +193,12 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 	noWrites("unreachable at start", mark{})
 
 	// It answers: a's share is written, b's slice (its share not known:
-	// b has not answered since the start) is left as it is, the slice of a
-	// cluster no longer configured goes.
+	// b has not answered since the start) is left as it is and b stays
+	// named in the import, the slice of a cluster no longer configured goes.
 	down.Store(false)
 	e.poll("the import of a", func() bool {
 		im := e.serviceImport("web")
-		return im != nil && slices.Equal(importClusters(im), []string{"a"}) && len(e.slicesBy("web")["a"]) == 1 &&
+		return im != nil && slices.Equal(importClusters(im), []string{"a", "b"}) && len(e.slicesBy("web")["a"]) == 1 &&
 			len(e.slicesBy("web")["z"]) == 0
 	})
 	if got := e.slicesBy("web")["b"]; !slices.Equal(got, []string{"10.0.1.1"}) {
@@ -225,7 +225,7 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 	if err := e.reconcile(); err != nil {
 		t.Fatal(err)
 	}
-	if im := e.serviceImport("web"); im == nil || !slices.Equal(importClusters(im), []string{"a"}) || len(e.slicesBy("web")["a"]) != 1 ||
+	if im := e.serviceImport("web"); im == nil || !slices.Equal(importClusters(im), []string{"a", "b"}) || len(e.slicesBy("web")["a"]) != 1 ||
 		!slices.Equal(e.slicesBy("web")["b"], []string{"10.0.1.1"}) {
 		t.Errorf("after the API server came back: import %v, slices %v", im, e.slicesBy("web"))
 	}

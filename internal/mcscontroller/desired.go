@@ -110,8 +110,10 @@ func exportedFamilies(families []string) []corev1.IPFamily {
 // since the controller started, and not restored from its snapshot), by
 // service and cluster: their share is not known, so their slices are left as
 // the local API server holds them, neither rebuilt nor deleted, until the
-// cluster is heard from or its expiry passes. Nothing is read out of them:
-// whoever may write EndpointSlices could have written it.
+// cluster is heard from or its expiry passes, while the other clusters'
+// shares of the same service are planned as usual. No record is read out
+// of them (whoever may write EndpointSlices could have written it), only
+// their port names (heldPorts).
 func heldSlices(existing []*discoveryv1.EndpointSlice, stale func(cluster string) bool) map[clusterset.Key]map[string][]*discoveryv1.EndpointSlice {
 	out := map[clusterset.Key]map[string][]*discoveryv1.EndpointSlice{}
 	for _, s := range existing {

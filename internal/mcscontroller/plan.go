@@ -7,8 +7,10 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -172,13 +174,12 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			c.queue.AddAfter(k, recheck)
 		}
 		said[k] = n
-		if len(exports) == 0 && len(out.slices) > 0 || len(held[k]) > 0 && cd.stored != nil {
-			// A share not known: the service stands as it is (its
-			// ServiceImport, derived Service and every slice, those of
-			// the current clusters too) until its cluster is heard from
-			// or expires, rather than be merged without it. Unless
-			// nothing of it was imported: then the current clusters'
-			// shares are, and the held slices stay beside them.
+		if len(exports) == 0 && len(out.slices) > 0 {
+			// Only shares not known: the service stands as it is (its
+			// ServiceImport, derived Service and every slice) until a
+			// cluster is heard from or expires. With current shares
+			// beside them, those are planned and written as usual and
+			// only the held slices stay as they are (heldPorts).
 			objs, _ := c.slices.ByIndex(indexService, k.String())
 			for _, o := range objs {
 				if s, ok := o.(*discoveryv1.EndpointSlice); ok && !out.hasSliceUnsorted(s.Namespace, s.Name) {
@@ -219,6 +220,9 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 				}
 			}
 			im.Spec.IPFamilies = clusterset.Families(eps, have...)
+		}
+		if len(held[k]) > 0 {
+			heldPorts(&im, held[k], cd.stored)
 		}
 		out.merged = &im
 		out.notes = n
@@ -311,4 +315,61 @@ func statusClusters(u *unstructured.Unstructured) []string {
 		}
 	}
 	return out
+}
+
+// heldPorts keeps in im, merged from the current shares only, what the held
+// slices of the clusters not heard from (see heldSlices) still serve: those
+// clusters are named in it, and a port of the stored ServiceImport that no
+// current share has stays while a held slice names it, so the derived
+// Service does not lose a port only a cluster out of contact exposes. Only
+// names are read out of the held slices, and only to keep a port this
+// controller wrote before: whoever may write EndpointSlices there can make
+// no port with them that it could not make with a Service of its own.
+func heldPorts(im *clusterset.Import, held map[string][]*discoveryv1.EndpointSlice, stored *unstructured.Unstructured) {
+	for cl := range held {
+		if !slices.Contains(im.Clusters, cl) {
+			im.Clusters = append(im.Clusters, cl)
+		}
+	}
+	slices.Sort(im.Clusters)
+	if stored == nil {
+		return
+	}
+	names := map[string]bool{}
+	for _, sls := range held {
+		for _, s := range sls {
+			for _, p := range s.Ports {
+				if p.Name != nil {
+					names[*p.Name] = true
+				}
+			}
+		}
+	}
+	list, _, _ := unstructured.NestedSlice(stored.Object, "spec", "ports")
+	added := false
+	for _, o := range list {
+		m, ok := o.(map[string]any)
+		if !ok {
+			continue
+		}
+		var p mcsv1beta1.ServicePort
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(m, &p) != nil || !names[p.Name] {
+			continue
+		}
+		if p.Protocol == "" {
+			p.Protocol = corev1.ProtocolTCP
+		}
+		if slices.ContainsFunc(im.Spec.Ports, func(q mcsv1beta1.ServicePort) bool {
+			return q.Name == p.Name || q.Port == p.Port && q.Protocol == p.Protocol
+		}) {
+			continue
+		}
+		im.Spec.Ports = append(im.Spec.Ports, p)
+		added = true
+	}
+	if added {
+		slices.SortFunc(im.Spec.Ports, func(a, b mcsv1beta1.ServicePort) int {
+			return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
+		})
+	}
 }

@@ -2,6 +2,7 @@ package mcscontroller
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -9,8 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
@@ -213,4 +218,71 @@ func TestRestoreSnapshotBadRecord(t *testing.T) {
 		t.Errorf("bad_record %v, want 2", got)
 	}
 	_ = st.Close()
+}
+
+// Without a snapshot only the unknown cluster's share is held: the local
+// cluster's change of a service b also has slices in is written, b's slice
+// stays as it is and the import keeps the port only b serves; once b answers
+// the service is planned from both shares again.
+func TestRestartWithoutSnapshotHoldsPerCluster(t *testing.T) {
+	extra := mcsv1beta1.ServicePort{Name: "metrics", Port: 9090, Protocol: corev1.ProtocolTCP}
+	e, _, _ := restartedWithSnapshot(t, false, func(objs []runtime.Object) {
+		for _, o := range objs {
+			switch o := o.(type) {
+			case *discoveryv1.EndpointSlice:
+				if o.Labels[mcsv1beta1.LabelSourceCluster] == "b" && o.Labels[mcsv1beta1.LabelServiceName] == "web" {
+					o.Ports = append(o.Ports, discoveryv1.EndpointPort{Name: ptr.To("metrics"), Port: ptr.To[int32](9091), Protocol: ptr.To(corev1.ProtocolTCP)})
+				}
+			case *unstructured.Unstructured:
+				if o.GetName() == "web" {
+					ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+					m, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(&extra)
+					_ = unstructured.SetNestedSlice(o.Object, append(ports, m), "spec", "ports")
+				}
+			}
+		}
+	})
+	importPorts := func() []string {
+		im := e.serviceImport("web")
+		if im == nil {
+			return nil
+		}
+		ports, _, _ := unstructured.NestedSlice(im.Object, "spec", "ports")
+		var out []string
+		for _, p := range ports {
+			out = append(out, fmt.Sprint(p.(map[string]any)["name"]))
+		}
+		return out
+	}
+	e.table.Upsert(exporter("a", "web", "10.0.0.9", annotation.TypeClusterSetIP)) // a scales
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.slicesBy("web")
+	if !slices.Equal(got["a"], []string{"10.0.0.9"}) || !slices.Equal(got["b"], []string{"10.0.1.1"}) {
+		t.Errorf("while b is unknown: slices %v, want a's change written and b's held", got)
+	}
+	if p := importPorts(); !slices.Equal(p, []string{"http", "metrics"}) {
+		t.Errorf("while b is unknown: import ports %v, want b's metrics kept", p)
+	}
+	if im := e.serviceImport("web"); im == nil || !slices.Equal(importClusters(im), []string{"a", "b"}) {
+		t.Errorf("while b is unknown: import %v", im)
+	}
+
+	// b answers: its share is planned from its records again.
+	b := e.sources["b"]
+	e.table.Upsert(exporter("b", "web", "10.0.1.5", annotation.TypeClusterSetIP))
+	b.cut.Store(false)
+	b.setLast(time.Now())
+	b.synced.Store(true)
+	e.ctl.queue.Add(keyAll)
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.slicesBy("web"); !slices.Equal(got["a"], []string{"10.0.0.9"}) || !slices.Equal(got["b"], []string{"10.0.1.5"}) {
+		t.Errorf("after b answered: slices %v", got)
+	}
+	if p := importPorts(); !slices.Equal(p, []string{"http"}) {
+		t.Errorf("after b answered: import ports %v", p)
+	}
 }
