@@ -22,9 +22,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/relay"
@@ -50,24 +48,9 @@ func TestHeartbeatThroughHostileHub(t *testing.T) {
 	// Short, for the test: the defaults are a minute and five.
 	const interval, timeout = time.Second, 8 * time.Second
 	ns := "beat"
-	cs := harness.StartClusters(t, "edge-o", "hub-1", "edge-e")
-	o, h, e := cs[0], cs[1], cs[2]
-	h.InstallMCSCRDs(t)
-	h.CreateNamespace(t, ns)
-	o.CreateNamespace(t, ns)
-	keysO := newSigningKeyPair(t, "edge-o")
-	keysE := newSigningKeyPair(t, "edge-e")
-	trustKey(t, keysO, "edge-o", keysE)
-
-	sel := map[string]string{"app": "backend"}
-	obj := harness.ServiceObject(ns, "backend", sel, corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP})
-	obj.Spec.ClusterIP = corev1.ClusterIPNone
-	obj.Annotations = map[string]string{annotation.ExportServiceAnnotation: "true"}
-	o.CreateService(t, obj)
-	plainPod(t, o, ns, "backend-1", "10.7.0.1", sel)
-	harness.StartAnnotator(t, o.Kubeconfig, "--cluster", "edge-o", "--sign-key", keysO.PrivatePath, "--sign-endpoints",
-		"--heartbeat-interval", interval.String(), "--leader-elect=false")
-	waitSignedStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	rs := startRelaySet(t, ns, "hub-1")
+	o, h, e, keysO, keysE := rs.o, rs.hubs[0], rs.e, rs.keysO, rs.keysE
+	rs.exportBackend(t, ns, 1, "--heartbeat-interval", interval.String())
 	hubCtl := harness.StartAnnotator(t, h.Kubeconfig, "--cluster", "hub-1", "--leader-elect=false",
 		"-mcs-controller", "--relay", "-peer", "edge-o="+o.Kubeconfig)
 

@@ -19,12 +19,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/test/harness"
 )
@@ -45,24 +42,9 @@ const hubChainCorefile = `clusterset.local:{PORT} {
 func TestHubChain(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolCoreDNS, harness.ToolAnnotator)
 	ns := "chain"
-	cs := harness.StartClusters(t, "edge-o", "hub-1", "hub-2", "edge-e")
-	o, h1, h2, e := cs[0], cs[1], cs[2], cs[3]
-	for _, h := range []*harness.Cluster{h1, h2} {
-		h.InstallMCSCRDs(t)
-		h.CreateNamespace(t, ns)
-	}
-	o.CreateNamespace(t, ns)
-	keysO, keysE := newSigningKeyPair(t, "edge-o"), newSigningKeyPair(t, "edge-e")
-	trustKey(t, keysO, "edge-o", keysE)
-	sel := map[string]string{"app": "backend"}
-	obj := harness.ServiceObject(ns, "backend", sel, corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP})
-	obj.Spec.ClusterIP = corev1.ClusterIPNone
-	obj.Annotations = map[string]string{annotation.ExportServiceAnnotation: "true"}
-	o.CreateService(t, obj)
-	plainPod(t, o, ns, "backend-1", "10.7.0.1", sel)
-	plainPod(t, o, ns, "backend-2", "10.7.0.2", sel)
-	harness.StartAnnotator(t, o.Kubeconfig, "--cluster", "edge-o", "--sign-key", keysO.PrivatePath, "--sign-endpoints", "--leader-elect=false")
-	waitSignedStatement(t, o, ns, "backend-2", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	rs := startRelaySet(t, ns, "hub-1", "hub-2")
+	o, h1, h2, e, keysE := rs.o, rs.hubs[0], rs.hubs[1], rs.e, rs.keysE
+	rs.exportBackend(t, ns, 2)
 
 	hub := func(h *harness.Cluster, args ...string) *harness.Annotator {
 		return harness.StartAnnotator(t, h.Kubeconfig, append([]string{"--cluster", h.Name, "--leader-elect=false", "-mcs-controller", "--relay"}, args...)...)

@@ -63,29 +63,11 @@ const relayPropagation = 30 * time.Second
 func TestRelayThroughTwoHubs(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolCoreDNS, harness.ToolAnnotator)
 	ns := "relay"
-	cs := harness.StartClusters(t, "edge-o", "hub-1", "hub-2", "edge-e")
-	o, h1, h2, e := cs[0], cs[1], cs[2], cs[3]
-	for _, h := range []*harness.Cluster{h1, h2} {
-		h.InstallMCSCRDs(t)
-		h.CreateNamespace(t, ns)
-	}
-	o.CreateNamespace(t, ns)
-	keysO := newSigningKeyPair(t, "edge-o")
-	keysE := newSigningKeyPair(t, "edge-e")
-	// edge-e verifies with edge-o's key (and its own, for its local Pods).
-	trustKey(t, keysO, "edge-o", keysE)
-
 	// The origin: a headless Service exported, two ready Pods.
+	rs := startRelaySet(t, ns, "hub-1", "hub-2")
+	o, h1, h2, e, keysO, keysE := rs.o, rs.hubs[0], rs.hubs[1], rs.e, rs.keysO, rs.keysE
+	rs.exportBackend(t, ns, 2)
 	sel := map[string]string{"app": "backend"}
-	obj := harness.ServiceObject(ns, "backend", sel, corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP})
-	obj.Spec.ClusterIP = corev1.ClusterIPNone
-	obj.Annotations = map[string]string{annotation.ExportServiceAnnotation: "true"}
-	o.CreateService(t, obj)
-	plainPod(t, o, ns, "backend-1", "10.7.0.1", sel)
-	plainPod(t, o, ns, "backend-2", "10.7.0.2", sel)
-	harness.StartAnnotator(t, o.Kubeconfig, "--cluster", "edge-o", "--sign-key", keysO.PrivatePath, "--sign-endpoints", "--leader-elect=false")
-	waitSignedStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return e.Ready })
-	waitSignedStatement(t, o, ns, "backend-2", keysO, func(e annotation.Endpoint) bool { return e.Ready })
 
 	// The hubs: each reads edge-o directly and relays it.
 	hubCtl := map[string]*harness.Annotator{}
@@ -191,6 +173,52 @@ func TestRelayThroughTwoHubs(t *testing.T) {
 	d.Restart(t)
 	waitPeers(t, d, initialSync, q, hasAddrs("10.7.0.1", "10.7.0.2", "10.7.0.3"))
 	checkMcsctlVia(t, snap, "edge-o", "via hub-1,hub-2")
+}
+
+// relaySet is a relay test's clusters: the origin edge-o, the hubs and
+// the edge edge-e, which trusts edge-o's key.
+type relaySet struct {
+	o, e         *harness.Cluster
+	hubs         []*harness.Cluster
+	keysO, keysE signingKeyPair
+}
+
+// startRelaySet starts edge-o, the hubs named and edge-e, with namespace
+// ns in the origin and the hubs, and the MCS CRDs in the hubs.
+func startRelaySet(t *testing.T, ns string, hubs ...string) relaySet {
+	t.Helper()
+	cs := harness.StartClusters(t, append(append([]string{"edge-o"}, hubs...), "edge-e")...)
+	s := relaySet{o: cs[0], hubs: cs[1 : len(cs)-1], e: cs[len(cs)-1]}
+	for _, h := range s.hubs {
+		h.InstallMCSCRDs(t)
+		h.CreateNamespace(t, ns)
+	}
+	s.o.CreateNamespace(t, ns)
+	s.keysO, s.keysE = newSigningKeyPair(t, "edge-o"), newSigningKeyPair(t, "edge-e")
+	trustKey(t, s.keysO, "edge-o", s.keysE) // and edge-e's own, for its local Pods
+	return s
+}
+
+// exportBackend exports the origin's headless Service backend of ns with
+// ready Pods backend-1..n at 10.7.0.1..n, and starts the origin's annotator
+// signing endpoint statements (with args more). It returns each Pod's
+// ready statement, in order, once all are written.
+func (s relaySet) exportBackend(t *testing.T, ns string, n int, args ...string) []statement {
+	t.Helper()
+	sel := map[string]string{"app": "backend"}
+	obj := harness.ServiceObject(ns, "backend", sel, corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP})
+	obj.Spec.ClusterIP = corev1.ClusterIPNone
+	obj.Annotations = map[string]string{annotation.ExportServiceAnnotation: "true"}
+	s.o.CreateService(t, obj)
+	for i := 1; i <= n; i++ {
+		plainPod(t, s.o, ns, fmt.Sprintf("backend-%d", i), fmt.Sprintf("10.7.0.%d", i), sel)
+	}
+	harness.StartAnnotator(t, s.o.Kubeconfig, append([]string{"--cluster", "edge-o", "--sign-key", s.keysO.PrivatePath, "--sign-endpoints", "--leader-elect=false"}, args...)...)
+	var out []statement
+	for i := 1; i <= n; i++ {
+		out = append(out, waitSignedStatement(t, s.o, ns, fmt.Sprintf("backend-%d", i), s.keysO, func(e annotation.Endpoint) bool { return e.Ready }))
+	}
+	return out
 }
 
 // trustKey copies cluster's public key from its pair's folder into the

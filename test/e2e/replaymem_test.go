@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/relay"
@@ -44,26 +42,10 @@ const replayMemCorefile = `clusterset.local:{PORT} {
 func TestRelayReplayMemorySurvivesRestart(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolCoreDNS, harness.ToolAnnotator)
 	ns := "replaymem"
-	cs := harness.StartClusters(t, "edge-o", "hub-1", "edge-e")
-	o, h1, e := cs[0], cs[1], cs[2]
-	h1.InstallMCSCRDs(t)
-	h1.CreateNamespace(t, ns)
-	o.CreateNamespace(t, ns)
-	keysO := newSigningKeyPair(t, "edge-o")
-	keysE := newSigningKeyPair(t, "edge-e")
-	trustKey(t, keysO, "edge-o", keysE)
-
-	sel := map[string]string{"app": "backend"}
-	obj := harness.ServiceObject(ns, "backend", sel, corev1.ServicePort{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP})
-	obj.Spec.ClusterIP = corev1.ClusterIPNone
-	obj.Annotations = map[string]string{annotation.ExportServiceAnnotation: "true"}
-	o.CreateService(t, obj)
-	plainPod(t, o, ns, "backend-1", "10.7.0.1", sel)
-	plainPod(t, o, ns, "backend-2", "10.7.0.2", sel)
-	harness.StartAnnotator(t, o.Kubeconfig, "--cluster", "edge-o", "--sign-key", keysO.PrivatePath, "--sign-endpoints", "--leader-elect=false")
-	waitSignedStatement(t, o, ns, "backend-1", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	rs := startRelaySet(t, ns, "hub-1")
+	o, h1, e, keysO, keysE := rs.o, rs.hubs[0], rs.e, rs.keysO, rs.keysE
 	// What a hostile hub will present later: backend-2's ready statement.
-	ready2 := waitSignedStatement(t, o, ns, "backend-2", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	ready2 := rs.exportBackend(t, ns, 2)[1]
 	hubCtl := harness.StartAnnotator(t, h1.Kubeconfig, "--cluster", "hub-1", "--leader-elect=false",
 		"-mcs-controller", "--relay", "-peer", "edge-o="+o.Kubeconfig)
 
