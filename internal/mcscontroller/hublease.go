@@ -2,16 +2,10 @@ package mcscontroller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/mcsannotations/mcsannotations/internal/relay"
 )
 
 // A hub that reads hubs writes a Lease of each origin it relays from them,
@@ -40,47 +34,11 @@ func (c *Controller) runRelayedLeases(ctx context.Context) {
 			if w, ok := written[o.Cluster]; ok && w.state == want.state && maps.Equal(w.extra, want.extra) {
 				continue
 			}
-			if err := c.applyRelayedLease(ctx, o.Cluster, want); err != nil {
+			if err := c.applyLease(ctx, o.Cluster, want.leaseState, want.extra); err != nil {
 				c.logOnce(fmt.Errorf("relay Lease of relayed cluster %s: %w", o.Cluster, err))
 				return
 			}
 			written[o.Cluster] = want
 		}
 	}, c.cfg.StatePoll)
-}
-
-// applyRelayedLease is applyLease with the copied annotations: the state
-// is written last, so a copied one never overrides it.
-func (c *Controller) applyRelayedLease(ctx context.Context, cluster string, l relayedLease) error {
-	if len(l.extra) == 0 {
-		return c.applyLease(ctx, cluster, l.leaseState)
-	}
-	return c.applyLeaseAnnotated(ctx, cluster, l.leaseState, l.extra)
-}
-
-// applyLeaseAnnotated is applyLease with extra annotations beside the
-// state (which wins over an extra of its name).
-func (c *Controller) applyLeaseAnnotated(ctx context.Context, cluster string, st leaseState, extra map[string]string) error {
-	annotations := maps.Clone(extra)
-	annotations[relay.OriginStateAnnotation] = st.state
-	l := &coordinationv1.Lease{
-		TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   c.cfg.RelayNamespace,
-			Name:        relay.LeasePrefix + cluster,
-			Labels:      map[string]string{relay.OriginLabel: cluster},
-			Annotations: annotations,
-		},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &c.cfg.LocalCluster},
-	}
-	if !st.contact.IsZero() {
-		l.Spec.RenewTime = &metav1.MicroTime{Time: st.contact}
-	}
-	body, err := json.Marshal(l)
-	if err != nil {
-		return err
-	}
-	_, err = c.client.CoordinationV1().Leases(l.Namespace).Patch(ctx, l.Name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
-	c.metrics.write("lease", err)
-	return err
 }

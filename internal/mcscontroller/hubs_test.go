@@ -47,7 +47,7 @@ func hubOf(t *testing.T, n int) *env {
 // hubLease writes the hub's Lease of b.
 func hubLease(t *testing.T, h *env, st source.State, contact time.Time) {
 	t.Helper()
-	if err := h.ctl.applyLease(h.ctx, "b", leaseState{state: st.String(), contact: contact}); err != nil {
+	if err := h.ctl.applyLease(h.ctx, "b", leaseState{state: st.String(), contact: contact}, nil); err != nil {
 		t.Fatal(err)
 	}
 }

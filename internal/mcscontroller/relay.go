@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"time"
 
@@ -120,7 +121,7 @@ func (c *Controller) runLeases(ctx context.Context) {
 			if w, ok := written[s.Cluster()]; ok && w.state == want.state && w.beat == want.beat {
 				continue
 			}
-			if err := c.applyLease(ctx, s.Cluster(), want); err != nil {
+			if err := c.applyLease(ctx, s.Cluster(), want, nil); err != nil {
 				c.logOnce(fmt.Errorf("relay Lease of cluster %s: %w", s.Cluster(), err))
 				return
 			}
@@ -135,15 +136,21 @@ func (c *Controller) runLeases(ctx context.Context) {
 // apply without renewTime would drop it, and only a Lease that does not
 // exist yet is applied without one. The origin's heartbeat, when the hub
 // holds one, is copied as it is; the merge patch keeps the one the Lease
-// has when the hub holds none yet.
-func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseState) error {
+// has when the hub holds none yet. extra are annotations beside those
+// (the state and heartbeat win over an extra of their name).
+func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseState, extra map[string]string) error {
+	annotations := maps.Clone(extra)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[relay.OriginStateAnnotation] = st.state
 	l := &coordinationv1.Lease{
 		TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   c.cfg.RelayNamespace,
 			Name:        relay.LeasePrefix + cluster,
 			Labels:      map[string]string{relay.OriginLabel: cluster},
-			Annotations: map[string]string{relay.OriginStateAnnotation: st.state},
+			Annotations: annotations,
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &c.cfg.LocalCluster},
 	}
