@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"k8s.io/client-go/tools/cache"
+	"maps"
 	"net/netip"
 	"sync/atomic"
 	"syscall"
@@ -280,12 +282,50 @@ func (e *env) poll(what string, ok func() bool) {
 func (e *env) reconcile() error {
 	e.t.Helper()
 	err := e.ctl.Reconcile(e.ctx)
-	e.poll("the informers to see the writes", func() bool {
-		imports, _ := e.ctl.imports.List(labels.Everything())
-		return len(e.ctl.slices.List()) == len(e.slices()) && len(e.ctl.services.List()) == len(e.derivedServices()) &&
-			len(imports) == len(e.serviceImports())
-	})
+	e.poll("the informers to see the writes", e.caughtUp)
 	return err
+}
+
+// caughtUp reports whether the informers hold every object the fakes hold,
+// each as last written: the same number, and each with the same
+// annotations (an object written twice, as a ServiceImport before and after
+// its derived Service has IPs, is counted once after its first write).
+func (e *env) caughtUp() bool {
+	imports, _ := e.ctl.imports.List(labels.Everything())
+	if len(e.ctl.slices.List()) != len(e.slices()) || len(e.ctl.services.List()) != len(e.derivedServices()) ||
+		len(imports) != len(e.serviceImports()) {
+		return false
+	}
+	same := func(ix cache.Indexer, key string, stored map[string]string) bool {
+		o, ok, _ := ix.GetByKey(key)
+		m, err := meta.Accessor(o)
+		return ok && err == nil && maps.Equal(m.GetAnnotations(), stored)
+	}
+	for _, s := range e.slices() {
+		if !same(e.ctl.slices, s.Namespace+"/"+s.Name, s.Annotations) {
+			return false
+		}
+	}
+	for _, s := range e.derivedServices() {
+		if !same(e.ctl.services, s.Namespace+"/"+s.Name, s.Annotations) {
+			return false
+		}
+	}
+	for _, o := range e.serviceImports() {
+		m, err := meta.Accessor(o)
+		if err != nil {
+			return false
+		}
+		held, err := e.ctl.imports.ByNamespace(m.GetNamespace()).Get(m.GetName())
+		if err != nil {
+			return false
+		}
+		hm, err := meta.Accessor(held)
+		if err != nil || !maps.Equal(hm.GetAnnotations(), m.GetAnnotations()) {
+			return false
+		}
+	}
+	return true
 }
 
 // writes are the write requests the fakes received (failed ones included).

@@ -45,9 +45,9 @@ func TestRelayCopiesHeartbeat(t *testing.T) {
 		return l.Annotations
 	}
 	e.start(true)
-	e.poll("a's heartbeat on the hub's Lease", func() bool {
+	e.poll("a's heartbeat on the hub's Lease, and b's Lease", func() bool {
 		an := hubLease("a")
-		return an[relay.HeartbeatAnnotation] == v1 && an[relay.HeartbeatSignatureAnnotation] == s1
+		return an[relay.HeartbeatAnnotation] == v1 && an[relay.HeartbeatSignatureAnnotation] == s1 && hubLease("b") != nil
 	})
 	if an := hubLease("b"); an == nil || an[relay.HeartbeatAnnotation] != "" || an[relay.HeartbeatSignatureAnnotation] != "" {
 		t.Errorf("Lease of b, which has no heartbeat: %v", an)

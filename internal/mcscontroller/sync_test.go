@@ -11,7 +11,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -139,10 +138,7 @@ func TestSync(t *testing.T) {
 			}
 			wrote, err := run()
 			if tc.twice {
-				e.poll("the informers to hold the writes", func() bool {
-					imports, _ := e.ctl.imports.List(labels.Everything())
-					return len(e.ctl.slices.List()) == len(e.slices()) && len(e.ctl.services.List()) == len(e.derivedServices()) && len(imports) == 1
-				})
+				e.poll("the informers to hold the writes", e.caughtUp)
 				wrote, err = run()
 			}
 			if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
