@@ -79,6 +79,9 @@ type originSet struct {
 	// grows; under mu.
 	lagging map[string]*clusterContact
 	pass    time.Time // the last pass over every origin; under mu
+	// passing is, during a pass, the origins it builds (copied once, and
+	// published at its end); nil otherwise. Under mu.
+	passing *origins
 	// seeded: what the snapshot said of origins before the relay started:
 	// last contact, and whether they were out of contact then.
 	seededLost map[string]bool
@@ -90,6 +93,35 @@ type originSet struct {
 // origin: the last contact of each connected one reaches the snapshot
 // within contactSaveEvery and this of its contact.
 func originPassEvery() time.Duration { return contactSaveEvery / 2 }
+
+// edit applies f to the origins: to a copy then published, or during a
+// pass to the pass's copy, so that a pass that meets many new origins (the
+// first, from the snapshot) copies the set once, not once per origin. s.mu
+// is held.
+func (s *originSet) edit(f func(by map[string]*clusterContact)) {
+	if s.passing != nil {
+		f(s.passing.by)
+		return
+	}
+	next := &origins{by: map[string]*clusterContact{}}
+	if cur := s.cur.Load(); cur != nil {
+		next.by = maps.Clone(cur.by)
+	}
+	f(next.by)
+	s.cur.Store(next)
+}
+
+// held returns the origins as they stand under s.mu (a pass's copy during
+// a pass).
+func (s *originSet) held() map[string]*clusterContact {
+	if s.passing != nil {
+		return s.passing.by
+	}
+	if cur := s.cur.Load(); cur != nil {
+		return cur.by
+	}
+	return nil
+}
 
 // get returns the contact of a relayed origin, or nil.
 func (s *originSet) get(cluster string) *clusterContact {
@@ -217,18 +249,22 @@ func (m *MCS) passOrigins(now time.Time) {
 		s.lagging = map[string]*clusterContact{}
 	}
 	s.pass = now
+	s.passing = &origins{by: maps.Clone(s.held())}
+	if s.passing.by == nil {
+		s.passing.by = map[string]*clusterContact{}
+	}
 	held := map[string]bool{}
 	for _, o := range m.relay.Origins() {
 		held[o.Cluster] = true
 		m.takeOriginLocked(o.Cluster, o, true, now)
 	}
-	if cur := s.cur.Load(); cur != nil {
-		for name := range cur.by {
-			if !held[name] {
-				m.takeOriginLocked(name, relay.Origin{}, false, now)
-			}
+	for name := range s.passing.by {
+		if !held[name] {
+			m.takeOriginLocked(name, relay.Origin{}, false, now)
 		}
 	}
+	s.cur.Store(s.passing)
+	s.passing = nil
 }
 
 // takeOriginLocked takes the relay's view of one origin (ok false: the
@@ -238,18 +274,12 @@ func (m *MCS) passOrigins(now time.Time) {
 // contactSaveEvery ahead of the one written. s.mu is held.
 func (m *MCS) takeOriginLocked(name string, o relay.Origin, ok bool, now time.Time) {
 	s := &m.origins
-	cur := s.cur.Load()
-	var c *clusterContact
-	if cur != nil {
-		c = cur.by[name]
-	}
+	c := s.held()[name]
 	if !ok {
 		if c == nil {
 			return
 		}
-		next := &origins{by: maps.Clone(cur.by)}
-		delete(next.by, name)
-		s.cur.Store(next)
+		s.edit(func(by map[string]*clusterContact) { delete(by, name) })
 		if _, lag := s.lagging[name]; lag {
 			delete(s.lagging, name)
 			s.down.Add(-1)
@@ -266,12 +296,7 @@ func (m *MCS) takeOriginLocked(name string, o relay.Origin, ok bool, now time.Ti
 		// per reason and origin would grow an edge's heap with every
 		// origin.
 		sourceExpirations.WithLabelValues(name)
-		next := &origins{by: map[string]*clusterContact{}}
-		if cur != nil {
-			next.by = maps.Clone(cur.by)
-		}
-		next.by[name] = c
-		s.cur.Store(next)
+		s.edit(func(by map[string]*clusterContact) { by[name] = c })
 	}
 	oc := c.contact.(*originContact)
 	prev := oc.view.Swap(&o)
