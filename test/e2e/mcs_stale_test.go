@@ -96,9 +96,10 @@ func TestMCSStalePolicy(t *testing.T) {
 		t.Fatalf("past drop's grace, keep (serve) lost edge-b's endpoints: %v %v", v, err)
 	}
 
-	// The controller restarts while edge-b is still cut: it merges edge-b
-	// from the slices it kept, so keep keeps edge-b's endpoints and drop
-	// stays without them.
+	// The controller restarts while edge-b is still cut: without a snapshot
+	// it holds edge-b's slices as they are (it does not know edge-b yet),
+	// so keep keeps edge-b's endpoints and drop, which had none left, stays
+	// without them.
 	ctl.Kill(t, syscall.SIGTERM)
 	ctl = startAnnotator(t, a, args...)
 	eventuallyMetric(t, ctl, "mcs_controller_reconcile_seconds_count", "> 0", func(v float64) bool { return v > 0 })
