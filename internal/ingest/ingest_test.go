@@ -422,15 +422,14 @@ func TestMalformedWatch(t *testing.T) {
 	rec := &recorder{}
 	st := start(t, Pods(a.client(t), "", toSlim), rec, nil)
 	eventually(t, "relisted", func() bool { return rec.read(func(r *recorder) bool { return len(r.relisted) > 0 }) })
+	// Relisted is heard before the store takes the list.
+	eventually(t, "the relist in the store (ns/a and ns/b)", func() bool { return slices.Equal(keys(st), []string{"ns/a", "ns/b"}) })
 	rec.read(func(r *recorder) bool {
 		if len(r.failed) != 1 || !strings.Contains(r.failed[0].Error(), "unable to decode an event from the watch stream") {
 			t.Errorf("failures %v, want the watch's decode error", r.failed)
 		}
 		return true
 	})
-	if got := keys(st); !slices.Equal(got, []string{"ns/a", "ns/b"}) {
-		t.Errorf("store holds %v after the relist, want ns/a and ns/b", got)
-	}
 	if lists, _ := a.requests(); lists[1].Get("resourceVersion") != "5" {
 		t.Errorf("relist %v, want from version 5", lists[1])
 	}
