@@ -123,6 +123,9 @@ type Config struct {
 	// (heartbeat.go). A cluster without a client has no heartbeat relayed:
 	// edges that verify then take it as cut off.
 	Heartbeats map[string]kubernetes.Interface
+	// HeartbeatWait bounds how long a cluster's first Lease write waits for
+	// the first list of its heartbeat (0: DefaultHeartbeatWait).
+	HeartbeatWait time.Duration
 	// Hubs, when set, is the reader of the relay hubs this cluster reads
 	// (internal/relay), writing into the same records: each origin it knows
 	// is a source cluster too (see relayedOrigin). The caller starts and

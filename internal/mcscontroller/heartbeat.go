@@ -60,12 +60,12 @@ func toBeat(cluster string) func(*coordinationv1.Lease) (runtime.Object, error) 
 	}
 }
 
-// heartbeatWait bounds how long a cluster's first Lease write waits for
-// the first list of its heartbeat: a write before it would drop the
-// heartbeat the Lease carries (the apply owns those annotations), and the
-// edges that verify would take the origin as cut off until the next one. A
-// variable for tests.
-var heartbeatWait = 10 * time.Second
+// DefaultHeartbeatWait is Config.HeartbeatWait's default: how long a
+// cluster's first Lease write waits for the first list of its heartbeat. A
+// write before it would drop the heartbeat the Lease carries (the apply
+// owns those annotations), and the edges that verify would take the origin
+// as cut off until the next one.
+const DefaultHeartbeatWait = 10 * time.Second
 
 // heartbeats holds the last heartbeat read of each source cluster.
 type heartbeats struct {
@@ -74,6 +74,7 @@ type heartbeats struct {
 	listed map[string]bool // its first list arrived
 	wait   map[string]bool // it has a reader
 	start  time.Time
+	max    time.Duration // Config.HeartbeatWait
 }
 
 func (h *heartbeats) get(cluster string) beat {
@@ -83,11 +84,11 @@ func (h *heartbeats) get(cluster string) beat {
 }
 
 // ready reports whether cluster's Lease may be written: its heartbeat has
-// listed once, it has no reader, or heartbeatWait passed.
+// listed once, it has no reader, or the wait (Config.HeartbeatWait) passed.
 func (h *heartbeats) ready(cluster string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !h.wait[cluster] || h.listed[cluster] || time.Since(h.start) >= heartbeatWait
+	return !h.wait[cluster] || h.listed[cluster] || time.Since(h.start) >= h.max
 }
 
 func (h *heartbeats) set(cluster string, b beat, listed bool) {
@@ -102,7 +103,10 @@ func (h *heartbeats) set(cluster string, b beat, listed bool) {
 // held (the edges see it age); a Lease that may not be read is retried,
 // the hub's Lease of the cluster carrying no heartbeat meanwhile.
 func (c *Controller) watchHeartbeats(ctx context.Context) *heartbeats {
-	hb := &heartbeats{m: map[string]beat{}, listed: map[string]bool{}, wait: map[string]bool{}, start: time.Now()}
+	hb := &heartbeats{m: map[string]beat{}, listed: map[string]bool{}, wait: map[string]bool{}, start: time.Now(), max: c.cfg.HeartbeatWait}
+	if hb.max <= 0 {
+		hb.max = DefaultHeartbeatWait
+	}
 	for cluster, client := range c.cfg.Heartbeats {
 		hb.wait[cluster] = true
 		st := &ingest.Store[*slimBeat]{

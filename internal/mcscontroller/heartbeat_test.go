@@ -74,15 +74,14 @@ func TestRelayCopiesHeartbeat(t *testing.T) {
 
 // A cluster's first Lease write waits for the first list of its heartbeat
 // (so that a restarted hub does not drop the heartbeat its Lease carries),
-// at most heartbeatWait; a cluster without a heartbeat reader does not
+// at most Config.HeartbeatWait; a cluster without a heartbeat reader does not
 // wait.
 func TestRelayLeaseWaitsForHeartbeat(t *testing.T) {
 	for _, listed := range []bool{true, false} {
 		t.Run(map[bool]string{true: "heartbeat listed", false: "heartbeat never listed"}[listed], func(t *testing.T) {
-			defer func(d time.Duration) { heartbeatWait = d }(heartbeatWait)
-			heartbeatWait = time.Hour
+			wait := time.Hour
 			if !listed {
-				heartbeatWait = 500 * time.Millisecond
+				wait = 500 * time.Millisecond
 			}
 			release := make(chan struct{})
 			var once sync.Once
@@ -94,7 +93,7 @@ func TestRelayLeaseWaitsForHeartbeat(t *testing.T) {
 				return false, nil, nil
 			})
 			a, b := newSource("a", true, time.Now()), newSource("b", true, time.Now())
-			e := newEnv(t, Config{Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond,
+			e := newEnv(t, Config{Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond, HeartbeatWait: wait,
 				Heartbeats: map[string]kubernetes.Interface{"a": originA}}, []*fakeSource{a, b})
 			hubLease := func(cluster string) map[string]string {
 				l, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+cluster, metav1.GetOptions{})

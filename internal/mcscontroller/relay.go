@@ -106,7 +106,7 @@ func stateOf(s Source) string {
 // runLeases writes each source cluster's Lease once at the start and then
 // on each change of its state or its heartbeat, looking every StatePoll,
 // until ctx is done. A cluster's first write waits for the first list of its
-// heartbeat, at most heartbeatWait. A write that fails is tried again at the next look;
+// heartbeat, at most Config.HeartbeatWait. A write that fails is tried again at the next look;
 // the others of that look wait too (the local API server does not answer,
 // most likely).
 func (c *Controller) runLeases(ctx context.Context) {
