@@ -91,8 +91,8 @@ type originSet struct {
 
 // originPassEvery is how often the stale loop passes over every relayed
 // origin: the last contact of each connected one reaches the snapshot
-// within contactSaveEvery and this of its contact.
-func originPassEvery() time.Duration { return contactSaveEvery / 2 }
+// within contactSaveAfter and this of its contact.
+func (m *MCS) originPassEvery() time.Duration { return m.contactSaveAfter() / 2 }
 
 // edit applies f to the origins: to a copy then published, or during a
 // pass to the pass's copy, so that a pass that meets many new origins (the
@@ -241,7 +241,7 @@ func (m *MCS) passOrigins(now time.Time) {
 	s := &m.origins
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.started.IsZero() || (!s.pass.IsZero() && now.Sub(s.pass) < originPassEvery()) {
+	if s.started.IsZero() || (!s.pass.IsZero() && now.Sub(s.pass) < m.originPassEvery()) {
 		return
 	}
 	first := s.lagging == nil
@@ -271,7 +271,7 @@ func (m *MCS) passOrigins(now time.Time) {
 // relay forgot it): a new origin gets a contact (and its series); the
 // table its time out of contact when its state or last contact changed;
 // the snapshot its meta when its state or hubs changed, or its contact ran
-// contactSaveEvery ahead of the one written. s.mu is held.
+// contactSaveAfter ahead of the one written. s.mu is held.
 func (m *MCS) takeOriginLocked(name string, o relay.Origin, ok bool, now time.Time) {
 	s := &m.origins
 	c := s.held()[name]
@@ -324,7 +324,7 @@ func (m *MCS) takeOriginLocked(name string, o relay.Origin, ok bool, now time.Ti
 	if st == nil {
 		return
 	}
-	if changed || o.LastContact.Sub(s.saved[name]) >= contactSaveEvery {
+	if changed || o.LastContact.Sub(s.saved[name]) >= m.contactSaveAfter() {
 		st.SetMeta(name, m.originMeta(o))
 		s.saved[name] = o.LastContact
 	}

@@ -62,6 +62,7 @@ type MCS struct {
 
 	snapshotPath   string
 	snapshotCheck  time.Duration // how often a damaged store is looked for
+	contactSave    time.Duration // contactSaveEvery as newMCS found it
 	snapMu         sync.Mutex    // serialises opening and closing the store
 	snapClosed     bool          // closeSnapshot ran (reload, shutdown): a retry must not open the file
 	snapRetry      func()        // cancels the attempts to open a file that would not open; nil when none run
@@ -171,7 +172,7 @@ func newMCS(cfg config) (*MCS, error) {
 		serviceImports.Set(float64(ix.ClusterSetIPLen()))
 	})
 	m := &MCS{zones: cfg.zones, fall: cfg.fall, records: records, table: t, snapshotPath: cfg.snapshot, expire: cfg.expire,
-		clients: clients.NewIndex(), enforce: cfg.enforce, allow: cfg.allow, snapshotCheck: snapshotCheckEvery}
+		clients: clients.NewIndex(), enforce: cfg.enforce, allow: cfg.allow, snapshotCheck: snapshotCheckEvery, contactSave: contactSaveEvery}
 	if remembered {
 		m.checkID = func(ctx context.Context) { checkClusterID(ctx, local, cluster, cfg.snapshot+clusterIDSuffix) }
 	}

@@ -400,15 +400,28 @@ func (m *MCS) journal(changes []store.Change) {
 // write it too). A CoreDNS killed while connected and started again while
 // cut then counts the cluster's staleness (its mark, expire and the stale
 // policies) from at most this much before the contact was lost, rather than
-// from the last change of state, days before.
-var contactSaveEvery = 30 * time.Second
+// from the last change of state, days before. Read once by newMCS (a
+// variable for tests, set before the server starts; its goroutines read
+// MCS.contactSave).
+var contactSaveEvery = defaultContactSave
+
+const defaultContactSave = 30 * time.Second
+
+// contactSaveAfter is m's contactSaveEvery (the default for an MCS not made
+// by newMCS).
+func (m *MCS) contactSaveAfter() time.Duration {
+	if m.contactSave > 0 {
+		return m.contactSave
+	}
+	return defaultContactSave
+}
 
 // saveContacts writes the meta of each connected source whose last contact
-// is contactSaveEvery past the one last written here (saved, by cluster).
+// is contactSaveAfter past the one last written here (saved, by cluster).
 func (m *MCS) saveContacts(saved map[string]time.Time) {
 	for _, s := range m.sources {
 		c := s.LastContact()
-		if s.State() != source.Connected || c.Sub(saved[s.Cluster()]) < contactSaveEvery {
+		if s.State() != source.Connected || c.Sub(saved[s.Cluster()]) < m.contactSaveAfter() {
 			continue
 		}
 		m.saveMeta(s)
