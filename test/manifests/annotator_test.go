@@ -84,6 +84,9 @@ var annotatorLeaseGrants = grants(
 	// A relay hub's Leases, one per cluster it reads (--relay: server-side
 	// apply; the admission policy limits them to their names).
 	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"patch"}},
+	// A relay hub reads its own cluster's heartbeat (the Lease mcs-heartbeat
+	// only: TestAnnotatorStatic checks the name).
+	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list", "watch"}},
 	// The list of exporting namespaces (server-side apply).
 	rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "patch"}},
 )
@@ -279,6 +282,11 @@ func TestAnnotatorStatic(t *testing.T) {
 	// Least privilege: exactly the contract.
 	exactGrants(t, "ClusterRole "+a.role.Name, a.role.Rules, annotatorClusterGrants)
 	exactGrants(t, "Role "+a.leaseRole.Name, a.leaseRole.Rules, annotatorLeaseGrants)
+	for _, r := range a.leaseRole.Rules {
+		if (slices.Contains(r.Verbs, "list") || slices.Contains(r.Verbs, "watch")) && !slices.Equal(r.ResourceNames, []string{"mcs-heartbeat"}) {
+			t.Errorf("Role rule %+v lists or watches Leases other than mcs-heartbeat", r)
+		}
+	}
 	for _, r := range a.role.Rules {
 		if len(r.ResourceNames) > 0 && !slices.Equal(r.Verbs, []string{"bind"}) {
 			t.Errorf("ClusterRole rule %+v is limited to names: the annotator watches all of them", r)
@@ -352,7 +360,9 @@ func TestAnnotatorStatic(t *testing.T) {
 		if len(r.ResourceNames) == 0 {
 			continue
 		}
-		if slices.Contains(r.Resources, "leases") && !slices.Contains(r.ResourceNames, lease) {
+		// The election's rule (get and update); the heartbeat's (read only)
+		// names another Lease.
+		if slices.Contains(r.Resources, "leases") && slices.Contains(r.Verbs, "update") && !slices.Contains(r.ResourceNames, lease) {
 			t.Errorf("Role rule %+v: names %v do not cover the Lease %q", r, r.ResourceNames, lease)
 		}
 		if slices.Contains(r.Verbs, "create") {
