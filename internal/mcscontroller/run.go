@@ -85,9 +85,11 @@ func (c *Controller) Run(ctx context.Context) {
 		c.imports, c.exports = im.Lister(), ex.Lister()
 		c.synced = append(c.synced, imReg.HasSynced, exReg.HasSynced)
 		crdsFound = true
+		// The full sync is queued before ready says the imports are read, so
+		// that a sync started once ready takes it.
+		c.queue.Add(keyAll)
 		close(c.ready)
 		klog.Infof("mcs-controller: writing ServiceImports (%s)", imp.GroupVersion())
-		c.queue.Add(keyAll)
 	}, c.cfg.CRDPoll)
 }
 
