@@ -29,7 +29,8 @@ const mcsContactLag = 6 * time.Second
 // db's ServiceImport is deleted; when the link returns, edge-b's share comes
 // back. A controller restarted while the peer is cut counts the expiry from
 // its own start (it does not know when the peer last answered its
-// predecessor), so the share outlives the expiry counted from the cut.
+// predecessor), so the share outlives the expiry counted from the cut;
+// meanwhile it holds edge-b's share alone, and edge-a's changes land.
 func TestMCSPeerExpiry(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolAnnotator)
 	ns := "mcs-expiry"
@@ -51,18 +52,20 @@ func TestMCSPeerExpiry(t *testing.T) {
 	args := []string{"--leader-elect=false", "-mcs-controller", "-peer", "edge-b=" + b.KubeconfigVia(t, peer), "-peer-expire", mcsExpire.String()}
 	ctl := startAnnotator(t, a, args...)
 
-	withB := func() {
+	// aIPs are edge-a's endpoints of web, sorted.
+	aIPs := []string{"10.244.1.1"}
+	withB := func(what string) {
 		t.Helper()
-		eventuallyMCS(t, a, ns, "web", "the import of edge-a and edge-b", func(v mcsView) error {
+		eventuallyMCS(t, a, ns, "web", what+": the import of edge-a and edge-b", func(v mcsView) error {
 			if v.imp == nil || !slices.Equal(clustersOf(v.imp), []string{"edge-a", "edge-b"}) || len(v.imp.Spec.IPs) == 0 {
 				return fmt.Errorf("want both clusters and a ClusterSetIP")
 			}
-			if got := v.addrsBy(); !slices.Equal(got["edge-a"], []string{"10.244.1.1"}) || !slices.Equal(got["edge-b"], []string{"10.244.2.1"}) {
+			if got := v.addrsBy(); !slices.Equal(got["edge-a"], aIPs) || !slices.Equal(got["edge-b"], []string{"10.244.2.1"}) {
 				return fmt.Errorf("endpoints by cluster %v", got)
 			}
 			return nil
 		})
-		eventuallyMCS(t, a, ns, "db", "the import of edge-b", func(v mcsView) error {
+		eventuallyMCS(t, a, ns, "db", what+": the import of edge-b", func(v mcsView) error {
 			if v.imp == nil || !slices.Equal(clustersOf(v.imp), []string{"edge-b"}) || len(v.imp.Spec.Ports) != 1 || !slices.Equal(v.addrsBy()["edge-b"], []string{"10.244.2.2"}) {
 				return fmt.Errorf("want edge-b's share")
 			}
@@ -75,7 +78,7 @@ func TestMCSPeerExpiry(t *testing.T) {
 			if v.imp == nil || !slices.Equal(clustersOf(v.imp), []string{"edge-a"}) {
 				return fmt.Errorf("want edge-a alone")
 			}
-			if got := v.addrsBy(); len(got["edge-b"]) > 0 || !slices.Equal(got["edge-a"], []string{"10.244.1.1"}) {
+			if got := v.addrsBy(); len(got["edge-b"]) > 0 || !slices.Equal(got["edge-a"], aIPs) {
 				return fmt.Errorf("endpoints by cluster %v", got)
 			}
 			return nil
@@ -115,14 +118,14 @@ func TestMCSPeerExpiry(t *testing.T) {
 		}
 	}
 
-	withB()
+	withB("connected")
 	before := view()
 	cut := time.Now()
 	peer.Cut(t)
 	unchanged("cut, within the expiry", before, cut.Add(mcsExpire-mcsContactLag))
 	withoutB("past the expiry")
 	peer.Restore(t)
-	withB()
+	withB("restored")
 
 	// Cut again; the controller restarts halfway through the expiry. Its
 	// expiry counts from its start, so the share stays past the cut's.
@@ -134,10 +137,20 @@ func TestMCSPeerExpiry(t *testing.T) {
 	restart := time.Now()
 	ctl = startAnnotator(t, a, args...)
 	eventuallyMetric(t, ctl, "mcs_controller_reconcile_seconds_count", "> 0", func(v float64) bool { return v > 0 })
-	unchanged("restarted while cut, within the expiry counted from the restart", before, restart.Add(mcsExpire-time.Second))
+	// Without a snapshot the restarted controller holds edge-b's slices
+	// only: a change of edge-a, whose API server it reads, lands meanwhile
+	// (the hold is per cluster, not per service), beside edge-b's held
+	// share.
+	unchanged("restarted while cut, before edge-a's change", before, restart.Add(mcsExpire/4))
+	plainPod(t, a, ns, "web-a2", "10.244.1.2", app("web"))
+	aIPs = []string{"10.244.1.1", "10.244.1.2"}
+	withB("restarted while cut, edge-a's new endpoint")
+	if since := time.Since(restart); since >= mcsExpire-time.Second {
+		t.Fatalf("edge-a's change landed %v after the restart, not within the expiry (%v): edge-b's share was not checked as held", since, mcsExpire)
+	}
 	withoutB("restarted while cut, past the expiry")
 	peer.Restore(t)
-	withB()
+	withB("restored after the restart")
 }
 
 // clustersOf are the clusters of a ServiceImport's status, in order.
