@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -185,4 +186,50 @@ func TestHeartbeatPodListBound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A new leader takes the heartbeat the Lease carries, when its key signed
+// it, as the least seq of the statements it signs: the last leader's list
+// may be of a clock ahead of its own. One its key did not sign is ignored.
+func TestSeedListFloor(t *testing.T) {
+	_, otherKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := time.Now().Add(time.Hour).UnixMilli()
+	for _, tc := range []struct {
+		name   string
+		own    bool
+		raised bool
+	}{
+		{"own heartbeat ahead", true, true},
+		{"another key's heartbeat", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pub, cfg := endpointKey(t)
+			key := cfg.SignKey
+			if !tc.own {
+				key = otherKey
+			}
+			hb := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: "edge-a", Time: ahead})
+			l := heartbeatLeaseOf(hb, annotation.SignHeartbeat(key, "edge-a", hb))
+			cfg.HeartbeatInterval = time.Hour
+			f := startWith(t, cfg, false, []runtime.Object{svc("backend", app), readyPod("p", true, "10.0.0.1"), l})
+			var e annotation.Endpoint
+			f.eventually("stated", func() (err error) {
+				e, err = f.stated("p", pub, true, 0, "10.0.0.1")
+				return err
+			})
+			if got := e.Seq >= uint64(ahead); got != tc.raised {
+				t.Errorf("seq %d, at least the heartbeat's %d: %v, want %v", e.Seq, ahead, got, tc.raised)
+			}
+		})
+	}
+}
+
+// heartbeatLeaseOf is the heartbeat Lease carrying heartbeat hb and its
+// signature sig.
+func heartbeatLeaseOf(hb, sig string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: annotation.HeartbeatLeaseNamespace, Name: annotation.HeartbeatLeaseName,
+		Annotations: map[string]string{annotation.HeartbeatAnnotation: hb, annotation.HeartbeatSignatureAnnotation: sig}}}
 }
