@@ -63,7 +63,7 @@ test: unit fuzz e2e soak-short bench-smoke image-test ## All tests: unit, fuzz (
 
 # Each fuzz target runs FUZZTIME (a soak runs them longer: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 10s
-FUZZ_TARGETS := ./annotation:FuzzParseExports ./annotation:FuzzParseImports ./annotation:FuzzParseEndpoint ./annotation:FuzzParseHeartbeat ./internal/snapshot:FuzzDecodePod \
+FUZZ_TARGETS := ./annotation:FuzzParseExports ./annotation:FuzzParseImports ./annotation:FuzzParseEndpoint ./annotation:FuzzParseHeartbeat ./annotation:FuzzParsePodList ./internal/snapshot:FuzzDecodePod \
 	./internal/table:FuzzLookup ./plugin/mcsannotations:FuzzServeDNS
 # A fault loop against real kube-apiservers for SOAK_DURATION (test/soak),
 # then each fuzz target for SOAK_FUZZTIME. Not part of `make test`, which

@@ -109,6 +109,8 @@ type Controller struct {
 
 	grants           workqueue.TypedDelayingInterface[string] // the grants sync (grants.go); nil without PeerReader
 	publishedVersion string                                   // the list's ConfigMap as last applied (runGrants only)
+
+	listed podLister // the Pods of the heartbeat's Pod list (podlist.go)
 }
 
 // serviceExports is the ServiceExport informer of the version served.
@@ -336,6 +338,7 @@ func (c *Controller) Run(ctx context.Context) {
 		wg.Go(func() { c.runGrants(ctx) })
 	}
 	if c.cfg.SignEndpoints && c.cfg.SignKey != nil {
+		c.seedListFloor(ctx) // before any statement is signed
 		wg.Go(func() { c.runHeartbeat(ctx) })
 	}
 	for range c.cfg.Workers {

@@ -40,7 +40,9 @@ func (s statement) same(o statement) bool {
 // Otherwise the new statement's seq is the Unix time in milliseconds, or
 // one more than the largest seq of the annotator's own earlier statements
 // on the Pod when that is larger (a clock that went back, another replica's
-// clock ahead). The result is noted in next.
+// clock ahead), and not smaller than the time of the last Pod list (so that
+// a statement signed after a list is not older than it: podlist.go). The
+// result is noted in next, and the Pod among those the next list names.
 func (c *Controller) endpoint(pod *corev1.Pod, want string, prev, next map[types.UID]statement) (string, string) {
 	if !c.cfg.SignEndpoints || want == "" {
 		return "", ""
@@ -70,12 +72,13 @@ func (c *Controller) endpoint(pod *corev1.Pod, want string, prev, next map[types
 		}
 		e.Seq = old.Seq
 		if s.value == want && annotation.FormatEndpoint(e) == s.endpoint {
+			c.listed.stated(pod, 0)
 			next[pod.UID] = s
 			return s.endpoint, s.sig
 		}
 		seq = max(seq, old.Seq)
 	}
-	e.Seq = max(uint64(time.Now().UnixMilli()), seq+1)
+	e.Seq = c.listed.stated(pod, max(uint64(time.Now().UnixMilli()), seq+1))
 	s := statement{value: want, endpoint: annotation.FormatEndpoint(e)}
 	s.sig = annotation.SignEndpoint(c.cfg.SignKey, c.cfg.Cluster, pod.Namespace, pod.Name, string(pod.UID), want, s.endpoint)
 	next[pod.UID] = s

@@ -20,7 +20,8 @@ import (
 // into its Lease of the cluster; an edge under verify counts the hub's
 // word that the cluster is in contact only while the heartbeat is recent.
 // Each write reaches every edge of every hub as one Lease event, so the
-// interval is minutes, not seconds.
+// interval is minutes, not seconds. The same apply writes the signed list
+// of the Pods the annotator states endpoints for (podlist.go).
 
 // DefaultHeartbeatInterval is Config.HeartbeatInterval's default: a fifth
 // of the readers' default timeout (relay.DefaultHeartbeatTimeout), so that
@@ -85,6 +86,7 @@ func (c *Controller) runHeartbeat(ctx context.Context) {
 func (c *Controller) writeHeartbeat(ctx context.Context, last int64) (int64, error) {
 	now := time.Now()
 	t := max(now.UnixMilli(), last+1)
+	pods := c.listed.list(c.pods, t)
 	hb := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: c.cfg.Cluster, Time: t})
 	l := &coordinationv1.Lease{
 		TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
@@ -97,6 +99,15 @@ func (c *Controller) writeHeartbeat(ctx context.Context, last int64) (int64, err
 			},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &c.cfg.Cluster, RenewTime: &metav1.MicroTime{Time: now}},
+	}
+	if pl, ok := annotation.NewPodList(c.cfg.Cluster, t, pods); ok {
+		v := annotation.FormatPodList(pl)
+		l.Annotations[annotation.PodListAnnotation] = v
+		l.Annotations[annotation.PodListSignatureAnnotation] = annotation.SignPodList(c.cfg.SignKey, c.cfg.Cluster, v)
+		c.listed.over.Store(false)
+	} else if !c.listed.over.Swap(true) {
+		klog.Warningf("heartbeat %s/%s: %d Pods with endpoint statements, over %d: no Pod list is written (readers drop no relayed record on its word)",
+			annotation.HeartbeatLeaseNamespace, annotation.HeartbeatLeaseName, len(pods), annotation.MaxPodListPods)
 	}
 	body, err := json.Marshal(l)
 	if err != nil {

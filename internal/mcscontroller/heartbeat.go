@@ -28,8 +28,10 @@ import (
 // write large Leases that every edge receives.
 const maxBeatSignatureBytes = 128
 
-// beat is a heartbeat and its signature, as the origin wrote them.
-type beat struct{ value, sig string }
+// beat is a heartbeat and its signature, and the Pod list written with it
+// and its signature (annotation.PodList; "" when the origin writes none),
+// as the origin wrote them.
+type beat struct{ value, sig, pods, podsSig string }
 
 // slimBeat is what the heartbeat store keeps of an origin's Lease.
 type slimBeat struct {
@@ -44,8 +46,10 @@ func (b *slimBeat) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-// toBeat is the transform of an origin's heartbeat Lease: its two
-// annotations, or none when either is over its bound.
+// toBeat is the transform of an origin's heartbeat Lease: its heartbeat
+// and signature, or none when either is over its bound; and its Pod list
+// and signature, or none when either is over its bound (the heartbeat is
+// relayed without it: an edge then drops no record on the list's word).
 func toBeat(cluster string) func(*coordinationv1.Lease) (runtime.Object, error) {
 	return func(l *coordinationv1.Lease) (runtime.Object, error) {
 		b := &slimBeat{Meta: ingest.MetaOf(l)}
@@ -55,7 +59,14 @@ func toBeat(cluster string) func(*coordinationv1.Lease) (runtime.Object, error) 
 				cluster, len(v), len(s), annotation.MaxHeartbeatBytes, maxBeatSignatureBytes)
 			return b, nil
 		}
-		b.beat = beat{v, s}
+		b.beat = beat{value: v, sig: s}
+		p, ps := l.Annotations[annotation.PodListAnnotation], l.Annotations[annotation.PodListSignatureAnnotation]
+		if len(p) > annotation.MaxPodListBytes || len(ps) > maxBeatSignatureBytes {
+			klog.Warningf("mcs-controller: cluster %s: Pod list of %d bytes, signature of %d: over %d and %d, not relayed",
+				cluster, len(p), len(ps), annotation.MaxPodListBytes, maxBeatSignatureBytes)
+			return b, nil
+		}
+		b.pods, b.podsSig = p, ps
 		return b, nil
 	}
 }

@@ -123,3 +123,51 @@ func TestRelayLeaseWaitsForHeartbeat(t *testing.T) {
 		})
 	}
 }
+
+// A hub copies the Pod list written with a heartbeat, and its signature,
+// the bytes unchanged, beside the heartbeat; an oversized list is not
+// copied, the heartbeat still is.
+func TestRelayCopiesPodList(t *testing.T) {
+	withList := func(beat, pods, podsSig string) *coordinationv1.Lease {
+		l := heartbeatLease(beat, "ed25519:beat")
+		l.Annotations[annotation.PodListAnnotation] = pods
+		l.Annotations[annotation.PodListSignatureAnnotation] = podsSig
+		return l
+	}
+	v1 := `{"cluster":"a","time":1790000000000}`
+	p1 := `{ "pods":"","cluster":"a","time":1790000000000}` // bytes a re-encoding would change
+	origin := fake.NewClientset(withList(v1, p1, "ed25519:list"))
+	a := newSource("a", true, time.Now())
+	e := newEnv(t, Config{Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond,
+		Heartbeats: map[string]kubernetes.Interface{"a": origin}}, []*fakeSource{a})
+	hubLease := func() map[string]string {
+		l, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+"a", metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return l.Annotations
+	}
+	e.start(true)
+	for _, tc := range []struct {
+		name, beat, pods, podsSig string
+		wantPods, wantSig         string
+	}{
+		{name: "copied", beat: v1, pods: p1, podsSig: "ed25519:list", wantPods: p1, wantSig: "ed25519:list"},
+		{name: "a new one", beat: `{"cluster":"a","time":1790000060000}`, pods: `{"cluster":"a","time":1790000060000,"pods":"AAAAAAAAAAE="}`, podsSig: "ed25519:list2",
+			wantPods: `{"cluster":"a","time":1790000060000,"pods":"AAAAAAAAAAE="}`, wantSig: "ed25519:list2"},
+		{name: "oversized list", beat: `{"cluster":"a","time":1790000120000}`, pods: `{"cluster":"a","time":1790000120000,"pods":"` + strings.Repeat("A", annotation.MaxPodListBytes) + `"}`, podsSig: "ed25519:list3"},
+		{name: "oversized signature", beat: `{"cluster":"a","time":1790000180000}`, pods: p1, podsSig: "ed25519:" + strings.Repeat("A", maxBeatSignatureBytes)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := origin.CoordinationV1().Leases(annotation.HeartbeatLeaseNamespace).Update(e.ctx, withList(tc.beat, tc.pods, tc.podsSig), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			e.poll("the heartbeat on the hub's Lease", func() bool { return hubLease()[relay.HeartbeatAnnotation] == tc.beat })
+			an := hubLease()
+			if an[relay.PodListAnnotation] != tc.wantPods || an[relay.PodListSignatureAnnotation] != tc.wantSig {
+				t.Errorf("hub's Lease carries list %.80q signed %.40q; want %.80q signed %.40q",
+					an[relay.PodListAnnotation], an[relay.PodListSignatureAnnotation], tc.wantPods, tc.wantSig)
+			}
+		})
+	}
+}

@@ -135,7 +135,7 @@ func (c *Controller) runLeases(ctx context.Context) {
 // contact of the controller before): its state is merge-patched, as an
 // apply without renewTime would drop it, and only a Lease that does not
 // exist yet is applied without one. The origin's heartbeat, when the hub
-// holds one, is copied as it is; the merge patch keeps the one the Lease
+// holds one, is copied as it is, with the Pod list written with it; the merge patch keeps the one the Lease
 // has when the hub holds none yet. extra are annotations beside those
 // (the state and heartbeat win over an extra of their name).
 func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseState, extra map[string]string) error {
@@ -157,6 +157,10 @@ func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseSta
 	if st.beat.value != "" {
 		l.Annotations[relay.HeartbeatAnnotation] = st.beat.value
 		l.Annotations[relay.HeartbeatSignatureAnnotation] = st.beat.sig
+	}
+	if st.beat.value != "" && st.beat.pods != "" {
+		l.Annotations[relay.PodListAnnotation] = st.beat.pods
+		l.Annotations[relay.PodListSignatureAnnotation] = st.beat.podsSig
 	}
 	leases := c.client.CoordinationV1().Leases(l.Namespace)
 	if st.contact.IsZero() {

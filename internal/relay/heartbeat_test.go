@@ -94,6 +94,10 @@ func TestHeartbeatMakesHubCurrent(t *testing.T) {
 				if verify && tc.reason != "" {
 					refused = []string{"hub-0 origin-a / " + tc.reason}
 				}
+				if verify && (tc.reason == "" || tc.reason == "stale_heartbeat") {
+					// A heartbeat that verifies, without a Pod list.
+					refused = append([]string{"hub-0 origin-a / no_pod_list"}, refused...)
+				}
 				time.Sleep(50 * time.Millisecond)
 				if got := ref.list(); !slices.Equal(got, refused) {
 					t.Errorf("refused %q, want %q", got, refused)
@@ -124,7 +128,7 @@ func TestHeartbeatGoesStale(t *testing.T) {
 		o := r.Origins()
 		return len(o) == 1 && o[0].State == source.Disconnected && o[0].LastContact.Equal(t0)
 	})
-	stale := []string{"hub-0 origin-a / stale_heartbeat", "hub-1 origin-a / stale_heartbeat"}
+	stale := []string{"hub-0 origin-a / no_pod_list", "hub-0 origin-a / stale_heartbeat", "hub-1 origin-a / no_pod_list", "hub-1 origin-a / stale_heartbeat"}
 	time.Sleep(3 * timeout) // more looks: no more reports
 	if got := ref.list(); !slices.Equal(got, stale) {
 		t.Errorf("refused %q, want %q", got, stale)

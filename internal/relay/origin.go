@@ -26,6 +26,11 @@ type origin struct {
 	// expired: Expire dropped its records; they stay out until some hub is
 	// current on it again.
 	expired bool
+	// list is, under verify, the newest Pod list of the origin that
+	// verified (podlist.go); unlisted the records it dropped at the last
+	// look ("hub\x00namespace/name" → Seq), each reported once.
+	list     *podList
+	unlisted map[string]uint64
 }
 
 type seen struct {
@@ -308,6 +313,12 @@ func (r *Relay) syncOrigin(name string, out *later) {
 	// newest any listed hub holds, so that a current hub that lags (it has
 	// not seen the last statement yet, or a proxy hides that it is gone)
 	// never takes a Pod back to an older statement.
+	// Under verify, a record older than the origin's newest Pod list and
+	// not named in it is in no hub's view (podlist.go).
+	var list *podList
+	if r.cfg.Keys != nil {
+		list = r.newestList(name, o)
+	}
 	held := map[string]bool{}
 	for _, h := range r.hubs {
 		if !h.listed || current && !h.current(name) {
@@ -315,11 +326,15 @@ func (r *Relay) syncOrigin(name string, out *later) {
 		}
 		for _, s := range h.byOrigin[name] {
 			for _, e := range s.entries {
+				if list.unlisted(s.Namespace, e.rec.Name, e.seq) {
+					continue
+				}
 				held[s.Namespace+"/"+e.rec.Name] = true
 			}
 		}
 	}
 	best := map[string]entry{} // the statement the union takes for each Pod
+	var drops map[string]uint64
 	for _, h := range r.hubs {
 		if !h.listed {
 			continue
@@ -327,6 +342,13 @@ func (r *Relay) syncOrigin(name string, out *later) {
 		for _, s := range h.byOrigin[name] {
 			for _, e := range s.entries {
 				k := s.Namespace + "/" + e.rec.Name
+				if list.unlisted(s.Namespace, e.rec.Name, e.seq) {
+					if drops == nil {
+						drops = map[string]uint64{}
+					}
+					drops[h.name+"\x00"+k] = e.seq
+					continue
+				}
 				if !held[k] {
 					continue
 				}
@@ -392,6 +414,7 @@ func (r *Relay) syncOrigin(name string, out *later) {
 		}
 		o.prune(now)
 		r.reportMemory(name, o, out)
+		r.reportUnlisted(name, o, drops, out)
 	}
 	if !r.allSynced {
 		// Until every hub listed once, nothing goes: records the union lacks
@@ -479,6 +502,7 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 		now := time.Now()
 		for o := range touched { // once each, after the whole change
 			r.noteBeat(h, o, now, out)
+			r.noteList(h, o, out)
 			r.syncOrigin(o, out)
 		}
 	})
@@ -510,6 +534,7 @@ func (r *Relay) leasesReplaced(h *hub, objs map[string]*slimLease) {
 		now := time.Now()
 		for o := range touched {
 			r.noteBeat(h, o, now, out)
+			r.noteList(h, o, out)
 			r.syncOrigin(o, out)
 		}
 	})

@@ -60,7 +60,7 @@ const (
 )
 
 // Reasons lists every Reason Events.Refused may report, for metric labels.
-var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMalformed, ReasonNoKey, ReasonHeartbeat, ReasonStaleHeartbeat, ReasonLoop)
+var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMalformed, ReasonNoKey, ReasonHeartbeat, ReasonStaleHeartbeat, ReasonLoop, ReasonUnlisted, ReasonNoPodList)
 
 // TombstoneTTL is how long the Seq of a deleted record is remembered, so
 // that an older statement of it that a lagging or hostile hub presents is
@@ -210,12 +210,15 @@ type Relay struct {
 	// beats is, under verify, the refusal last reported of each hub's
 	// Lease of each origin ("" when taken), by hub and origin (heartbeat.go).
 	beats map[beatKey]string
+	// lists is, under verify, the Pod list refusal last reported of each
+	// hub's Lease of each origin (podlist.go), by hub and origin.
+	lists map[beatKey]string
 }
 
 // New returns a Relay writing into records; AddHub adds its hubs, Start
 // starts it.
 func New(records *store.Store, cfg Config) *Relay {
-	return &Relay{records: records, cfg: cfg, origins: map[string]*origin{}, beats: map[beatKey]string{}}
+	return &Relay{records: records, cfg: cfg, origins: map[string]*origin{}, beats: map[beatKey]string{}, lists: map[beatKey]string{}}
 }
 
 // AddHub adds a hub, read with client (made by ingest.Reader.Pods, the

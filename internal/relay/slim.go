@@ -200,6 +200,10 @@ type slimLease struct {
 	beat        time.Time
 	beatRefused annotation.Rejection
 	beatHash    uint64
+	// Under verify (podlist.go): the origin's Pod list the Lease carries,
+	// nil when it carries none that verifies; listRefused says why not.
+	list        *podList
+	listRefused annotation.Rejection
 	extra       map[string]string // kept only for a hub (leasecopy.go)
 }
 
@@ -229,6 +233,7 @@ func (r *Relay) toLease(l *coordinationv1.Lease) *slimLease {
 	}
 	if s.origin != "" && r.cfg.Keys != nil {
 		r.checkBeat(s, l.Annotations[HeartbeatAnnotation], l.Annotations[HeartbeatSignatureAnnotation])
+		r.checkList(s, l.Annotations[PodListAnnotation], l.Annotations[PodListSignatureAnnotation])
 	}
 	return s
 }

@@ -83,7 +83,7 @@ func TestRelayIgnoresLocalAndDirect(t *testing.T) {
 		if _, err := h.DiscoveryV1().EndpointSlices("prod").Create(t.Context(), es, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.CoordinationV1().Leases(DefaultNamespace).Create(t.Context(), beating(lease(DefaultNamespace, c, source.Connected, time.Now()), privs[c], time.Now()), metav1.CreateOptions{}); err != nil {
+		if _, err := h.CoordinationV1().Leases(DefaultNamespace).Create(t.Context(), listing(beating(lease(DefaultNamespace, c, source.Connected, time.Now()), privs[c], time.Now()), privs[c], time.Now(), "relayed"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -47,6 +47,14 @@ const (
 	// from it rather than from renewTime, which the hub alone vouches for.
 	HeartbeatAnnotation          = "multicluster.mcsannotations.io/heartbeat"
 	HeartbeatSignatureAnnotation = "multicluster.mcsannotations.io/heartbeat-signature"
+	// PodListAnnotation and PodListSignatureAnnotation on a hub's Lease
+	// carry the Pod list the origin wrote with that heartbeat
+	// (annotation.PodListAnnotation and annotation.PodListSignatureAnnotation),
+	// the bytes unchanged. Under verify a reader drops a relayed record of
+	// the origin older than the newest list that verifies and not named in
+	// it (ReasonUnlisted).
+	PodListAnnotation          = "multicluster.mcsannotations.io/heartbeat-pods"
+	PodListSignatureAnnotation = "multicluster.mcsannotations.io/heartbeat-pods-signature"
 	// MaxPath is the most hubs a record crosses between its origin and any
 	// reader: a hub does not relay a record that crossed MaxPath hubs
 	// already (its own would be one more), and a reader refuses a record

@@ -43,16 +43,40 @@ const heartbeatCorefile = `clusterset.local:{PORT} {
 }
 `
 
+// startBeatingRelay starts edge-o exporting backend with n Pods, its
+// annotator signing heartbeats every interval, hub-1 relaying it with its
+// MCS controller (returned), and edge-e.
+func startBeatingRelay(t *testing.T, ns string, n int, interval time.Duration) (relaySet, *harness.Annotator) {
+	t.Helper()
+	rs := startRelaySet(t, ns, "hub-1")
+	rs.exportBackend(t, ns, n, "--heartbeat-interval", interval.String())
+	hubCtl := harness.StartAnnotator(t, rs.hubs[0].Kubeconfig, "--cluster", "hub-1", "--leader-elect=false",
+		"-mcs-controller", "--relay", "-peer", "edge-o="+rs.o.Kubeconfig)
+	return rs, hubCtl
+}
+
+// startBeatEdge starts edge-e's CoreDNS reading hub-1 only, under verify
+// with hub_heartbeat timeout; it returns it and its metrics port.
+func startBeatEdge(t *testing.T, rs relaySet, timeout time.Duration) (*harness.CoreDNS, int) {
+	t.Helper()
+	metrics := harness.FreePort(t)
+	d := harness.StartCoreDNS(t, heartbeatCorefile, map[string]string{
+		"KUBECONFIG": rs.e.Kubeconfig,
+		"HUB1":       rs.hubs[0].Kubeconfig,
+		"KEYS":       rs.keysE.Dir,
+		"TIMEOUT":    timeout.String(),
+		"METRICS":    strconv.Itoa(metrics),
+	})
+	return d, metrics
+}
+
 func TestHeartbeatThroughHostileHub(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolCoreDNS, harness.ToolAnnotator)
 	// Short, for the test: the defaults are a minute and five.
 	const interval, timeout = time.Second, 8 * time.Second
 	ns := "beat"
-	rs := startRelaySet(t, ns, "hub-1")
-	o, h, e, keysO, keysE := rs.o, rs.hubs[0], rs.e, rs.keysO, rs.keysE
-	rs.exportBackend(t, ns, 1, "--heartbeat-interval", interval.String())
-	hubCtl := harness.StartAnnotator(t, h.Kubeconfig, "--cluster", "hub-1", "--leader-elect=false",
-		"-mcs-controller", "--relay", "-peer", "edge-o="+o.Kubeconfig)
+	rs, hubCtl := startBeatingRelay(t, ns, 1, interval)
+	o, h, keysO := rs.o, rs.hubs[0], rs.keysO
 
 	// The hub's Lease of edge-o carries the origin's heartbeat, as the
 	// origin wrote it.
@@ -99,14 +123,7 @@ func TestHeartbeatThroughHostileHub(t *testing.T) {
 		t.Logf("the hub's Lease of edge-o, as an edge receives it per heartbeat: %d bytes JSON, %d bytes protobuf (object only)", len(js), l.Size())
 	}
 
-	metrics := harness.FreePort(t)
-	d := harness.StartCoreDNS(t, heartbeatCorefile, map[string]string{
-		"KUBECONFIG": e.Kubeconfig,
-		"HUB1":       h.Kubeconfig,
-		"KEYS":       keysE.Dir,
-		"TIMEOUT":    timeout.String(),
-		"METRICS":    strconv.Itoa(metrics),
-	})
+	d, metrics := startBeatEdge(t, rs, timeout)
 	name := svc("backend", ns)
 	q := harness.Query{Name: name, Type: dns.TypeA, UDPSize: 1232, Timeout: peerQueryTimeout}
 	waitPeers(t, d, relayPropagation, q, marked(false, "edge-o", "10.7.0.1"))
@@ -184,4 +201,114 @@ func TestHeartbeatThroughHostileHub(t *testing.T) {
 		return nil
 	})
 	t.Logf("CoreDNS on the hostile hub: %s", strings.Join(grepLog(d, "origin edge-o: refused"), "\n"))
+}
+
+// Pod lists end to end (issue 37): edge-o's annotator exports backend-1
+// and backend-2 and signs, with each heartbeat, the list of its Pods;
+// hub-1's controller copies heartbeat and list into its Lease; edge-e reads
+// only the hub. Then hub-1 turns hostile: its controller stops, its slices
+// keep backend-2's last ready statement, and whoever holds its API server
+// keeps copying the origin's fresh heartbeat and list into its Lease, so
+// that edge-o stays connected through it. The origin deletes backend-2: its
+// next list does not name it, and the edge stops answering it, unmarked
+// (the origin is still current), counting and logging the drop once.
+func TestDeletedPodThroughHostileHub(t *testing.T) {
+	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolCoreDNS, harness.ToolAnnotator)
+	const interval, timeout = time.Second, 8 * time.Second
+	ns := "gone"
+	rs, hubCtl := startBeatingRelay(t, ns, 2, interval)
+	o, h, keysO := rs.o, rs.hubs[0], rs.keysO
+
+	// originLease is what the origin's heartbeat Lease carries.
+	originLease := func() (map[string]string, error) {
+		cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l, err := o.Client.CoordinationV1().Leases(annotation.HeartbeatLeaseNamespace).Get(cx, annotation.HeartbeatLeaseName, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return l.Annotations, nil
+	}
+	// The hub's Lease carries the origin's list, naming both Pods.
+	var leaseNS string
+	harness.Eventually(t, relayPropagation, func() error {
+		cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ls, err := h.Client.CoordinationV1().Leases(metav1.NamespaceAll).List(cx, metav1.ListOptions{LabelSelector: relay.OriginLabel + "=edge-o"})
+		if err != nil || len(ls.Items) != 1 {
+			return fmt.Errorf("hub's Leases of edge-o: %v", err)
+		}
+		an := ls.Items[0].Annotations
+		_, set, rej, ok := annotation.VerifyPodList(keysO.Public, an[relay.PodListSignatureAnnotation], "edge-o", an[relay.PodListAnnotation])
+		if !ok || !set.Has(ns, "backend-1") || !set.Has(ns, "backend-2") {
+			return fmt.Errorf("hub's Lease Pod list %.100q (%v): want one naming both Pods", an[relay.PodListAnnotation], rej)
+		}
+		leaseNS = ls.Items[0].Namespace
+		t.Logf("per heartbeat, the Pod list of 2 Pods adds %d bytes of annotation values (list %d, signature %d)",
+			len(an[relay.PodListAnnotation])+len(an[relay.PodListSignatureAnnotation]), len(an[relay.PodListAnnotation]), len(an[relay.PodListSignatureAnnotation]))
+		return nil
+	})
+
+	d, metrics := startBeatEdge(t, rs, timeout)
+	q := harness.Query{Name: svc("backend", ns), Type: dns.TypeA, UDPSize: 1232, Timeout: peerQueryTimeout}
+	waitPeers(t, d, relayPropagation, q, marked(false, "edge-o", "10.7.0.1", "10.7.0.2"))
+
+	// hub-1 turns hostile: its slices stay as they are (backend-2 ready),
+	// and its Lease of edge-o follows the origin's heartbeat and list.
+	hubCtl.Stop(t)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			if an, err := originLease(); err == nil {
+				cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				leases := h.Client.CoordinationV1().Leases(leaseNS)
+				if l, err := leases.Get(cx, relay.LeasePrefix+"edge-o", metav1.GetOptions{}); err == nil {
+					l.Annotations[relay.OriginStateAnnotation] = "connected"
+					l.Annotations[relay.HeartbeatAnnotation] = an[annotation.HeartbeatAnnotation]
+					l.Annotations[relay.HeartbeatSignatureAnnotation] = an[annotation.HeartbeatSignatureAnnotation]
+					l.Annotations[relay.PodListAnnotation] = an[annotation.PodListAnnotation]
+					l.Annotations[relay.PodListSignatureAnnotation] = an[annotation.PodListSignatureAnnotation]
+					l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+					if _, err := leases.Update(cx, l, metav1.UpdateOptions{}); err != nil {
+						t.Logf("hostile hub: %v", err)
+					}
+				}
+				cancel()
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(interval):
+			}
+		}
+	})
+	t.Cleanup(func() { close(done); wg.Wait() })
+	// Past the heartbeat timeout: the hub still passes for current, and
+	// still answers both Pods.
+	time.Sleep(timeout + 2*time.Second)
+	waitPeers(t, d, propagation, q, marked(false, "edge-o", "10.7.0.1", "10.7.0.2"))
+
+	cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := o.Client.CoreV1().Pods(ns).Delete(cx, "backend-2", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitPeers(t, d, relayPropagation, q, marked(false, "edge-o", "10.7.0.1"))
+	t.Logf("backend-2 deleted at the origin, kept by the hostile hub: gone from the answers after %s (heartbeat interval %s)", time.Since(start).Round(time.Millisecond), interval)
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="unlisted"}`, func(v float64) bool { return v == 1 })
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_source_state{cluster="edge-o",state="connected"}`, func(v float64) bool { return v == 1 })
+	// Later lists change nothing: one drop, one log line.
+	time.Sleep(3 * interval)
+	waitPeers(t, d, propagation, q, marked(false, "edge-o", "10.7.0.1"))
+	harness.Eventually(t, propagation, func() error {
+		lines := grepLog(d, "Pod gone/backend-2: relayed record refused")
+		if len(lines) != 1 || !strings.Contains(lines[0], "unlisted") {
+			return fmt.Errorf("drops logged: %q", lines)
+		}
+		return nil
+	})
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="unlisted"}`, func(v float64) bool { return v == 1 })
 }

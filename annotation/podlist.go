@@ -1,0 +1,176 @@
+package annotation
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Pod lists (docs/DESIGN.md#relay-hubs). A heartbeat proves an origin is
+// alive, not which Pods it has: a hub could keep presenting a deleted Pod's
+// last signed statement. So with each heartbeat the origin's annotator also
+// signs the list of the Pods it states endpoints for, at the heartbeat's
+// time, on the same Lease (PodListAnnotation, PodListSignatureAnnotation:
+// annotations of their own, so that a reader that parses the heartbeat
+// strictly is unaffected). A reader holding a verified list of time T drops
+// a relayed record of the origin whose statement is older than T (Seq < T)
+// and whose Pod the list does not name: the Pod was gone at T. A statement
+// signed after the list has Seq >= T and is kept.
+const (
+	PodListAnnotation          = "multicluster.kubernetes.io/heartbeat-pods"
+	PodListSignatureAnnotation = "multicluster.kubernetes.io/heartbeat-pods-signature"
+
+	// PodListSignatureContext starts the signed message of a Pod list.
+	PodListSignatureContext = "mcsannotations heartbeat pods v1\n"
+
+	// MaxPodListPods bounds the Pods of a list: an origin that states more
+	// writes none (readers then drop nothing, as without lists).
+	MaxPodListPods = 4096
+	// PodHashBytes is the size of a Pod's hash in a list.
+	PodHashBytes = 8
+	// MaxPodListBytes bounds a list's value: MaxPodListPods hashes in
+	// base64, with the cluster ID and the time.
+	MaxPodListBytes = (MaxPodListPods*PodHashBytes+2)/3*4 + 256
+)
+
+// PodList is PodListAnnotation's value, as JSON.
+type PodList struct {
+	// Cluster is the origin's cluster ID.
+	Cluster string `json:"cluster"`
+	// Time is the time of the heartbeat written with it, in Unix
+	// milliseconds.
+	Time int64 `json:"time"`
+	// Pods are the hashes (PodHash) of the Pods, each PodHashBytes,
+	// concatenated in increasing order, none twice, in base64 (standard,
+	// padded); "" for none.
+	Pods string `json:"pods"`
+}
+
+// PodHash is a Pod's hash in a list: the first PodHashBytes of SHA-256
+// over "namespace/name", as a number (big-endian). A Pod is named by its
+// namespace and name, as a reader keys relayed records.
+func PodHash(namespace, name string) uint64 {
+	s := sha256.Sum256([]byte(namespace + "/" + name))
+	return binary.BigEndian.Uint64(s[:PodHashBytes])
+}
+
+// NewPodList makes the list of cluster at time t naming the Pods of
+// hashes (in any order; duplicates are dropped); false when there are more
+// than MaxPodListPods.
+func NewPodList(cluster string, t int64, hashes []uint64) (PodList, bool) {
+	hs := slices.Clone(hashes)
+	slices.Sort(hs)
+	hs = slices.Compact(hs)
+	if len(hs) > MaxPodListPods {
+		return PodList{}, false
+	}
+	b := make([]byte, 0, len(hs)*PodHashBytes)
+	for _, h := range hs {
+		b = binary.BigEndian.AppendUint64(b, h)
+	}
+	return PodList{Cluster: cluster, Time: t, Pods: base64.StdEncoding.EncodeToString(b)}, true
+}
+
+// FormatPodList is a list's annotation value.
+func FormatPodList(l PodList) string {
+	b, _ := json.Marshal(l)
+	return string(b)
+}
+
+// PodSet is a parsed list's Pods.
+type PodSet struct{ hashes []uint64 } // increasing
+
+// Has tells whether the set names the Pod namespace/name.
+func (s PodSet) Has(namespace, name string) bool {
+	_, ok := slices.BinarySearch(s.hashes, PodHash(namespace, name))
+	return ok
+}
+
+// Len is the number of Pods in the set.
+func (s PodSet) Len() int { return len(s.hashes) }
+
+// ParsePodList reads a list and checks it: bounded, one JSON value with no
+// unknown field, a valid cluster ID, a positive time, and Pods that decode
+// to at most MaxPodListPods hashes in increasing order, none twice.
+func ParsePodList(raw string) (PodList, PodSet, error) {
+	var l PodList
+	if len(raw) > MaxPodListBytes {
+		return l, PodSet{}, fmt.Errorf("Pod list of %d bytes, over %d", len(raw), MaxPodListBytes)
+	}
+	d := json.NewDecoder(strings.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&l); err != nil {
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list: %s", Clip(err.Error()))
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list: data after the value")
+	}
+	if !ValidClusterID(l.Cluster) {
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list: cluster %q is not a cluster ID", Clip(l.Cluster))
+	}
+	if l.Time <= 0 {
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list without time")
+	}
+	b, err := base64.StdEncoding.Strict().DecodeString(l.Pods)
+	if err != nil || len(b)%PodHashBytes != 0 {
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list: pods are not base64 of %d-byte hashes", PodHashBytes)
+	}
+	if n := len(b) / PodHashBytes; n > MaxPodListPods {
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list of %d Pods, over %d", n, MaxPodListPods)
+	}
+	set := PodSet{hashes: make([]uint64, 0, len(b)/PodHashBytes)}
+	for c := range slices.Chunk(b, PodHashBytes) {
+		h := binary.BigEndian.Uint64(c)
+		if n := len(set.hashes); n > 0 && set.hashes[n-1] >= h {
+			return PodList{}, PodSet{}, fmt.Errorf("Pod list: pods not in increasing order, or one twice")
+		}
+		set.hashes = append(set.hashes, h)
+	}
+	return l, set, nil
+}
+
+// PodListSignedMessage is the message a list signature covers: the
+// cluster ID and the list, each preceded by its length (as in
+// SignedMessage), after PodListSignatureContext, so that no export,
+// endpoint or heartbeat signature is a list signature, nor the reverse.
+func PodListSignedMessage(cluster, list string) []byte {
+	return signedMessage(PodListSignatureContext, cluster, list)
+}
+
+// SignPodList returns PodListSignatureAnnotation's value for a list of
+// cluster.
+func SignPodList(key ed25519.PrivateKey, cluster, list string) string {
+	return signature(key, PodListSignedMessage(cluster, list))
+}
+
+// VerifyPodList checks a list of cluster and its signature and returns it
+// parsed: signed with key over cluster and the bytes, well formed, and
+// naming cluster. The Rejection says why it fails (Index -1).
+func VerifyPodList(key ed25519.PublicKey, sig, cluster, list string) (PodList, PodSet, Rejection, bool) {
+	if list == "" {
+		return PodList{}, PodSet{}, Rejection{-1, ReasonUnsigned, "no Pod list"}, false
+	}
+	if len(list) > MaxPodListBytes {
+		// Refused before the signature is computed over it.
+		return PodList{}, PodSet{}, Rejection{-1, ReasonSize, fmt.Sprintf("Pod list of %d bytes, over %d", len(list), MaxPodListBytes)}, false
+	}
+	if r, ok := verify(key, sig, PodListSignedMessage(cluster, list),
+		"no "+PodListSignatureAnnotation+": the Pod list is ignored",
+		"Pod list does not verify with cluster "+cluster+"'s key: it is ignored"); !ok {
+		return PodList{}, PodSet{}, r, false
+	}
+	l, set, err := ParsePodList(list)
+	if err != nil {
+		return PodList{}, PodSet{}, Rejection{-1, ReasonJSON, err.Error()}, false
+	}
+	if l.Cluster != cluster {
+		return PodList{}, PodSet{}, Rejection{-1, ReasonClusterOutside, fmt.Sprintf("Pod list of cluster %s where %s's was expected", l.Cluster, cluster)}, false
+	}
+	return l, set, Rejection{}, true
+}

@@ -1,0 +1,235 @@
+package annotator
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+)
+
+// podList reads the heartbeat Lease and returns its heartbeat's time and
+// its Pod list, which must verify with pub and be of the heartbeat's time.
+func (f *fixture) podList(pub ed25519.PublicKey) (annotation.PodSet, error) {
+	at, err := f.heartbeat(pub, "edge-a")
+	if err != nil {
+		return annotation.PodSet{}, err
+	}
+	l, err := f.client.CoordinationV1().Leases(annotation.HeartbeatLeaseNamespace).Get(f.t.Context(), annotation.HeartbeatLeaseName, metav1.GetOptions{})
+	if err != nil {
+		return annotation.PodSet{}, err
+	}
+	pl, set, rej, ok := annotation.VerifyPodList(pub, l.Annotations[annotation.PodListSignatureAnnotation], "edge-a", l.Annotations[annotation.PodListAnnotation])
+	switch {
+	case !ok:
+		return set, fmt.Errorf("Pod list %.100q: %v", l.Annotations[annotation.PodListAnnotation], rej)
+	case pl.Time != at:
+		return set, fmt.Errorf("Pod list of %d with a heartbeat of %d", pl.Time, at)
+	}
+	return set, nil
+}
+
+// With each heartbeat the annotator writes the signed list of the Pods it
+// states endpoints for, of the heartbeat's time: the exported Pods, not the
+// others; a deleted Pod leaves the next list.
+func TestHeartbeatPodList(t *testing.T) {
+	pub, cfg := endpointKey(t)
+	cfg.HeartbeatInterval = 50 * time.Millisecond
+	other := readyPod("other", true, "10.0.0.9")
+	other.Labels = map[string]string{"app": "frontend"}
+	f := startWith(t, cfg, false, []runtime.Object{svc("backend", app), readyPod("p", true, "10.0.0.1"), readyPod("q", true, "10.0.0.2"), other})
+	has := func(set annotation.PodSet, want map[string]bool) error {
+		for name, in := range want {
+			if set.Has("ns", name) != in {
+				return fmt.Errorf("list of %d Pods names %s: %v, want %v", set.Len(), name, !in, in)
+			}
+		}
+		return nil
+	}
+	f.eventually("a list of p and q", func() error {
+		set, err := f.podList(pub)
+		if err == nil {
+			err = has(set, map[string]bool{"p": true, "q": true, "other": false})
+		}
+		return err
+	})
+	if err := f.client.CoreV1().Pods("ns").Delete(t.Context(), "q", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("a list without q", func() error {
+		set, err := f.podList(pub)
+		if err == nil {
+			err = has(set, map[string]bool{"p": true, "q": false, "other": false})
+		}
+		return err
+	})
+}
+
+// podLister: a list names the Pods stated before it while the cache holds
+// them, and those the cache holds with a statement; a statement signed
+// after a list is not older than it.
+func TestPodLister(t *testing.T) {
+	mk := func(name string, statement bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+		if statement {
+			p.Annotations = map[string]string{annotation.EndpointAnnotation: `{"seq":1}`}
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name      string
+		cached    []*corev1.Pod // the informer's cache at the list
+		before    []string      // stated before the list (not in the cache with a statement yet)
+		want      []string      // named
+		notWanted []string
+	}{
+		{name: "carrying a statement", cached: []*corev1.Pod{mk("a", true), mk("b", false)}, want: []string{"a"}, notWanted: []string{"b"}},
+		{name: "stated, not cached with it yet", cached: []*corev1.Pod{mk("a", false)}, before: []string{"a"}, want: []string{"a"}},
+		{name: "stated, then deleted", cached: []*corev1.Pod{mk("b", true)}, before: []string{"a"}, want: []string{"b"}, notWanted: []string{"a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			for _, p := range tc.cached {
+				if err := idx.Add(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var p podLister
+			for _, n := range tc.before {
+				if seq := p.stated(mk(n, false), 5); seq != 5 {
+					t.Errorf("seq %d before any list, want 5", seq)
+				}
+			}
+			const at = 1790000000000
+			pl, ok := annotation.NewPodList("edge-a", at, p.list(corelisters.NewPodLister(idx), at))
+			if !ok {
+				t.Fatal("no list")
+			}
+			_, set, err := annotation.ParsePodList(annotation.FormatPodList(pl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range tc.want {
+				if !set.Has("ns", n) {
+					t.Errorf("list does not name %s", n)
+				}
+			}
+			for _, n := range tc.notWanted {
+				if set.Has("ns", n) {
+					t.Errorf("list names %s", n)
+				}
+			}
+			// After the list: a new statement is not older than it, one
+			// already later stays as it is; a kept one (0) is noted only.
+			for _, c := range [][2]uint64{{5, at}, {at + 7, at + 7}, {0, 0}} {
+				if got := p.stated(mk("z", false), c[0]); got != c[1] {
+					t.Errorf("stated with seq %d after the list: %d, want %d", c[0], got, c[1])
+				}
+			}
+		})
+	}
+}
+
+// An origin with more Pods than a list may name writes its heartbeat
+// without a list (readers then drop nothing on its word), and with one
+// again once it has fewer.
+func TestHeartbeatPodListBound(t *testing.T) {
+	pub, cfg := endpointKey(t)
+	for _, tc := range []struct {
+		name string
+		pods int
+		list bool
+	}{
+		{"at the bound", annotation.MaxPodListPods, true},
+		{"over the bound", annotation.MaxPodListPods + 1, false},
+		{"none", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			for i := range tc.pods {
+				if err := idx.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("p-%d", i),
+					Annotations: map[string]string{annotation.EndpointAnnotation: `{"seq":1}`}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			client := fake.NewClientset()
+			c := &Controller{client: client, cfg: cfg, pods: corelisters.NewPodLister(idx)}
+			at, err := c.writeHeartbeat(t.Context(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := client.CoordinationV1().Leases(annotation.HeartbeatLeaseNamespace).Get(t.Context(), annotation.HeartbeatLeaseName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, ok := annotation.VerifyHeartbeat(pub, l.Annotations[annotation.HeartbeatSignatureAnnotation], "edge-a", l.Annotations[annotation.HeartbeatAnnotation]); !ok {
+				t.Error("no heartbeat")
+			}
+			pl, set, _, ok := annotation.VerifyPodList(pub, l.Annotations[annotation.PodListSignatureAnnotation], "edge-a", l.Annotations[annotation.PodListAnnotation])
+			switch {
+			case ok != tc.list:
+				t.Errorf("a list: %v, want %v", ok, tc.list)
+			case ok && (set.Len() != tc.pods || pl.Time != at):
+				t.Errorf("a list of %d Pods at %d, want %d at %d", set.Len(), pl.Time, tc.pods, at)
+			case !ok && l.Annotations[annotation.PodListAnnotation] != "":
+				t.Error("an unverifiable list written")
+			}
+		})
+	}
+}
+
+// A new leader takes the heartbeat the Lease carries, when its key signed
+// it, as the least seq of the statements it signs: the last leader's list
+// may be of a clock ahead of its own. One its key did not sign is ignored.
+func TestSeedListFloor(t *testing.T) {
+	_, otherKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := time.Now().Add(time.Hour).UnixMilli()
+	for _, tc := range []struct {
+		name   string
+		own    bool
+		raised bool
+	}{
+		{"own heartbeat ahead", true, true},
+		{"another key's heartbeat", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pub, cfg := endpointKey(t)
+			key := cfg.SignKey
+			if !tc.own {
+				key = otherKey
+			}
+			hb := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: "edge-a", Time: ahead})
+			l := heartbeatLeaseOf(hb, annotation.SignHeartbeat(key, "edge-a", hb))
+			cfg.HeartbeatInterval = time.Hour
+			f := startWith(t, cfg, false, []runtime.Object{svc("backend", app), readyPod("p", true, "10.0.0.1"), l})
+			var e annotation.Endpoint
+			f.eventually("stated", func() (err error) {
+				e, err = f.stated("p", pub, true, 0, "10.0.0.1")
+				return err
+			})
+			if got := e.Seq >= uint64(ahead); got != tc.raised {
+				t.Errorf("seq %d, at least the heartbeat's %d: %v, want %v", e.Seq, ahead, got, tc.raised)
+			}
+		})
+	}
+}
+
+// heartbeatLeaseOf is the heartbeat Lease carrying heartbeat hb and its
+// signature sig.
+func heartbeatLeaseOf(hb, sig string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: annotation.HeartbeatLeaseNamespace, Name: annotation.HeartbeatLeaseName,
+		Annotations: map[string]string{annotation.HeartbeatAnnotation: hb, annotation.HeartbeatSignatureAnnotation: sig}}}
+}

@@ -1,0 +1,125 @@
+package relay
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+)
+
+// Pod lists (annotation.PodList, PodListAnnotation). A heartbeat proves the
+// origin is alive, not which Pods it has: a hub could keep presenting a
+// deleted Pod's last statement, and while it passes fresh heartbeats it is
+// current on the origin, so the union keeps the Pod. Under verify, the
+// reader takes the newest Pod list of the origin that verifies with its key,
+// whichever hub's Lease carried it (the list is the origin's word, not the
+// hub's: a hub can withhold it, not make one up), and drops from every
+// hub's view of the origin each record whose statement is older than the
+// list (Seq < its time) and whose Pod it does not name: that Pod was gone
+// when the origin wrote the list. A statement signed after the list has a
+// Seq no smaller than its time (the annotator sees to it) and is kept.
+// Without a list that verifies nothing is dropped, as before lists; a hub's
+// Lease whose heartbeat verifies but whose list does not (none, or a bad
+// one) is reported once per change (ReasonNoPodList).
+
+// Reasons of the Pod list rule.
+const (
+	// ReasonUnlisted: under verify, a record older than the newest Pod list
+	// of its origin that verifies, and of a Pod the list does not name.
+	ReasonUnlisted annotation.Reason = "unlisted"
+	// ReasonNoPodList: under verify, a hub's Lease with a heartbeat that
+	// verifies and no Pod list that does (none: an older annotator or hub,
+	// an origin over annotation.MaxPodListPods, or a hub that withholds
+	// it; or one unsigned, mis-signed or malformed). Nothing is dropped on
+	// that Lease's word.
+	ReasonNoPodList annotation.Reason = "no_pod_list"
+)
+
+// podList is a verified Pod list: its time (Unix milliseconds) and Pods.
+type podList struct {
+	at   uint64
+	pods annotation.PodSet
+}
+
+// unlisted reports whether the list drops the record of namespace/name
+// whose statement has seq.
+func (p *podList) unlisted(namespace, name string, seq uint64) bool {
+	return p != nil && seq < p.at && !p.pods.Has(namespace, name)
+}
+
+// checkList verifies, as a Lease arrives, the Pod list raw and its
+// signature sig with the key of the Lease's origin, into l.
+func (r *Relay) checkList(l *slimLease, raw, sig string) {
+	key := r.cfg.Keys[l.origin]
+	if key == nil {
+		return // refused as a whole (leaseCounts)
+	}
+	pl, pods, rej, ok := annotation.VerifyPodList(key, sig, l.origin, raw)
+	if !ok {
+		l.listRefused = rej
+		return
+	}
+	l.list = &podList{at: uint64(pl.Time), pods: pods}
+}
+
+// newestList is the newest Pod list of origin o that verifies, among those
+// the hubs' Leases carry now and the one taken before (a list stays true of
+// what it says after its Lease changes or goes); r.mu is held.
+func (r *Relay) newestList(name string, o *origin) *podList {
+	for _, h := range r.hubs {
+		if l := h.leases[name]; l != nil && l.list != nil && (o.list == nil || l.list.at > o.list.at) {
+			o.list = l.list
+		}
+	}
+	return o.list
+}
+
+// noteList reports, through out, that h's Lease of origin carries a
+// heartbeat that verifies without a Pod list that does, once per change of
+// that; r.mu is held.
+func (r *Relay) noteList(h *hub, origin string, out *later) {
+	if r.cfg.Keys == nil {
+		return
+	}
+	k := beatKey{h.name, origin}
+	l := h.leases[origin]
+	said := ""
+	if l != nil && !l.beat.IsZero() && l.list == nil {
+		said = l.listRefused.Detail
+	}
+	if r.lists[k] == said {
+		return
+	}
+	if said == "" {
+		delete(r.lists, k)
+		return
+	}
+	r.lists[k] = said
+	if ev := r.cfg.Events.Refused; ev != nil {
+		hub, rej := h.name, annotation.Rejection{Index: -1, Reason: ReasonNoPodList,
+			Detail: fmt.Sprintf("the hub's Lease of cluster %s carries no Pod list that verifies (%s): records of it are not checked against one through this hub", origin, said)}
+		*out = append(*out, func() { ev(hub, origin, "", "", rej) })
+	}
+}
+
+// reportUnlisted reports, through out, the records the Pod list dropped
+// (drops: "hub\x00namespace/name" → Seq) that it had not dropped at the
+// last look, and keeps drops as what it dropped; r.mu is held.
+func (r *Relay) reportUnlisted(name string, o *origin, drops map[string]uint64, out *later) {
+	ev := r.cfg.Events.Refused
+	if ev != nil {
+		for k, seq := range drops {
+			if was, ok := o.unlisted[k]; ok && was == seq {
+				continue
+			}
+			hub, key, _ := strings.Cut(k, "\x00")
+			ns, pod, _ := strings.Cut(key, "/")
+			rej := annotation.Rejection{Index: -1, Reason: ReasonUnlisted,
+				Detail: fmt.Sprintf("statement seq %d is older than cluster %s's Pod list of %s, which does not name the Pod: it was gone then, the hub still holds it",
+					seq, name, time.UnixMilli(int64(o.list.at)).UTC().Format(time.RFC3339Nano))}
+			*out = append(*out, func() { ev(hub, name, ns, pod, rej) })
+		}
+	}
+	o.unlisted = drops
+}

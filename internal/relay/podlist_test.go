@@ -1,0 +1,176 @@
+package relay
+
+import (
+	"crypto/ed25519"
+	"slices"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcsannotations/mcsannotations/annotation"
+	"github.com/mcsannotations/mcsannotations/internal/source"
+	"github.com/mcsannotations/mcsannotations/internal/store"
+)
+
+// listing returns l carrying its origin's Pod list of at naming the Pods
+// names of namespace prod, signed with key, as a hub copies it.
+func listing(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time, names ...string) *coordinationv1.Lease {
+	origin := l.Labels[OriginLabel]
+	var hs []uint64
+	for _, n := range names {
+		hs = append(hs, annotation.PodHash("prod", n))
+	}
+	pl, _ := annotation.NewPodList(origin, at.UnixMilli(), hs)
+	v := annotation.FormatPodList(pl)
+	l.Annotations[PodListAnnotation] = v
+	l.Annotations[PodListSignatureAnnotation] = annotation.SignPodList(key, origin, v)
+	return l
+}
+
+// Under verify, a record whose statement is older than the origin's Pod list
+// and whose Pod the list does not name is dropped, reported once; a record
+// the list names, or whose statement is not older than the list, is kept;
+// without a list that verifies nothing is dropped, and the Lease is reported
+// once (no_pod_list). Without verify, lists are not read.
+func TestPodListDropsUnlisted(t *testing.T) {
+	pub, priv := genKey(t)
+	_, other := genKey(t)
+	now := time.Now().Truncate(time.Millisecond)
+	at := uint64(now.UnixMilli())
+	beat := func() *coordinationv1.Lease {
+		return beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now)
+	}
+	p := func(name, ip string, seq uint64) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: name, ip: ip, ready: true, seq: seq}.pod(priv)
+	}
+	pods := slice("prod", "backend", "origin-a", nil,
+		p("live", "10.0.0.1", at-5000),  // in the list
+		p("gone", "10.0.0.2", at-5000),  // deleted before the list
+		p("newer", "10.0.0.3", at),      // signed at the list's time
+		p("later", "10.0.0.4", at+1000)) // signed after it
+	live, gone := rec("prod", "live", "10.0.0.1", true, "backend"), rec("prod", "gone", "10.0.0.2", true, "backend")
+	newer, later := rec("prod", "newer", "10.0.0.3", true, "backend"), rec("prod", "later", "10.0.0.4", true, "backend")
+	all := []string{gone, later, live, newer}
+	unsigned := listing(beat(), priv, now, "live")
+	unsigned.Annotations[PodListSignatureAnnotation] = ""
+	for _, tc := range []struct {
+		name    string
+		lease   *coordinationv1.Lease
+		verify  bool
+		want    []string
+		refused []string
+	}{
+		{"list without the deleted Pod", listing(beat(), priv, now, "live"), true,
+			[]string{later, live, newer}, []string{"hub-0 origin-a prod/gone unlisted"}},
+		{"list naming every Pod", listing(beat(), priv, now, "live", "gone"), true, all, nil},
+		{"list older than every statement", listing(beat(), priv, now.Add(-time.Hour), "live"), true, all, nil},
+		{"no list", beat(), true, all, []string{"hub-0 origin-a / no_pod_list"}},
+		{"unsigned list", unsigned, true, all, []string{"hub-0 origin-a / no_pod_list"}},
+		{"list of another key", listing(beat(), other, now, "live"), true, all, []string{"hub-0 origin-a / no_pod_list"}},
+		{"without verify", listing(beat(), priv, now, "live"), false, all, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var keys map[string]ed25519.PublicKey
+			if tc.verify {
+				keys = map[string]ed25519.PublicKey{"origin-a": pub}
+			}
+			var ref refusals
+			st := store.New()
+			r := start(t, st, Config{Keys: keys, Events: ref.events()}, newFakeHub(pods, tc.lease))
+			eventually(t, "synced and connected", func() bool {
+				o := r.Origins()
+				return synced(r) && len(o) == 1 && o[0].State == source.Connected
+			})
+			eventually(t, "the records", func() bool { return slices.Equal(records(st, "origin-a"), tc.want) })
+			time.Sleep(50 * time.Millisecond) // more syncs: no more reports
+			r.hubChanged()
+			if got := ref.list(); !slices.Equal(got, tc.refused) {
+				t.Errorf("refused %q, want %q", got, tc.refused)
+			}
+		})
+	}
+}
+
+// Two hubs: the honest one deletes a Pod and carries the origin's new list,
+// the hostile one keeps the Pod's last ready statement, passes fresh
+// heartbeats and withholds the list (or presents the older list that named
+// the Pod): the Pod goes all the same, the newest list that verifies being
+// the origin's word whichever hub carried it; a Pod created after the list
+// stays.
+func TestPodListTwoHubs(t *testing.T) {
+	pub, priv := genKey(t)
+	keys := map[string]ed25519.PublicKey{"origin-a": pub}
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	s0 := uint64(t0.Add(-time.Minute).UnixMilli())
+	p := func(name, ip string, seq uint64) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: name, ip: ip, ready: true, seq: seq}.pod(priv)
+	}
+	both := slice("prod", "backend", "origin-a", nil, p("live", "10.0.0.1", s0), p("gone", "10.0.0.2", s0))
+	ra, rb := rec("prod", "live", "10.0.0.1", true, "backend"), rec("prod", "gone", "10.0.0.2", true, "backend")
+	oldList := func() *coordinationv1.Lease {
+		now := time.Now()
+		return listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now), priv, t0, "live", "gone")
+	}
+	for _, tc := range []struct {
+		name    string
+		hostile func() *coordinationv1.Lease // the hostile hub's Lease once the Pod is gone
+	}{
+		{"list withheld", func() *coordinationv1.Lease {
+			now := time.Now()
+			return beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now)
+		}},
+		{"older list presented", oldList},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			honest, hostile := newFakeHub(both, oldList()), newFakeHub(both, oldList())
+			var ref refusals
+			st := store.New()
+			r := start(t, st, Config{Keys: keys, Events: ref.events()}, honest, hostile)
+			eventually(t, "both Pods", func() bool { return synced(r) && slices.Equal(records(st, "origin-a"), []string{rb, ra}) })
+
+			// The origin deletes gone; then, at t1, writes a list without it
+			// and creates a Pod after it. The honest hub follows; the
+			// hostile one keeps gone, and relays the new Pod too.
+			t1 := time.Now().Truncate(time.Millisecond)
+			fresh := slice("prod", "backend", "origin-a", nil, p("live", "10.0.0.1", s0), p("new", "10.0.0.3", uint64(t1.UnixMilli())+1))
+			kept := slice("prod", "backend", "origin-a", nil, p("live", "10.0.0.1", s0), p("gone", "10.0.0.2", s0), p("new", "10.0.0.3", uint64(t1.UnixMilli())+1))
+			if _, err := hostile.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), tc.hostile(), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := hostile.DiscoveryV1().EndpointSlices("prod").Update(t.Context(), kept, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// Before the honest hub moves, the hostile one keeps gone in the
+			// union: nothing proves it went.
+			rn := rec("prod", "new", "10.0.0.3", true, "backend")
+			eventually(t, "the new Pod", func() bool { return slices.Equal(records(st, "origin-a"), []string{rb, ra, rn}) })
+
+			if _, err := honest.DiscoveryV1().EndpointSlices("prod").Update(t.Context(), fresh, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// Without the list the hostile hub is current and holds gone:
+			// the union keeps it.
+			time.Sleep(50 * time.Millisecond)
+			if got := records(st, "origin-a"); !slices.Equal(got, []string{rb, ra, rn}) {
+				t.Fatalf("before the origin's new list: %q", got)
+			}
+			now := time.Now()
+			l := listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now), priv, t1, "live")
+			if _, err := honest.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "gone gone, through both hubs", func() bool { return slices.Equal(records(st, "origin-a"), []string{ra, rn}) })
+			o := r.Origins()
+			if len(o) != 1 || o[0].State != source.Connected {
+				t.Errorf("origin %+v, want connected", o)
+			}
+			time.Sleep(50 * time.Millisecond)
+			got := ref.list()
+			if !slices.Contains(got, "hub-1 origin-a prod/gone unlisted") || slices.Contains(got, "hub-0 origin-a prod/gone unlisted") {
+				t.Errorf("refused %q, want gone unlisted on hub-1 only", got)
+			}
+		})
+	}
+}
