@@ -153,13 +153,28 @@ func TestRelayReader(t *testing.T) {
 	putSlice(t, h1, relaySlice("prod", "backend-b", "origin-b", p(b1)))
 	putSlice(t, h2, relaySlice("prod", "backend-a", "origin-a", p(a1)))
 	putSlice(t, h2, relaySlice("prod", "backend-b", "origin-b", p(b1), p(b2)))
+	// The Pods each origin lists with its heartbeat (annotation.PodList).
+	listed := map[string][]relayStmt{"origin-a": {a1, a2}, "origin-b": {b1, b2}}
 	for _, c := range hubs {
 		for _, o := range []string{"origin-a", "origin-b"} {
-			// Under verify, "connected" counts with the origin's heartbeat.
+			// Under verify, "connected" counts with the origin's heartbeat,
+			// written with its Pod list as the origin's annotator does.
 			l := originLease(o, source.Connected)
-			hb := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: o, Time: time.Now().UnixMilli()})
+			now := time.Now().UnixMilli()
+			hb := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: o, Time: now})
 			l.Annotations[relay.HeartbeatAnnotation] = hb
 			l.Annotations[relay.HeartbeatSignatureAnnotation] = annotation.SignHeartbeat(priv[o], o, hb)
+			var hashes []uint64
+			for _, s := range listed[o] {
+				hashes = append(hashes, annotation.PodHash(s.ns, s.name))
+			}
+			pl, ok := annotation.NewPodList(o, now, hashes)
+			if !ok {
+				t.Fatalf("no Pod list of %s", o)
+			}
+			list := annotation.FormatPodList(pl)
+			l.Annotations[relay.PodListAnnotation] = list
+			l.Annotations[relay.PodListSignatureAnnotation] = annotation.SignPodList(priv[o], o, list)
 			if _, err := c.Client.CoordinationV1().Leases(relay.DefaultNamespace).Create(t.Context(), l, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
