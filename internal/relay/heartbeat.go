@@ -133,10 +133,17 @@ func (r *Relay) noteBeat(h *hub, origin string, now time.Time, out *later) bool 
 		delete(r.beats, k)
 		return had
 	}
+	// What is compared is the verdict, not its detail's times: a hub
+	// passing an origin's fresh heartbeats without their lists, or ones
+	// far ahead, changes them at every heartbeat, and is reported once.
 	var said string
 	rej, ok := r.beatVerdict(l, now)
-	if !ok {
-		said = string(rej.Reason) + " " + rej.Detail
+	switch {
+	case ok:
+	case rej.Reason == ReasonHeartbeat:
+		said = string(rej.Reason) + " " + rej.Detail // why it does not verify
+	default:
+		said = string(rej.Reason)
 	}
 	before, had := r.beats[k]
 	r.beats[k] = said
