@@ -30,7 +30,11 @@ const (
 	PodListSignatureContext = "mcsannotations heartbeat pods v1\n"
 
 	// MaxPodListPods bounds the Pods of a list: an origin that states more
-	// writes none (readers then drop nothing, as without lists).
+	// writes a list that names none and says how many it has (PodList.Over):
+	// readers drop nothing on its word, as without lists, but see that the
+	// origin still writes lists (a reader that has seen lists of an origin
+	// takes a hub's word that it is connected only with a list as new as
+	// the heartbeat).
 	MaxPodListPods = 4096
 	// PodHashBytes is the size of a Pod's hash in a list.
 	PodHashBytes = 8
@@ -48,8 +52,24 @@ type PodList struct {
 	Time int64 `json:"time"`
 	// Pods are the hashes (PodHash) of the Pods, each PodHashBytes,
 	// concatenated in increasing order, none twice, in base64 (standard,
-	// padded); "" for none.
+	// padded); "" for none. Absent from a list over MaxPodListPods.
 	Pods string `json:"pods"`
+	// Over is, in a list of an origin with more than MaxPodListPods Pods,
+	// their number; such a list names none. 0 (absent) otherwise.
+	Over int `json:"over,omitempty"`
+}
+
+// maxPodListOver bounds PodList.Over: a number, not an allocation, but
+// one that is said in a log line.
+const maxPodListOver = 1 << 30
+
+// podListWire is a list as it is read: Pods is present in a list that
+// names its Pods, absent in one over MaxPodListPods.
+type podListWire struct {
+	Cluster string  `json:"cluster"`
+	Time    int64   `json:"time"`
+	Pods    *string `json:"pods"`
+	Over    int     `json:"over"`
 }
 
 // PodHash is a Pod's hash in a list: the first PodHashBytes of SHA-256
@@ -62,13 +82,13 @@ func PodHash(namespace, name string) uint64 {
 
 // NewPodList makes the list of cluster at time t naming the Pods of
 // hashes (in any order; duplicates are dropped); false when there are more
-// than MaxPodListPods.
+// than MaxPodListPods, with the list that says so and names none.
 func NewPodList(cluster string, t int64, hashes []uint64) (PodList, bool) {
 	hs := slices.Clone(hashes)
 	slices.Sort(hs)
 	hs = slices.Compact(hs)
 	if len(hs) > MaxPodListPods {
-		return PodList{}, false
+		return PodList{Cluster: cluster, Time: t, Over: min(len(hs), maxPodListOver)}, false
 	}
 	b := make([]byte, 0, len(hs)*PodHashBytes)
 	for _, h := range hs {
@@ -77,14 +97,27 @@ func NewPodList(cluster string, t int64, hashes []uint64) (PodList, bool) {
 	return PodList{Cluster: cluster, Time: t, Pods: base64.StdEncoding.EncodeToString(b)}, true
 }
 
-// FormatPodList is a list's annotation value.
+// FormatPodList is a list's annotation value: pods, or over for a list
+// over MaxPodListPods.
 func FormatPodList(l PodList) string {
-	b, _ := json.Marshal(l)
+	w := podListWire{Cluster: l.Cluster, Time: l.Time, Over: l.Over}
+	if l.Over == 0 {
+		w.Pods = &l.Pods
+	}
+	b, _ := json.Marshal(struct {
+		Cluster string  `json:"cluster"`
+		Time    int64   `json:"time"`
+		Pods    *string `json:"pods,omitempty"`
+		Over    int     `json:"over,omitempty"`
+	}(w))
 	return string(b)
 }
 
 // PodSet is a parsed list's Pods.
-type PodSet struct{ hashes []uint64 } // increasing
+type PodSet struct {
+	hashes []uint64 // increasing
+	over   bool
+}
 
 // Has tells whether the set names the Pod namespace/name.
 func (s PodSet) Has(namespace, name string) bool {
@@ -95,28 +128,48 @@ func (s PodSet) Has(namespace, name string) bool {
 // Len is the number of Pods in the set.
 func (s PodSet) Len() int { return len(s.hashes) }
 
+// Over tells whether the set is of a list over MaxPodListPods, which names
+// no Pod: nothing is dropped on its word.
+func (s PodSet) Over() bool { return s.over }
+
 // ParsePodList reads a list and checks it: bounded, one JSON value with no
-// unknown field, a valid cluster ID, a positive time, and Pods that decode
-// to at most MaxPodListPods hashes in increasing order, none twice.
+// unknown field, a valid cluster ID, a positive time, and either Pods that
+// decode to at most MaxPodListPods hashes in increasing order, none twice,
+// or (without pods) an Over above MaxPodListPods.
 func ParsePodList(raw string) (PodList, PodSet, error) {
-	var l PodList
+	var w podListWire
 	if len(raw) > MaxPodListBytes {
-		return l, PodSet{}, fmt.Errorf("Pod list of %d bytes, over %d", len(raw), MaxPodListBytes)
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list of %d bytes, over %d", len(raw), MaxPodListBytes)
 	}
 	d := json.NewDecoder(strings.NewReader(raw))
 	d.DisallowUnknownFields()
-	if err := d.Decode(&l); err != nil {
+	if err := d.Decode(&w); err != nil {
 		return PodList{}, PodSet{}, fmt.Errorf("Pod list: %s", Clip(err.Error()))
 	}
 	if _, err := d.Token(); err != io.EOF {
 		return PodList{}, PodSet{}, fmt.Errorf("Pod list: data after the value")
 	}
-	if !ValidClusterID(l.Cluster) {
-		return PodList{}, PodSet{}, fmt.Errorf("Pod list: cluster %q is not a cluster ID", Clip(l.Cluster))
+	if !ValidClusterID(w.Cluster) {
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list: cluster %q is not a cluster ID", Clip(w.Cluster))
 	}
-	if l.Time <= 0 {
+	if w.Time <= 0 {
 		return PodList{}, PodSet{}, fmt.Errorf("Pod list without time")
 	}
+	l := PodList{Cluster: w.Cluster, Time: w.Time, Over: w.Over}
+	switch {
+	case w.Pods != nil && w.Over != 0:
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list with both pods and over")
+	case w.Pods == nil && w.Over == 0:
+		// A list without pods would name no Pod: every older record of
+		// the origin would go on it.
+		return PodList{}, PodSet{}, fmt.Errorf("Pod list without pods")
+	case w.Pods == nil:
+		if w.Over <= MaxPodListPods || w.Over > maxPodListOver {
+			return PodList{}, PodSet{}, fmt.Errorf("Pod list over %d Pods says %d", MaxPodListPods, w.Over)
+		}
+		return l, PodSet{over: true}, nil
+	}
+	l.Pods = *w.Pods
 	b, err := base64.StdEncoding.Strict().DecodeString(l.Pods)
 	if err != nil || len(b)%PodHashBytes != 0 {
 		return PodList{}, PodSet{}, fmt.Errorf("Pod list: pods are not base64 of %d-byte hashes", PodHashBytes)

@@ -25,6 +25,7 @@ func TestParsePodList(t *testing.T) {
 		name string
 		raw  string
 		want int    // Pods in the set
+		over bool   // a list over the cap, naming none
 		err  string // a part of the refusal; "" accepts
 	}{
 		{name: "empty list", raw: `{"cluster":"east","time":1790000000000,"pods":""}`},
@@ -44,7 +45,13 @@ func TestParsePodList(t *testing.T) {
 		{name: "bad cluster", raw: `{"cluster":"East_1","time":1,"pods":""}`, err: "is not a cluster ID"},
 		{name: "a second value", raw: `{"cluster":"east","time":1,"pods":""}{}`, err: "data after the value"},
 		{name: "pods not a string", raw: `{"cluster":"east","time":1,"pods":[1]}`, err: "cannot unmarshal"},
-		{name: "a heartbeat", raw: `{"cluster":"east","time":1}`, want: 0},
+		{name: "over, said", raw: `{"cluster":"east","time":1,"over":4097}`, over: true},
+		{name: "over, at the cap", raw: `{"cluster":"east","time":1,"over":4096}`, err: "over 4096 Pods says 4096"},
+		{name: "over, negative", raw: `{"cluster":"east","time":1,"over":-5}`, err: "says -5"},
+		{name: "over, huge", raw: `{"cluster":"east","time":1,"over":9000000000}`, err: "says 9000000000"},
+		{name: "over with pods", raw: `{"cluster":"east","time":1,"pods":"","over":5000}`, err: "both pods and over"},
+		{name: "a heartbeat", raw: `{"cluster":"east","time":1}`, err: "without pods"},
+		{name: "pods null", raw: `{"cluster":"east","time":1,"pods":null}`, err: "without pods"},
 		{name: "not JSON", raw: `east`, err: "invalid character"},
 		{name: "null", raw: `null`, err: "is not a cluster ID"},
 	} {
@@ -54,13 +61,13 @@ func TestParsePodList(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.err) || len(err.Error()) > 300 {
 					t.Fatalf("ParsePodList = %+v, %v; want a short refusal containing %q", l, err, tc.err)
 				}
-				if l != (PodList{}) || set.Len() != 0 {
+				if l != (PodList{}) || set.Len() != 0 || set.Over() {
 					t.Errorf("refused, yet returned %+v with %d Pods", l, set.Len())
 				}
 				return
 			}
-			if err != nil || set.Len() != tc.want {
-				t.Fatalf("ParsePodList = %+v (%d Pods), %v; want %d Pods", l, set.Len(), err, tc.want)
+			if err != nil || set.Len() != tc.want || set.Over() != tc.over {
+				t.Fatalf("ParsePodList = %+v (%d Pods, over %v), %v; want %d Pods, over %v", l, set.Len(), set.Over(), err, tc.want, tc.over)
 			}
 			if again, _, err := ParsePodList(FormatPodList(l)); err != nil || again != l {
 				t.Errorf("formats to what reads back as %+v, %v", again, err)
@@ -105,8 +112,18 @@ func TestNewPodList(t *testing.T) {
 	} else if _, set, err := ParsePodList(raw); err != nil || set.Len() != MaxPodListPods {
 		t.Errorf("at the cap: reads back %d Pods, %v", set.Len(), err)
 	}
-	if _, ok := NewPodList("east", 1, append(many, PodHash("ns", "one-more"))); ok {
+	over, ok := NewPodList("east", 1, append(many, PodHash("ns", "one-more"), PodHash("ns", "one-more")))
+	if ok {
 		t.Error("NewPodList took more than MaxPodListPods")
+	}
+	// Over the cap: a list that names none and says how many there are
+	// (duplicates dropped), small whatever the count.
+	raw = FormatPodList(over)
+	if got, set, err := ParsePodList(raw); err != nil || got.Over != MaxPodListPods+1 || got.Time != 1 || set.Len() != 0 || !set.Over() || len(raw) > 100 {
+		t.Errorf("over the cap: %s reads back as %+v (%d Pods, over %v), %v", raw, got, set.Len(), set.Over(), err)
+	}
+	if set := (PodSet{over: true}); set.Has("ns", "one-more") {
+		t.Error("a list over the cap names a Pod")
 	}
 }
 
@@ -177,6 +194,8 @@ func FuzzParsePodList(f *testing.F) {
 		`{"cluster":"east","time":1,"pods":"` + pods64(2, 1) + `"}`,
 		`{"cluster":"east","time":1,"pods":"AAAA"}`,
 		`{"cluster":"east","time":1}`,
+		`{"cluster":"east","time":1,"over":5000}`,
+		`{"cluster":"east","time":1,"pods":"","over":5000}`,
 		`null`,
 		``,
 	} {
@@ -190,7 +209,8 @@ func FuzzParsePodList(f *testing.F) {
 			}
 			return
 		}
-		if len(raw) > MaxPodListBytes || l.Time <= 0 || !ValidClusterID(l.Cluster) || set.Len() > MaxPodListPods {
+		if len(raw) > MaxPodListBytes || l.Time <= 0 || !ValidClusterID(l.Cluster) || set.Len() > MaxPodListPods ||
+			set.Over() != (l.Over != 0) || set.Over() && (set.Len() != 0 || l.Over <= MaxPodListPods || l.Pods != "") {
 			t.Fatalf("accepted %q as %+v", raw, l)
 		}
 		for i := 1; i < len(set.hashes); i++ {

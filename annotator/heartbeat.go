@@ -100,15 +100,19 @@ func (c *Controller) writeHeartbeat(ctx context.Context, last int64) (int64, err
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &c.cfg.Cluster, RenewTime: &metav1.MicroTime{Time: now}},
 	}
-	if pl, ok := annotation.NewPodList(c.cfg.Cluster, t, pods); ok {
-		v := annotation.FormatPodList(pl)
-		l.Annotations[annotation.PodListAnnotation] = v
-		l.Annotations[annotation.PodListSignatureAnnotation] = annotation.SignPodList(c.cfg.SignKey, c.cfg.Cluster, v)
+	// A list is written with every heartbeat, one that names no Pod when
+	// there are too many: readers that saw lists of this cluster take a
+	// hub's word that it is connected only with one.
+	pl, ok := annotation.NewPodList(c.cfg.Cluster, t, pods)
+	if ok {
 		c.listed.over.Store(false)
 	} else if !c.listed.over.Swap(true) {
-		klog.Warningf("heartbeat %s/%s: %d Pods with endpoint statements, over %d: no Pod list is written (readers drop no relayed record on its word)",
+		klog.Warningf("heartbeat %s/%s: %d Pods with endpoint statements, over %d: the Pod list names none (readers drop no relayed record on its word)",
 			annotation.HeartbeatLeaseNamespace, annotation.HeartbeatLeaseName, len(pods), annotation.MaxPodListPods)
 	}
+	v := annotation.FormatPodList(pl)
+	l.Annotations[annotation.PodListAnnotation] = v
+	l.Annotations[annotation.PodListSignatureAnnotation] = annotation.SignPodList(c.cfg.SignKey, c.cfg.Cluster, v)
 	body, err := json.Marshal(l)
 	if err != nil {
 		return 0, err

@@ -140,19 +140,20 @@ func TestPodLister(t *testing.T) {
 	}
 }
 
-// An origin with more Pods than a list may name writes its heartbeat
-// without a list (readers then drop nothing on its word), and with one
-// again once it has fewer.
+// An origin with more Pods than a list may name writes, with its
+// heartbeat, a signed list that names none and says how many it has
+// (readers then drop nothing on its word, yet see that lists are still
+// written), and one naming them again once it has fewer.
 func TestHeartbeatPodListBound(t *testing.T) {
 	pub, cfg := endpointKey(t)
 	for _, tc := range []struct {
 		name string
 		pods int
-		list bool
+		over bool
 	}{
-		{"at the bound", annotation.MaxPodListPods, true},
-		{"over the bound", annotation.MaxPodListPods + 1, false},
-		{"none", 0, true},
+		{"at the bound", annotation.MaxPodListPods, false},
+		{"over the bound", annotation.MaxPodListPods + 1, true},
+		{"none", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
@@ -177,12 +178,14 @@ func TestHeartbeatPodListBound(t *testing.T) {
 			}
 			pl, set, _, ok := annotation.VerifyPodList(pub, l.Annotations[annotation.PodListSignatureAnnotation], "edge-a", l.Annotations[annotation.PodListAnnotation])
 			switch {
-			case ok != tc.list:
-				t.Errorf("a list: %v, want %v", ok, tc.list)
-			case ok && (set.Len() != tc.pods || pl.Time != at):
-				t.Errorf("a list of %d Pods at %d, want %d at %d", set.Len(), pl.Time, tc.pods, at)
-			case !ok && l.Annotations[annotation.PodListAnnotation] != "":
-				t.Error("an unverifiable list written")
+			case !ok || pl.Time != at:
+				t.Errorf("a list that verifies: %v, at %d (heartbeat %d)", ok, pl.Time, at)
+			case set.Over() != tc.over:
+				t.Errorf("a list over the bound: %v, want %v", set.Over(), tc.over)
+			case tc.over && (set.Len() != 0 || pl.Over != tc.pods):
+				t.Errorf("over the bound, a list naming %d Pods, saying %d, want none, saying %d", set.Len(), pl.Over, tc.pods)
+			case !tc.over && set.Len() != tc.pods:
+				t.Errorf("a list of %d Pods, want %d", set.Len(), tc.pods)
 			}
 		})
 	}

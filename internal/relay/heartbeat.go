@@ -82,7 +82,9 @@ func (r *Relay) beatAt(l *slimLease, now time.Time) time.Time {
 
 // beatVerdict tells whether l's word is taken at now: always without
 // verify or when it does not say connected; under verify, when it says
-// connected, only with a recent heartbeat. Else the refusal says why.
+// connected, only with a recent heartbeat and, once a Pod list of the
+// origin was seen, a list as new as it (podlist.go). Else the refusal says
+// why. r.mu is held.
 func (r *Relay) beatVerdict(l *slimLease, now time.Time) (annotation.Rejection, bool) {
 	if r.cfg.Keys == nil || l.state != source.Connected {
 		return annotation.Rejection{}, true
@@ -98,6 +100,10 @@ func (r *Relay) beatVerdict(l *slimLease, now time.Time) (annotation.Rejection, 
 	case now.Sub(l.beat) >= timeout:
 		return annotation.Rejection{Index: -1, Reason: ReasonStaleHeartbeat,
 			Detail: fmt.Sprintf("the hub says cluster %s is connected, yet its last heartbeat is of %s, over %v ago: the origin counts as cut off through this hub", l.origin, l.beat.UTC().Format(time.RFC3339Nano), timeout)}, false
+	}
+	if why, ok := r.withheld(l); ok {
+		return annotation.Rejection{Index: -1, Reason: ReasonWithheldPodList,
+			Detail: fmt.Sprintf("the hub says cluster %s is connected with a heartbeat of %s and %s: a hub withholding the origin's Pod lists could keep its deleted Pods, so the origin counts as cut off through this hub", l.origin, l.beat.UTC().Format(time.RFC3339Nano), why)}, false
 	}
 	return annotation.Rejection{}, true
 }
@@ -127,10 +133,17 @@ func (r *Relay) noteBeat(h *hub, origin string, now time.Time, out *later) bool 
 		delete(r.beats, k)
 		return had
 	}
+	// What is compared is the verdict, not its detail's times: a hub
+	// passing an origin's fresh heartbeats without their lists, or ones
+	// far ahead, changes them at every heartbeat, and is reported once.
 	var said string
 	rej, ok := r.beatVerdict(l, now)
-	if !ok {
-		said = string(rej.Reason) + " " + rej.Detail
+	switch {
+	case ok:
+	case rej.Reason == ReasonHeartbeat:
+		said = string(rej.Reason) + " " + rej.Detail // why it does not verify
+	default:
+		said = string(rej.Reason)
 	}
 	before, had := r.beats[k]
 	r.beats[k] = said

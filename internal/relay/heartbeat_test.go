@@ -157,3 +157,48 @@ func TestHeartbeatNotRenewTime(t *testing.T) {
 		return len(o) == 1 && o[0].State == source.Disconnected && o[0].LastContact.Equal(beat)
 	})
 }
+
+// A refusal of a hub's word is reported once per verdict, not once per
+// heartbeat: a hub that passes an origin's fresh heartbeats without their
+// Pod lists, or heartbeats far ahead of the reader's clock, changes the
+// refusal's times at every heartbeat.
+func TestHeartbeatRefusalOncePerVerdict(t *testing.T) {
+	pub, priv := genKey(t)
+	now := time.Now().Truncate(time.Millisecond)
+	listed := listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now), priv, now, "p")
+	hub := newFakeHub(slice("prod", "backend", "origin-a", nil), listed)
+	var ref refusals
+	r := start(t, store.New(), Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}, Events: ref.events()}, hub)
+	eventually(t, "connected", func() bool { o := r.Origins(); return synced(r) && len(o) == 1 && o[0].State == source.Connected })
+	count := func(reason string) int {
+		n := 0
+		for _, s := range ref.list() {
+			if strings.HasSuffix(s, " "+reason) {
+				n++
+			}
+		}
+		return n
+	}
+	for i, at := range []func(int) time.Time{
+		func(i int) time.Time { return now.Add(time.Duration(i+1) * time.Second) }, // fresh, without the list
+		func(i int) time.Time { return now.Add(time.Hour + time.Duration(i)*time.Second) },
+	} {
+		reason := []string{"withheld_pod_list", "stale_heartbeat"}[i]
+		for j := range 4 {
+			l := beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, at(j))
+			if _, err := hub.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the Lease taken", func() bool {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				hl := r.hubs[0].leases["origin-a"]
+				return hl != nil && hl.beat.Equal(at(j))
+			})
+		}
+		time.Sleep(50 * time.Millisecond)
+		if n := count(reason); n != 1 {
+			t.Errorf("%s reported %d times over 4 heartbeats, want once: %q", reason, n, ref.list())
+		}
+	}
+}

@@ -501,11 +501,29 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 		}
 		now := time.Now()
 		for o := range touched { // once each, after the whole change
-			r.noteBeat(h, o, now, out)
-			r.noteList(h, o, out)
-			r.syncOrigin(o, out)
+			r.leaseLooked(h, o, now, out)
 		}
 	})
+}
+
+// leaseLooked looks at h's Lease of origin o after it changed, and writes
+// o again; r.mu is held. The first Pod list of o that verifies changes every
+// hub's verdict on o (a Lease without one no longer counts: podlist.go), so
+// each hub's Lease is looked at then.
+func (r *Relay) leaseLooked(h *hub, o string, now time.Time, out *later) {
+	if r.cfg.Keys != nil {
+		if st := r.origin(o); st.list == nil && r.newestList(o, st) != nil {
+			for _, other := range r.hubs {
+				if other != h {
+					r.noteBeat(other, o, now, out)
+					r.noteList(other, o, out)
+				}
+			}
+		}
+	}
+	r.noteBeat(h, o, now, out)
+	r.noteList(h, o, out)
+	r.syncOrigin(o, out)
 }
 
 // leaseCounts reports whether a hub's Lease on origin is taken: not one of
@@ -533,9 +551,7 @@ func (r *Relay) leasesReplaced(h *hub, objs map[string]*slimLease) {
 		}
 		now := time.Now()
 		for o := range touched {
-			r.noteBeat(h, o, now, out)
-			r.noteList(h, o, out)
-			r.syncOrigin(o, out)
+			r.leaseLooked(h, o, now, out)
 		}
 	})
 }

@@ -22,18 +22,35 @@ import (
 // Without a list that verifies nothing is dropped, as before lists; a hub's
 // Lease whose heartbeat verifies but whose list does not (none, or a bad
 // one) is reported once per change (ReasonNoPodList).
+//
+// A hub could then defeat the rule by withholding the lists while passing
+// fresh heartbeats. So once the reader has seen a list of an origin that
+// verifies (the origin writes them: its annotator, and the hub's relay,
+// know them), a hub's word that the origin is connected counts only while
+// its Lease carries a list that verifies and is as new as its heartbeat:
+// else the origin counts as cut off through that hub (ReasonWithheldPodList,
+// in beatVerdict), its records kept as for a hub cut off and expired after
+// expire. An origin over annotation.MaxPodListPods writes a list that names
+// none (annotation.PodList.Over): it counts as a list, drops nothing. What
+// the reader has seen is kept in memory: after a restart, until it sees a
+// list again, a hub's Lease without one is taken as before lists.
 
 // Reasons of the Pod list rule.
 const (
 	// ReasonUnlisted: under verify, a record older than the newest Pod list
 	// of its origin that verifies, and of a Pod the list does not name.
 	ReasonUnlisted annotation.Reason = "unlisted"
-	// ReasonNoPodList: under verify, a hub's Lease with a heartbeat that
-	// verifies and no Pod list that does (none: an older annotator or hub,
-	// an origin over annotation.MaxPodListPods, or a hub that withholds
-	// it; or one unsigned, mis-signed or malformed). Nothing is dropped on
-	// that Lease's word.
+	// ReasonNoPodList: under verify, before any Pod list of the origin
+	// that verifies was seen, a hub's Lease with a heartbeat that verifies
+	// and no Pod list that does (none: an older annotator or hub, or a hub
+	// that withholds it; or one unsigned, mis-signed or malformed).
+	// Nothing is dropped on that Lease's word.
 	ReasonNoPodList annotation.Reason = "no_pod_list"
+	// ReasonWithheldPodList: under verify, after a Pod list of the origin
+	// that verifies was seen, a hub's Lease says the origin is connected
+	// without a list that verifies as new as its heartbeat: the origin
+	// counts as cut off through that hub.
+	ReasonWithheldPodList annotation.Reason = "withheld_pod_list"
 )
 
 // podList is a verified Pod list: its time (Unix milliseconds) and Pods.
@@ -43,9 +60,28 @@ type podList struct {
 }
 
 // unlisted reports whether the list drops the record of namespace/name
-// whose statement has seq.
+// whose statement has seq (never for a list over the cap, which names
+// none).
 func (p *podList) unlisted(namespace, name string, seq uint64) bool {
-	return p != nil && seq < p.at && !p.pods.Has(namespace, name)
+	return p != nil && !p.pods.Over() && seq < p.at && !p.pods.Has(namespace, name)
+}
+
+// withheld tells, under verify, whether l, a Lease of an origin whose
+// lists the reader has seen (o.list), lacks a list that verifies as new as
+// its heartbeat, and why; r.mu is held.
+func (r *Relay) withheld(l *slimLease) (string, bool) {
+	o := r.origins[l.origin]
+	if o == nil || o.list == nil {
+		return "", false
+	}
+	seen := time.UnixMilli(int64(o.list.at)).UTC().Format(time.RFC3339Nano)
+	switch {
+	case l.list == nil:
+		return fmt.Sprintf("no Pod list that verifies (%s), although one of %s was seen", l.listRefused.Detail, seen), true
+	case int64(l.list.at) < l.beat.UnixMilli():
+		return fmt.Sprintf("a Pod list of %s, older than the heartbeat", time.UnixMilli(int64(l.list.at)).UTC().Format(time.RFC3339Nano)), true
+	}
+	return "", false
 }
 
 // checkList verifies, as a Lease arrives, the Pod list raw and its
@@ -76,8 +112,9 @@ func (r *Relay) newestList(name string, o *origin) *podList {
 }
 
 // noteList reports, through out, that h's Lease of origin carries a
-// heartbeat that verifies without a Pod list that does, once per change of
-// that; r.mu is held.
+// heartbeat that verifies without a Pod list that does, before any list of
+// the origin was seen (after, beatVerdict refuses the Lease's word), once
+// per change of that; r.mu is held.
 func (r *Relay) noteList(h *hub, origin string, out *later) {
 	if r.cfg.Keys == nil {
 		return
@@ -85,7 +122,7 @@ func (r *Relay) noteList(h *hub, origin string, out *later) {
 	k := beatKey{h.name, origin}
 	l := h.leases[origin]
 	said := ""
-	if l != nil && !l.beat.IsZero() && l.list == nil {
+	if o := r.origins[origin]; l != nil && !l.beat.IsZero() && l.list == nil && (o == nil || o.list == nil) {
 		said = l.listRefused.Detail
 	}
 	if r.lists[k] == said {

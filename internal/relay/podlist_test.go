@@ -65,7 +65,7 @@ func TestPodListDropsUnlisted(t *testing.T) {
 		{"list without the deleted Pod", listing(beat(), priv, now, "live"), true,
 			[]string{later, live, newer}, []string{"hub-0 origin-a prod/gone unlisted"}},
 		{"list naming every Pod", listing(beat(), priv, now, "live", "gone"), true, all, nil},
-		{"list older than every statement", listing(beat(), priv, now.Add(-time.Hour), "live"), true, all, nil},
+		{"list older than every statement", listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now.Add(-10*time.Second)), priv, now.Add(-10*time.Second), "live"), true, all, nil},
 		{"no list", beat(), true, all, []string{"hub-0 origin-a / no_pod_list"}},
 		{"unsigned list", unsigned, true, all, []string{"hub-0 origin-a / no_pod_list"}},
 		{"list of another key", listing(beat(), other, now, "live"), true, all, []string{"hub-0 origin-a / no_pod_list"}},
@@ -94,11 +94,12 @@ func TestPodListDropsUnlisted(t *testing.T) {
 }
 
 // Two hubs: the honest one deletes a Pod and carries the origin's new list,
-// the hostile one keeps the Pod's last ready statement, passes fresh
-// heartbeats and withholds the list (or presents the older list that named
-// the Pod): the Pod goes all the same, the newest list that verifies being
-// the origin's word whichever hub carried it; a Pod created after the list
-// stays.
+// the hostile one keeps the Pod's last ready statement and presents the
+// origin's older heartbeat with the older list that named the Pod (recent
+// enough to count): the Pod goes all the same, the newest list that
+// verifies being the origin's word whichever hub carried it; a Pod created
+// after the list stays. (A hostile hub that passes fresh heartbeats without
+// their lists is not current at all: TestWithheldPodList.)
 func TestPodListTwoHubs(t *testing.T) {
 	pub, priv := genKey(t)
 	keys := map[string]ed25519.PublicKey{"origin-a": pub}
@@ -110,18 +111,13 @@ func TestPodListTwoHubs(t *testing.T) {
 	both := slice("prod", "backend", "origin-a", nil, p("live", "10.0.0.1", s0), p("gone", "10.0.0.2", s0))
 	ra, rb := rec("prod", "live", "10.0.0.1", true, "backend"), rec("prod", "gone", "10.0.0.2", true, "backend")
 	oldList := func() *coordinationv1.Lease {
-		now := time.Now()
-		return listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now), priv, t0, "live", "gone")
+		return listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, t0), priv, t0, "live", "gone")
 	}
 	for _, tc := range []struct {
 		name    string
 		hostile func() *coordinationv1.Lease // the hostile hub's Lease once the Pod is gone
 	}{
-		{"list withheld", func() *coordinationv1.Lease {
-			now := time.Now()
-			return beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now)
-		}},
-		{"older list presented", oldList},
+		{"older heartbeat and list presented", oldList},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			honest, hostile := newFakeHub(both, oldList()), newFakeHub(both, oldList())
@@ -150,14 +146,14 @@ func TestPodListTwoHubs(t *testing.T) {
 			if _, err := honest.DiscoveryV1().EndpointSlices("prod").Update(t.Context(), fresh, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			// Without the list the hostile hub is current and holds gone:
-			// the union keeps it.
+			// Before the new list the hostile hub is current and holds
+			// gone: the union keeps it.
 			time.Sleep(50 * time.Millisecond)
 			if got := records(st, "origin-a"); !slices.Equal(got, []string{rb, ra, rn}) {
 				t.Fatalf("before the origin's new list: %q", got)
 			}
 			now := time.Now()
-			l := listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now), priv, t1, "live")
+			l := listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, t1), priv, t1, "live")
 			if _, err := honest.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -172,5 +168,167 @@ func TestPodListTwoHubs(t *testing.T) {
 				t.Errorf("refused %q, want gone unlisted on hub-1 only", got)
 			}
 		})
+	}
+}
+
+// listingOver returns l carrying its origin's Pod list of at for an origin
+// over annotation.MaxPodListPods: it names none.
+func listingOver(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time) *coordinationv1.Lease {
+	origin := l.Labels[OriginLabel]
+	hs := make([]uint64, annotation.MaxPodListPods+1)
+	for i := range hs {
+		hs[i] = uint64(i)
+	}
+	pl, _ := annotation.NewPodList(origin, at.UnixMilli(), hs)
+	v := annotation.FormatPodList(pl)
+	l.Annotations[PodListAnnotation] = v
+	l.Annotations[PodListSignatureAnnotation] = annotation.SignPodList(key, origin, v)
+	return l
+}
+
+// Once a Pod list of an origin was seen, a hub that passes its fresh
+// heartbeats without the list written with them (none, an older one, one
+// that does not verify) is not current on the origin: it could otherwise
+// keep a deleted Pod in the union by withholding the list that drops it.
+// The origin stays connected through the honest hub; with the honest hub cut
+// off it is disconnected (its records kept, as for hubs cut off), not
+// connected through the hostile one; the hostile hub counts again once its
+// Lease carries the list with the heartbeat.
+func TestWithheldPodList(t *testing.T) {
+	pub, priv := genKey(t)
+	keys := map[string]ed25519.PublicKey{"origin-a": pub}
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	s0 := uint64(t0.Add(-time.Minute).UnixMilli())
+	p := func(name, ip string, seq uint64) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: name, ip: ip, ready: true, seq: seq}.pod(priv)
+	}
+	live := slice("prod", "backend", "origin-a", nil, p("live", "10.0.0.1", s0))
+	ra := rec("prod", "live", "10.0.0.1", true, "backend")
+	listed := func(at time.Time) *coordinationv1.Lease {
+		return listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, at), priv, at, "live", "kept")
+	}
+	fresh := func() *coordinationv1.Lease {
+		return beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, time.Now())
+	}
+	_, other := genKey(t)
+	for _, tc := range []struct {
+		name    string
+		hostile func() *coordinationv1.Lease
+	}{
+		{"no list", fresh},
+		{"an older list", func() *coordinationv1.Lease { return listing(fresh(), priv, t0, "live", "kept") }},
+		{"a list of another key", func() *coordinationv1.Lease { return listing(fresh(), other, time.Now(), "live", "kept") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			honest, hostile := newFakeHub(live, listed(t0)), newFakeHub(live, listed(t0))
+			var ref refusals
+			st := store.New()
+			r := start(t, st, Config{Keys: keys, Events: ref.events()}, honest, hostile)
+			eventually(t, "connected", func() bool {
+				o := r.Origins()
+				return synced(r) && len(o) == 1 && o[0].State == source.Connected && slices.Equal(records(st, "origin-a"), []string{ra})
+			})
+
+			// The hostile hub passes fresh heartbeats without their list,
+			// and holds a Pod (signed by the origin, stated before the
+			// list) the honest hub does not hold.
+			if _, err := hostile.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), tc.hostile(), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the hostile hub's Lease refused", func() bool {
+				return slices.Contains(ref.list(), "hub-1 origin-a / withheld_pod_list")
+			})
+			kept := slice("prod", "backend", "origin-a", nil, p("live", "10.0.0.1", s0), p("kept", "10.0.0.2", s0))
+			if _, err := hostile.DiscoveryV1().EndpointSlices("prod").Update(t.Context(), kept, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if got := records(st, "origin-a"); !slices.Equal(got, []string{ra}) {
+				t.Errorf("with the honest hub current: %q, want only what it holds", got)
+			}
+
+			// The honest hub is cut off from the origin: no hub is current,
+			// the origin is disconnected, every record any hub holds is
+			// kept.
+			cut := listed(t0)
+			cut.Annotations[OriginStateAnnotation] = source.Disconnected.String()
+			if _, err := honest.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), cut, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			kr := rec("prod", "kept", "10.0.0.2", true, "backend")
+			eventually(t, "disconnected, the records kept", func() bool {
+				o := r.Origins()
+				return len(o) == 1 && o[0].State == source.Disconnected && slices.Equal(records(st, "origin-a"), []string{kr, ra})
+			})
+
+			// The hostile hub carries the list with its heartbeat again:
+			// current, the origin connected through it.
+			if _, err := hostile.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), listed(time.Now()), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "connected through the hub again", func() bool {
+				o := r.Origins()
+				return len(o) == 1 && o[0].State == source.Connected
+			})
+			if got := ref.list(); slices.Contains(got, "hub-0 origin-a / withheld_pod_list") || slices.Contains(got, "hub-1 origin-a / no_pod_list") {
+				t.Errorf("refused %q: the honest hub is not withholding, and a list was seen before the hostile hub's Lease lacked one", got)
+			}
+		})
+	}
+}
+
+// Before any Pod list of an origin was seen, a Lease without one is taken
+// as before lists (reported once, no_pod_list): older annotators and hubs
+// write none. Once one was seen, a Lease without one is not taken
+// (withheld_pod_list); a list of an origin over the cap counts as a list
+// and drops nothing.
+func TestPodListSeen(t *testing.T) {
+	pub, priv := genKey(t)
+	keys := map[string]ed25519.PublicKey{"origin-a": pub}
+	now := time.Now().Truncate(time.Millisecond)
+	old := uint64(now.Add(-time.Hour).UnixMilli())
+	p := stmt{origin: "origin-a", ns: "prod", name: "unnamed", ip: "10.0.0.1", ready: true, seq: old}.pod(priv)
+	hub := newFakeHub(slice("prod", "backend", "origin-a", nil, p), beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now))
+	ru := rec("prod", "unnamed", "10.0.0.1", true, "backend")
+	var ref refusals
+	st := store.New()
+	r := start(t, st, Config{Keys: keys, Events: ref.events()}, hub)
+	state := func() source.State {
+		if o := r.Origins(); len(o) == 1 {
+			return o[0].State
+		}
+		return source.Syncing
+	}
+	update := func(l *coordinationv1.Lease) {
+		t.Helper()
+		if _, err := hub.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "connected without a list", func() bool {
+		return synced(r) && state() == source.Connected && slices.Equal(records(st, "origin-a"), []string{ru})
+	})
+	if got := ref.list(); !slices.Equal(got, []string{"hub-0 origin-a / no_pod_list"}) {
+		t.Errorf("before any list: refused %q", got)
+	}
+
+	// A list over the cap: a list all the same, naming none, dropping
+	// nothing.
+	t1 := now.Add(time.Millisecond)
+	update(listingOver(beating(lease(DefaultNamespace, "origin-a", source.Connected, t1), priv, t1), priv, t1))
+	time.Sleep(100 * time.Millisecond)
+	if got := records(st, "origin-a"); state() != source.Connected || !slices.Equal(got, []string{ru}) {
+		t.Errorf("with a list over the cap: %v, %q", state(), got)
+	}
+
+	// Without a list again: withheld.
+	t2 := t1.Add(time.Millisecond)
+	update(beating(lease(DefaultNamespace, "origin-a", source.Connected, t2), priv, t2))
+	eventually(t, "disconnected, the record kept", func() bool {
+		return state() == source.Disconnected && slices.Equal(records(st, "origin-a"), []string{ru})
+	})
+	want := []string{"hub-0 origin-a / no_pod_list", "hub-0 origin-a / withheld_pod_list"}
+	if got := ref.list(); !slices.Equal(got, want) {
+		t.Errorf("refused %q, want %q", got, want)
 	}
 }

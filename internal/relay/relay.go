@@ -60,7 +60,7 @@ const (
 )
 
 // Reasons lists every Reason Events.Refused may report, for metric labels.
-var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMalformed, ReasonNoKey, ReasonHeartbeat, ReasonStaleHeartbeat, ReasonLoop, ReasonUnlisted, ReasonNoPodList)
+var Reasons = append(slices.Clone(annotation.Reasons), ReasonReplayed, ReasonMalformed, ReasonNoKey, ReasonHeartbeat, ReasonStaleHeartbeat, ReasonLoop, ReasonUnlisted, ReasonNoPodList, ReasonWithheldPodList)
 
 // TombstoneTTL is how long the Seq of a deleted record is remembered, so
 // that an older statement of it that a lagging or hostile hub presents is

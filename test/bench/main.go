@@ -99,7 +99,8 @@ func parseFlags() config {
 			}
 		}
 	}
-	c.Command = "go run ./test/bench " + strings.Join(os.Args[1:], " ")
+	wd, _ := os.Getwd()
+	c.Command = commandLine(wd, os.Args[1:])
 	if c.CompareCoreDNS != "" {
 		if abs, err := filepath.Abs(c.CompareCoreDNS); err == nil {
 			c.CompareCoreDNS = abs
@@ -341,4 +342,22 @@ func readSummary(path, what string) (*soakReport, error) {
 		return nil, err
 	}
 	return &soakReport{Path: abs, Modified: st.ModTime().UTC(), Markdown: strings.TrimSpace(string(md))}, nil
+}
+
+// commandLine is the command line as a report prints it: each path inside
+// wd (the checkout, where make runs it), alone or as a flag's value after
+// "=", relative to it, so that a report names no machine's folders.
+func commandLine(wd string, args []string) string {
+	out := []string{"go run ./test/bench"}
+	for _, a := range args {
+		prefix, v := "", a
+		if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
+			prefix, v = name+"=", val
+		}
+		if rel, err := filepath.Rel(wd, v); wd != "" && filepath.IsAbs(v) && err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			v = rel
+		}
+		out = append(out, prefix+v)
+	}
+	return strings.Join(out, " ")
 }

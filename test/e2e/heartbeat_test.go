@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,7 +212,10 @@ func TestHeartbeatThroughHostileHub(t *testing.T) {
 // keeps copying the origin's fresh heartbeat and list into its Lease, so
 // that edge-o stays connected through it. The origin deletes backend-2: its
 // next list does not name it, and the edge stops answering it, unmarked
-// (the origin is still current), counting and logging the drop once.
+// (the origin is still current), counting and logging the drop once. Last,
+// the hostile hub withholds the lists while it passes the fresh heartbeats:
+// having seen lists of edge-o, the edge no longer takes the hub's word that
+// edge-o is connected, and marks its answers stale.
 func TestDeletedPodThroughHostileHub(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolCoreDNS, harness.ToolAnnotator)
 	const interval, timeout = time.Second, 8 * time.Second
@@ -258,6 +262,7 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 	hubCtl.Stop(t)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	var withhold atomic.Bool
 	wg.Go(func() {
 		for {
 			if an, err := originLease(); err == nil {
@@ -269,6 +274,10 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 					l.Annotations[relay.HeartbeatSignatureAnnotation] = an[annotation.HeartbeatSignatureAnnotation]
 					l.Annotations[relay.PodListAnnotation] = an[annotation.PodListAnnotation]
 					l.Annotations[relay.PodListSignatureAnnotation] = an[annotation.PodListSignatureAnnotation]
+					if withhold.Load() {
+						delete(l.Annotations, relay.PodListAnnotation)
+						delete(l.Annotations, relay.PodListSignatureAnnotation)
+					}
 					l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
 					if _, err := leases.Update(cx, l, metav1.UpdateOptions{}); err != nil {
 						t.Logf("hostile hub: %v", err)
@@ -311,4 +320,14 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 		return nil
 	})
 	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="unlisted"}`, func(v float64) bool { return v == 1 })
+
+	// The hostile hub withholds the lists, passing the heartbeats: edge-o
+	// is no longer current through it, its answers marked stale.
+	withhold.Store(true)
+	start = time.Now()
+	waitPeers(t, d, relayPropagation+staleMark, q, marked(true, "edge-o", "10.7.0.1"))
+	t.Logf("with the hub withholding edge-o's Pod lists, edge-o marked stale after %s", time.Since(start).Round(time.Millisecond))
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_source_state{cluster="edge-o",state="disconnected"}`, func(v float64) bool { return v == 1 })
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="withheld_pod_list"}`, func(v float64) bool { return v == 1 })
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="no_pod_list"}`, func(v float64) bool { return v == 0 })
 }
