@@ -327,6 +327,11 @@ func TestPodListSeen(t *testing.T) {
 	eventually(t, "disconnected, the record kept", func() bool {
 		return state() == source.Disconnected && slices.Equal(records(st, "origin-a"), []string{ru})
 	})
+	// Its last contact is the list's, not the newer heartbeat's: what the
+	// hub holds of it is not proven whole since.
+	if o := r.Origins(); len(o) != 1 || !o[0].LastContact.Equal(t1) {
+		t.Errorf("last contact %v, want the last list's %v (not the heartbeat's %v)", o, t1, t2)
+	}
 	want := []string{"hub-0 origin-a / no_pod_list", "hub-0 origin-a / withheld_pod_list"}
 	if got := ref.list(); !slices.Equal(got, want) {
 		t.Errorf("refused %q, want %q", got, want)
