@@ -44,15 +44,15 @@ const edgeCorefile = `clusterset.local:0 {
 }`
 
 func edgeNamespace(s int) string { return fmt.Sprintf("bench-%03d", s%2) }
-
-// edgeLimit is the hub_namespaces of the limited edge: one namespace of
-// the two, so that it takes half the fleet's services.
-const edgeLimit = "bench-000"
 func edgeService(s int) string   { return fmt.Sprintf("svc-%05d", s) }
 func edgeIP(s, j int) netip.Addr {
 	n := s*edgePerService + j + 1
 	return netip.AddrFrom4([4]byte{10, 64, byte(n >> 8), byte(n)})
 }
+
+// edgeLimit is the hub_namespaces of the limited edge: one namespace of
+// the two, so that it takes half the fleet's services.
+const edgeLimit = "bench-000"
 
 // edgeHub is a hub's API server holding every origin's slices and Leases.
 func edgeHub(hub string, origins []string) kubernetes.Interface {
