@@ -43,33 +43,35 @@ const (
 	MaxPodListBytes = (MaxPodListPods*PodHashBytes+2)/3*4 + 256
 )
 
-// PodList is PodListAnnotation's value, as JSON.
+// PodList is PodListAnnotation's value (FormatPodList, ParsePodList: JSON
+// as podListWire).
 type PodList struct {
 	// Cluster is the origin's cluster ID.
-	Cluster string `json:"cluster"`
+	Cluster string
 	// Time is the time of the heartbeat written with it, in Unix
 	// milliseconds.
-	Time int64 `json:"time"`
+	Time int64
 	// Pods are the hashes (PodHash) of the Pods, each PodHashBytes,
 	// concatenated in increasing order, none twice, in base64 (standard,
 	// padded); "" for none. Absent from a list over MaxPodListPods.
-	Pods string `json:"pods"`
+	Pods string
 	// Over is, in a list of an origin with more than MaxPodListPods Pods,
 	// their number; such a list names none. 0 (absent) otherwise.
-	Over int `json:"over,omitempty"`
+	Over int
 }
 
 // maxPodListOver bounds PodList.Over: a number, not an allocation, but
 // one that is said in a log line.
 const maxPodListOver = 1 << 30
 
-// podListWire is a list as it is read: Pods is present in a list that
-// names its Pods, absent in one over MaxPodListPods.
+// podListWire is a list as it is written and read: Pods is present (""
+// for none) in a list that names its Pods, absent in one over
+// MaxPodListPods, which has Over instead.
 type podListWire struct {
 	Cluster string  `json:"cluster"`
 	Time    int64   `json:"time"`
-	Pods    *string `json:"pods"`
-	Over    int     `json:"over"`
+	Pods    *string `json:"pods,omitempty"`
+	Over    int     `json:"over,omitempty"`
 }
 
 // PodHash is a Pod's hash in a list: the first PodHashBytes of SHA-256
@@ -104,12 +106,7 @@ func FormatPodList(l PodList) string {
 	if l.Over == 0 {
 		w.Pods = &l.Pods
 	}
-	b, _ := json.Marshal(struct {
-		Cluster string  `json:"cluster"`
-		Time    int64   `json:"time"`
-		Pods    *string `json:"pods,omitempty"`
-		Over    int     `json:"over,omitempty"`
-	}(w))
+	b, _ := json.Marshal(w)
 	return string(b)
 }
 

@@ -72,10 +72,16 @@ func (r *Relay) checkBeat(l *slimLease, raw, sig string) {
 }
 
 // beatAt is the time of l's heartbeat that counts at now: zero when it has
-// none that verifies, or one too far ahead.
+// none that verifies, or one too far ahead; for a Lease that withholds the
+// Pod list written with its heartbeat (podlist.go), the newest list seen: a
+// heartbeat without its list proves the origin alive, not that the hub's
+// view of it is whole. r.mu is held.
 func (r *Relay) beatAt(l *slimLease, now time.Time) time.Time {
-	if l.beat.After(now.Add(HeartbeatSkew)) {
+	switch {
+	case l.beat.After(now.Add(HeartbeatSkew)):
 		return time.Time{}
+	case r.withholds(l):
+		return time.UnixMilli(int64(r.seenList(l.origin).at))
 	}
 	return l.beat
 }
@@ -101,9 +107,9 @@ func (r *Relay) beatVerdict(l *slimLease, now time.Time) (annotation.Rejection, 
 		return annotation.Rejection{Index: -1, Reason: ReasonStaleHeartbeat,
 			Detail: fmt.Sprintf("the hub says cluster %s is connected, yet its last heartbeat is of %s, over %v ago: the origin counts as cut off through this hub", l.origin, l.beat.UTC().Format(time.RFC3339Nano), timeout)}, false
 	}
-	if why, ok := r.withheld(l); ok {
+	if r.withholds(l) {
 		return annotation.Rejection{Index: -1, Reason: ReasonWithheldPodList,
-			Detail: fmt.Sprintf("the hub says cluster %s is connected with a heartbeat of %s and %s: a hub withholding the origin's Pod lists could keep its deleted Pods, so the origin counts as cut off through this hub", l.origin, l.beat.UTC().Format(time.RFC3339Nano), why)}, false
+			Detail: fmt.Sprintf("the hub says cluster %s is connected with a heartbeat of %s and %s: a hub withholding the origin's Pod lists could keep its deleted Pods, so the origin counts as cut off through this hub", l.origin, l.beat.UTC().Format(time.RFC3339Nano), r.withheldWhy(l))}, false
 	}
 	return annotation.Rejection{}, true
 }

@@ -600,9 +600,8 @@ type view struct {
 // saying so without it counts as saying disconnected), and the last
 // contact is the newest heartbeat that verifies any hub holds, whatever its
 // Lease says, or the seed: renewTime and the hub's own contact are the
-// hub's word alone. A Lease that withholds the Pod list written with its
-// heartbeat (podlist.go) counts for the newest list seen, not the
-// heartbeat: the records through it may hold Pods that list would drop.
+// hub's word alone (beatAt: through a Lease that withholds the Pod list,
+// the newest list seen).
 func (r *Relay) viewLocked(name string) view {
 	var v view
 	lost := false
@@ -619,12 +618,6 @@ func (r *Relay) viewLocked(name string) view {
 		last := l.renew
 		if r.cfg.Keys != nil {
 			last = r.beatAt(l, now)
-			if _, withheld := r.withheld(l); withheld {
-				// A heartbeat without the list written with it proves the
-				// origin alive, not that the hub's view of it is whole:
-				// contact is the newest list seen.
-				last = time.UnixMilli(int64(o.list.at))
-			}
 		}
 		switch {
 		case l.state == source.Connected && r.says(l, now):

@@ -66,22 +66,29 @@ func (p *podList) unlisted(namespace, name string, seq uint64) bool {
 	return p != nil && !p.pods.Over() && seq < p.at && !p.pods.Has(namespace, name)
 }
 
-// withheld tells, under verify, whether l, a Lease of an origin whose
-// lists the reader has seen (o.list), lacks a list that verifies as new as
-// its heartbeat, and why; r.mu is held.
-func (r *Relay) withheld(l *slimLease) (string, bool) {
-	o := r.origins[l.origin]
-	if o == nil || o.list == nil {
-		return "", false
+// seenList is, under verify, the newest Pod list of origin that verified,
+// nil while none has been seen; r.mu is held.
+func (r *Relay) seenList(origin string) *podList {
+	if o := r.origins[origin]; o != nil {
+		return o.list
 	}
-	seen := time.UnixMilli(int64(o.list.at)).UTC().Format(time.RFC3339Nano)
-	switch {
-	case l.list == nil:
-		return fmt.Sprintf("no Pod list that verifies (%s), although one of %s was seen", l.listRefused.Detail, seen), true
-	case int64(l.list.at) < l.beat.UnixMilli():
-		return fmt.Sprintf("a Pod list of %s, older than the heartbeat", time.UnixMilli(int64(l.list.at)).UTC().Format(time.RFC3339Nano)), true
+	return nil
+}
+
+// withholds tells whether l, a Lease of an origin whose lists the reader
+// has seen, lacks a list that verifies as new as its heartbeat; r.mu is
+// held.
+func (r *Relay) withholds(l *slimLease) bool {
+	return r.seenList(l.origin) != nil && (l.list == nil || int64(l.list.at) < l.beat.UnixMilli())
+}
+
+// withheldWhy says what l lacks, when withholds(l).
+func (r *Relay) withheldWhy(l *slimLease) string {
+	if l.list == nil {
+		seen := time.UnixMilli(int64(r.seenList(l.origin).at)).UTC().Format(time.RFC3339Nano)
+		return fmt.Sprintf("no Pod list that verifies (%s), although one of %s was seen", l.listRefused.Detail, seen)
 	}
-	return "", false
+	return fmt.Sprintf("a Pod list of %s, older than the heartbeat", time.UnixMilli(int64(l.list.at)).UTC().Format(time.RFC3339Nano))
 }
 
 // checkList verifies, as a Lease arrives, the Pod list raw and its
@@ -122,7 +129,7 @@ func (r *Relay) noteList(h *hub, origin string, out *later) {
 	k := beatKey{h.name, origin}
 	l := h.leases[origin]
 	said := ""
-	if o := r.origins[origin]; l != nil && !l.beat.IsZero() && l.list == nil && (o == nil || o.list == nil) {
+	if l != nil && !l.beat.IsZero() && l.list == nil && r.seenList(origin) == nil {
 		said = l.listRefused.Detail
 	}
 	if r.lists[k] == said {

@@ -17,11 +17,17 @@ import (
 // listing returns l carrying its origin's Pod list of at naming the Pods
 // names of namespace prod, signed with key, as a hub copies it.
 func listing(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time, names ...string) *coordinationv1.Lease {
-	origin := l.Labels[OriginLabel]
 	var hs []uint64
 	for _, n := range names {
 		hs = append(hs, annotation.PodHash("prod", n))
 	}
+	return carrying(l, key, at, hs)
+}
+
+// carrying returns l carrying its origin's Pod list of at of hashes hs,
+// signed with key.
+func carrying(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time, hs []uint64) *coordinationv1.Lease {
+	origin := l.Labels[OriginLabel]
 	pl, _ := annotation.NewPodList(origin, at.UnixMilli(), hs)
 	v := annotation.FormatPodList(pl)
 	l.Annotations[PodListAnnotation] = v
@@ -174,16 +180,11 @@ func TestPodListTwoHubs(t *testing.T) {
 // listingOver returns l carrying its origin's Pod list of at for an origin
 // over annotation.MaxPodListPods: it names none.
 func listingOver(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time) *coordinationv1.Lease {
-	origin := l.Labels[OriginLabel]
 	hs := make([]uint64, annotation.MaxPodListPods+1)
 	for i := range hs {
 		hs[i] = uint64(i)
 	}
-	pl, _ := annotation.NewPodList(origin, at.UnixMilli(), hs)
-	v := annotation.FormatPodList(pl)
-	l.Annotations[PodListAnnotation] = v
-	l.Annotations[PodListSignatureAnnotation] = annotation.SignPodList(key, origin, v)
-	return l
+	return carrying(l, key, at, hs)
 }
 
 // Once a Pod list of an origin was seen, a hub that passes its fresh
