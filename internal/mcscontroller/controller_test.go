@@ -207,8 +207,14 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 
 	// Unreachable again, for longer than the expiry: the local cluster's
 	// source has not reached it either.
+	// Settled: the informers hold what was written (a lagging one would
+	// make the next reconcile read the API server, or write again) and a
+	// full reconcile after that writes nothing.
 	e.poll("a reconcile that finds everything written", func() bool {
 		m := e.mark()
+		if !e.caughtUp() {
+			return false
+		}
 		e.ctl.queue.Add(keyAll)
 		return e.ctl.Reconcile(e.ctx) == nil && len(e.writesSince(m)) == 0
 	})
