@@ -89,29 +89,39 @@ func (r *Relay) beatAt(l *slimLease, now time.Time) time.Time {
 // beatVerdict tells whether l's word is taken at now: always without
 // verify or when it does not say connected; under verify, when it says
 // connected, only with a recent heartbeat and, once a Pod list of the
-// origin was seen, a list as new as it (podlist.go). Else the refusal says
-// why. r.mu is held.
-func (r *Relay) beatVerdict(l *slimLease, now time.Time) (annotation.Rejection, bool) {
-	if r.cfg.Keys == nil || l.state != source.Connected {
-		return annotation.Rejection{}, true
-	}
-	timeout := r.heartbeatTimeout()
+// origin was seen, a list as new as it (podlist.go). Else the reason says
+// why; beatRefusal words it, only where a refusal is reported. r.mu is
+// held.
+func (r *Relay) beatVerdict(l *slimLease, now time.Time) (annotation.Reason, bool) {
 	switch {
+	case r.cfg.Keys == nil || l.state != source.Connected:
+		return "", true
 	case l.beat.IsZero():
-		return annotation.Rejection{Index: -1, Reason: ReasonHeartbeat,
-			Detail: fmt.Sprintf("the hub says cluster %s is connected without a heartbeat of it that verifies (%s): the origin counts as cut off through this hub", l.origin, l.beatRefused.Detail)}, false
+		return ReasonHeartbeat, false
+	case l.beat.After(now.Add(HeartbeatSkew)), now.Sub(l.beat) >= r.heartbeatTimeout():
+		return ReasonStaleHeartbeat, false
+	case r.withholds(l):
+		return ReasonWithheldPodList, false
+	}
+	return "", true
+}
+
+// beatRefusal is the refusal of l's word at now for reason, a reason
+// beatVerdict gave, with the detail that says why. r.mu is held.
+func (r *Relay) beatRefusal(l *slimLease, now time.Time, reason annotation.Reason) annotation.Rejection {
+	beat := l.beat.UTC().Format(time.RFC3339Nano)
+	var d string
+	switch {
+	case reason == ReasonHeartbeat:
+		d = fmt.Sprintf("the hub says cluster %s is connected without a heartbeat of it that verifies (%s): the origin counts as cut off through this hub", l.origin, l.beatRefused.Detail)
+	case reason == ReasonWithheldPodList:
+		d = fmt.Sprintf("the hub says cluster %s is connected with a heartbeat of %s and %s: a hub withholding the origin's Pod lists could keep its deleted Pods, so the origin counts as cut off through this hub", l.origin, beat, r.withheldWhy(l))
 	case l.beat.After(now.Add(HeartbeatSkew)):
-		return annotation.Rejection{Index: -1, Reason: ReasonStaleHeartbeat,
-			Detail: fmt.Sprintf("the hub says cluster %s is connected with a heartbeat of %s, more than %v ahead of this clock: the origin counts as cut off through this hub", l.origin, l.beat.UTC().Format(time.RFC3339Nano), HeartbeatSkew)}, false
-	case now.Sub(l.beat) >= timeout:
-		return annotation.Rejection{Index: -1, Reason: ReasonStaleHeartbeat,
-			Detail: fmt.Sprintf("the hub says cluster %s is connected, yet its last heartbeat is of %s, over %v ago: the origin counts as cut off through this hub", l.origin, l.beat.UTC().Format(time.RFC3339Nano), timeout)}, false
+		d = fmt.Sprintf("the hub says cluster %s is connected with a heartbeat of %s, more than %v ahead of this clock: the origin counts as cut off through this hub", l.origin, beat, HeartbeatSkew)
+	default:
+		d = fmt.Sprintf("the hub says cluster %s is connected, yet its last heartbeat is of %s, over %v ago: the origin counts as cut off through this hub", l.origin, beat, r.heartbeatTimeout())
 	}
-	if r.withholds(l) {
-		return annotation.Rejection{Index: -1, Reason: ReasonWithheldPodList,
-			Detail: fmt.Sprintf("the hub says cluster %s is connected with a heartbeat of %s and %s: a hub withholding the origin's Pod lists could keep its deleted Pods, so the origin counts as cut off through this hub", l.origin, l.beat.UTC().Format(time.RFC3339Nano), r.withheldWhy(l))}, false
-	}
-	return annotation.Rejection{}, true
+	return annotation.Rejection{Index: -1, Reason: reason, Detail: d}
 }
 
 // says reports whether l, at now, says its origin is connected and is
@@ -143,13 +153,13 @@ func (r *Relay) noteBeat(h *hub, origin string, now time.Time, out *later) bool 
 	// passing an origin's fresh heartbeats without their lists, or ones
 	// far ahead, changes them at every heartbeat, and is reported once.
 	var said string
-	rej, ok := r.beatVerdict(l, now)
+	reason, ok := r.beatVerdict(l, now)
 	switch {
 	case ok:
-	case rej.Reason == ReasonHeartbeat:
-		said = string(rej.Reason) + " " + rej.Detail // why it does not verify
+	case reason == ReasonHeartbeat:
+		said = string(reason) + " " + l.beatRefused.Detail // why it does not verify
 	default:
-		said = string(rej.Reason)
+		said = string(reason)
 	}
 	before, had := r.beats[k]
 	r.beats[k] = said
@@ -157,7 +167,7 @@ func (r *Relay) noteBeat(h *hub, origin string, now time.Time, out *later) bool 
 		return false
 	}
 	if ev := r.cfg.Events.Refused; ev != nil && !ok {
-		hub := h.name
+		hub, rej := h.name, r.beatRefusal(l, now, reason)
 		*out = append(*out, func() { ev(hub, origin, "", "", rej) })
 	}
 	return true

@@ -202,3 +202,54 @@ func TestHeartbeatRefusalOncePerVerdict(t *testing.T) {
 		}
 	}
 }
+
+// Each way a hub's word on a connected origin is refused gets its reason
+// from beatVerdict and the matching detail from beatRefusal; a word taken
+// gets neither.
+func TestBeatVerdictAndRefusal(t *testing.T) {
+	now := time.Now().Truncate(time.Millisecond)
+	seen := &podList{at: uint64(now.UnixMilli())}
+	for _, c := range []struct {
+		name   string
+		l      slimLease
+		seen   *podList // the newest list of the origin seen
+		keys   bool
+		reason annotation.Reason
+		detail string
+	}{
+		{name: "without verify", l: slimLease{state: source.Connected}},
+		{name: "not connected", keys: true, l: slimLease{state: source.Disconnected}},
+		{name: "fresh heartbeat", keys: true, l: slimLease{state: source.Connected, beat: now.Add(-time.Second)}},
+		{name: "fresh heartbeat and list", keys: true, seen: seen,
+			l: slimLease{state: source.Connected, beat: now, list: &podList{at: uint64(now.UnixMilli())}}},
+		{name: "no heartbeat that verifies", keys: true, reason: ReasonHeartbeat, detail: "without a heartbeat of it that verifies (forged)",
+			l: slimLease{state: source.Connected, beatRefused: annotation.Rejection{Detail: "forged"}}},
+		{name: "heartbeat ahead", keys: true, reason: ReasonStaleHeartbeat, detail: "ahead of this clock",
+			l: slimLease{state: source.Connected, beat: now.Add(time.Hour)}},
+		{name: "heartbeat too old", keys: true, reason: ReasonStaleHeartbeat, detail: "over " + DefaultHeartbeatTimeout.String() + " ago",
+			l: slimLease{state: source.Connected, beat: now.Add(-time.Hour)}},
+		{name: "list withheld", keys: true, seen: seen, reason: ReasonWithheldPodList, detail: "no Pod list that verifies (unsigned), although one of",
+			l: slimLease{state: source.Connected, beat: now, listRefused: annotation.Rejection{Detail: "unsigned"}}},
+		{name: "list older than the heartbeat", keys: true, seen: seen, reason: ReasonWithheldPodList, detail: "older than the heartbeat",
+			l: slimLease{state: source.Connected, beat: now, list: &podList{at: uint64(now.Add(-time.Second).UnixMilli())}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &Relay{origins: map[string]*origin{"origin-a": {list: c.seen}}}
+			if c.keys {
+				r.cfg.Keys = map[string]ed25519.PublicKey{}
+			}
+			c.l.origin = "origin-a"
+			reason, ok := r.beatVerdict(&c.l, now)
+			if reason != c.reason || ok != (c.reason == "") {
+				t.Fatalf("beatVerdict: %q, %v; want %q", reason, ok, c.reason)
+			}
+			if ok {
+				return
+			}
+			rej := r.beatRefusal(&c.l, now, reason)
+			if rej.Reason != c.reason || rej.Index != -1 || !strings.Contains(rej.Detail, c.detail) || !strings.Contains(rej.Detail, "cluster origin-a") {
+				t.Errorf("beatRefusal: %+v; want reason %q and a detail naming the cluster with %q", rej, c.reason, c.detail)
+			}
+		})
+	}
+}
