@@ -206,10 +206,11 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 	}
 
 	// Unreachable again, for longer than the expiry: the local cluster's
-	// source has not reached it either.
-	// Settled: the informers hold what was written (a lagging one would
-	// make the next reconcile read the API server, or write again) and a
-	// full reconcile after that writes nothing.
+	// source has not reached it either. The loop stops first, so that the
+	// reconciles are the test's own; then the informers must hold what was
+	// written (a lagging one would make the next reconcile read the API
+	// server, or write again) and a full reconcile write nothing.
+	e.stopLoop()
 	e.poll("a reconcile that finds everything written", func() bool {
 		m := e.mark()
 		if !e.caughtUp() {
@@ -221,6 +222,7 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 	down.Store(true)
 	a.setLast(now.Add(-2 * time.Minute))
 	before := e.mark()
+	e.ctl.queue.Add(keyAll)
 	if err := e.ctl.Reconcile(e.ctx); err != nil {
 		t.Errorf("reconcile while unreachable: %v", err)
 	}

@@ -108,6 +108,8 @@ type env struct {
 	sources map[string]*fakeSource
 	cancel  context.CancelFunc
 	ctx     context.Context
+	// stopLoop stops the write loop start(true) started (nil before).
+	stopLoop func()
 }
 
 // newEnv makes the fakes holding objs (typed and unstructured) and a
@@ -245,8 +247,37 @@ func typedApplyReactor(tr clienttesting.ObjectTracker) clienttesting.ReactionFun
 // start runs the controller's informers (Run), and its write loop when loop is set.
 func (e *env) start(loop bool) {
 	go e.ctl.Run(e.ctx)
-	if loop {
-		go e.ctl.RunLoop(e.ctx)
+	if !loop {
+		return
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.ctl.RunLoop(ctx)
+	}()
+	// A test that calls Reconcile itself stops the loop first: Reconcile
+	// takes the queue's keys while Len says there are some, and a loop
+	// taking them at the same time leaves it waiting in Get for the next.
+	// A key wakes a loop waiting in Get: it sees ctx done and returns. The
+	// key is queued again until then, since a reconcile under way may take
+	// it with the rest of the queue and leave the loop waiting again.
+	e.stopLoop = func() {
+		e.t.Helper()
+		cancel()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		limit := time.After(10 * time.Second)
+		for {
+			e.ctl.queue.Add(keyRecords)
+			select {
+			case <-done:
+				return
+			case <-limit:
+				e.t.Fatal("the write loop did not stop")
+			case <-tick.C:
+			}
+		}
 	}
 }
 
