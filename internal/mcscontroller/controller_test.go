@@ -209,7 +209,7 @@ func TestLocalAPIServerUnreachable(t *testing.T) {
 	// source has not reached it either. The loop stops first, so that the
 	// reconciles are the test's own; then the informers must hold what was
 	// written (a lagging one would make the next reconcile read the API
-	// server, or write again) and a full reconcile write nothing.
+	// server, or write again) and a full reconcile must write nothing.
 	e.stopLoop()
 	e.poll("a reconcile that finds everything written", func() bool {
 		m := e.mark()

@@ -259,9 +259,10 @@ func (e *env) start(loop bool) {
 	// A test that calls Reconcile itself stops the loop first: Reconcile
 	// takes the queue's keys while Len says there are some, and a loop
 	// taking them at the same time leaves it waiting in Get for the next.
-	// A key wakes a loop waiting in Get: it sees ctx done and returns. The
-	// key is queued again until then, since a reconcile under way may take
-	// it with the rest of the queue and leave the loop waiting again.
+	//
+	// stopLoop queues a key to wake a loop waiting in Get (it then sees
+	// ctx done and returns), again until the loop has returned: a
+	// reconcile under way may take the key with the rest of the queue.
 	e.stopLoop = func() {
 		e.t.Helper()
 		cancel()
