@@ -21,8 +21,11 @@ type origin struct {
 	changed map[string]bool
 	records int       // written last
 	seed    time.Time // last contact from a snapshot
-	state   source.State
-	full    bool // a new Pod was refused for a full memory (reported once)
+	// last is the latest contact the hubs' words gave at a change, kept
+	// for when no hub holds the origin any more.
+	last  time.Time
+	state source.State
+	full  bool // a new Pod was refused for a full memory (reported once)
 	// expired: Expire dropped its records; they stay out until some hub is
 	// current on it again.
 	expired bool
@@ -569,7 +572,11 @@ func (r *Relay) hubChanged() {
 // originStateLocked reports a change of the origin's state; r.mu is held.
 func (r *Relay) originStateLocked(name string, o *origin, out *later) {
 	r.originChangedLocked(name, out)
-	to := r.viewLocked(name).state
+	v := r.viewLocked(name)
+	if v.last.After(o.last) {
+		o.last = v.last
+	}
+	to := v.state
 	from := o.state
 	if from == to {
 		return
@@ -592,9 +599,10 @@ type view struct {
 // contact: the latest such hub's); Disconnected when a Lease says so, or
 // says connected on a disconnected hub; Syncing otherwise (no Lease yet, a
 // Lease saying syncing, hubs not listed yet), as a source before its first
-// list. The last contact is the latest of each hub's renewTime while its
-// Lease does not say connected, each hub's own last contact while it does,
-// and the seed.
+// list; Disconnected too once every hub listed and none holds it. The last
+// contact is the latest of each hub's renewTime while its Lease does not
+// say connected, each hub's own last contact while it does, and the seed;
+// with no hub holding the origin, the last the hubs gave (origin.last).
 //
 // Under verify a Lease says connected only with a recent heartbeat (one
 // saying so without it counts as saying disconnected), and the last
@@ -640,7 +648,13 @@ func (r *Relay) viewLocked(name string) view {
 	if o != nil && o.seed.After(v.last) {
 		v.last = o.seed
 	}
-	if v.state != source.Connected && lost {
+	if o != nil && len(v.hubs) == 0 && o.last.After(v.last) {
+		v.last = o.last
+	}
+	// Once every hub listed, an origin none of them holds (a verifying
+	// reader remembers it, or a snapshot named it) is out of reach, not
+	// about to sync.
+	if v.state != source.Connected && (lost || len(v.hubs) == 0 && r.allSynced) {
 		v.state = source.Disconnected
 	}
 	return v

@@ -217,3 +217,33 @@ func TestOriginLeaseExtra(t *testing.T) {
 		}
 	}
 }
+
+// A hub's Lease of an origin counts only when its relay path is one the
+// reader would take a record on: not naming the reader (hubs reading each
+// other), at most MaxPath hubs, each a cluster ID. A Lease without a path
+// (an older hub) counts.
+func TestLeasePath(t *testing.T) {
+	r := New(store.New(), Config{Local: "edge"})
+	for _, tc := range []struct {
+		path   string
+		counts bool
+	}{
+		{"", true},
+		{"hub-1", true},
+		{"hub-1,hub-2", true},
+		{JoinPath([]string{"h1", "h2", "h3", "h4"}), true},
+		{"hub-1,edge", false},
+		{"edge,hub-2", false},
+		{JoinPath([]string{"h1", "h2", "h3", "h4", "h5"}), false},
+		{"hub-1,,hub-2", false},
+		{"Hub_1", false},
+	} {
+		l := lease(DefaultNamespace, "origin-a", source.Connected, time.Now())
+		if tc.path != "" {
+			l.Annotations[LeasePathAnnotation] = tc.path
+		}
+		if got := r.toLease(l).origin == "origin-a"; got != tc.counts {
+			t.Errorf("path %q: counts %v, want %v", tc.path, got, tc.counts)
+		}
+	}
+}

@@ -159,8 +159,9 @@ type Origin struct {
 	Hubs []string
 	// State is Connected while some connected hub's Lease says connected;
 	// Disconnected when a Lease says so, or says connected on a hub that is
-	// disconnected; Syncing otherwise (no Lease yet, or one saying syncing),
-	// as a source before its first list. Under verify a Lease says
+	// disconnected, or when every hub listed and none holds it (a Lease or
+	// a slice); Syncing otherwise (no Lease yet, or one saying syncing), as
+	// a source before its first list. Under verify a Lease says
 	// connected only with a recent heartbeat (Config.HeartbeatTimeout);
 	// without one it counts as saying disconnected.
 	State source.State
@@ -169,7 +170,8 @@ type Origin struct {
 	// renewTime of a Lease saying otherwise, each hub's last contact while
 	// its Lease said connected, and the snapshot's (Seed). Under verify it
 	// is the newest heartbeat of the origin that verifies any hub holds,
-	// or the snapshot's.
+	// or the snapshot's. Once no hub holds the origin, it is the last
+	// contact they gave.
 	LastContact time.Time
 	// Records is the number of the origin's records written.
 	Records int

@@ -215,13 +215,18 @@ func (l *slimLease) DeepCopyObject() runtime.Object {
 }
 
 // toLease is the transform of a hub's Leases. A Lease whose origin label is
-// not its name's, or whose state is unknown, says the origin is
-// disconnected as of its renewTime. Under verify, the heartbeat it carries
-// is verified with the origin's key as it arrives (checkBeat).
+// not its name's, or whose relay path checkPath refuses
+// (LeasePathAnnotation), says nothing of any origin; one whose state is
+// unknown says the origin is disconnected as of its renewTime. Under
+// verify, the heartbeat it carries is verified with the origin's key as it
+// arrives (checkBeat).
 func (r *Relay) toLease(l *coordinationv1.Lease) *slimLease {
 	s := &slimLease{Meta: ingest.MetaOf(l), origin: l.Labels[OriginLabel], state: source.Disconnected}
 	if l.Name != LeasePrefix+s.origin {
 		s.origin = ""
+	}
+	if reason, _ := r.checkPath(SplitPath(l.Annotations[LeasePathAnnotation])); reason != "" {
+		s.origin = "" // its word went round through the reader, or the path is not one
 	}
 	for _, st := range source.States {
 		if l.Annotations[OriginStateAnnotation] == st.String() {

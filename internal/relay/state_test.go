@@ -373,6 +373,30 @@ func TestLeaseOfUnknownOriginIgnored(t *testing.T) {
 	}
 }
 
+// Under verify, an origin the hub takes out (its Lease deleted, as a hub
+// does for a cluster it no longer reads) is remembered with its replay
+// memory, and reported disconnected, not syncing: every hub listed, and none
+// holds it.
+func TestOriginNoHubHoldsIsDisconnected(t *testing.T) {
+	pub, priv := genKey(t)
+	h := newFakeHub(beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, time.Now()))
+	r := start(t, store.New(), Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}}, h)
+	eventually(t, "origin-a connected", func() bool {
+		o := r.Origins()
+		return len(o) == 1 && o[0].State == source.Connected
+	})
+	if err := h.CoordinationV1().Leases(DefaultNamespace).Delete(t.Context(), LeasePrefix+"origin-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "origin-a held by no hub", func() bool {
+		o := r.Origins()
+		return len(o) == 1 && len(o[0].Hubs) == 0
+	})
+	if o := r.Origins()[0]; o.State != source.Disconnected || o.LastContact.IsZero() {
+		t.Errorf("origin-a held by no hub: %+v, want disconnected with its last contact", o)
+	}
+}
+
 // A Lease the hub deletes goes from the reader's view: the store hands the
 // delete's own object, not the one it held, so the two are not the same
 // pointer.

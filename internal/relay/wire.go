@@ -35,6 +35,18 @@ const (
 	OriginLabel           = "multicluster.mcsannotations.io/relay-origin"
 	OriginStateAnnotation = "multicluster.mcsannotations.io/origin-state"
 	LeasePrefix           = "mcs-origin."
+	// LeasePathAnnotation on a hub's Lease is the relay path of what it
+	// says (JoinPath), as Slice.Paths is of a record: the hubs the
+	// origin's state crossed, the Lease's writer last. A hub writes its
+	// Lease of a cluster it reads itself with a path of itself alone, and
+	// that of a relayed origin with the path of the Lease it copies, itself
+	// added (none past MaxPath hubs). A reader ignores a Lease whose path
+	// names itself, names more than MaxPath hubs or is malformed: hubs
+	// reading each other then do not hold up each other's Lease of an
+	// origin that neither reads any more, and both delete theirs. The hubs'
+	// word, not signed: altered, it at most makes a reader ignore (withhold)
+	// a Lease. Absent (older hubs): taken as empty.
+	LeasePathAnnotation = "multicluster.mcsannotations.io/relay-path"
 
 	// HeartbeatAnnotation and HeartbeatSignatureAnnotation on a hub's Lease
 	// carry the origin's last heartbeat (annotation.HeartbeatAnnotation and
