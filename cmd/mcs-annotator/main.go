@@ -40,33 +40,34 @@ import (
 )
 
 type options struct {
-	kubeconfig     string
-	cluster        string
-	leaderElect    bool
-	leaseNamespace string
-	leaseName      string
-	id             string
-	leaseDuration  time.Duration
-	renewDeadline  time.Duration
-	retryPeriod    time.Duration
-	listen         string
-	workers        int
-	sePoll         time.Duration
-	signKey        string
-	signEndpoints  bool
-	heartbeat      time.Duration
-	hubTimeout     time.Duration
-	mcsController  bool
-	peers          peerFlags
-	hubs           hubFlags
-	peerExpire     time.Duration
-	verify         string
-	keys           map[string]ed25519.PublicKey // read from verify
-	peerReader     string
-	relay          bool
-	kubeAPIQPS     float64
-	kubeAPIBurst   int
-	version        bool
+	kubeconfig      string
+	cluster         string
+	leaderElect     bool
+	leaseNamespace  string
+	leaseName       string
+	id              string
+	leaseDuration   time.Duration
+	renewDeadline   time.Duration
+	retryPeriod     time.Duration
+	listen          string
+	workers         int
+	sePoll          time.Duration
+	signKey         string
+	signEndpoints   bool
+	heartbeat       time.Duration
+	hubTimeout      time.Duration
+	mcsController   bool
+	peers           peerFlags
+	hubs            hubFlags
+	peerExpire      time.Duration
+	verify          string
+	keys            map[string]ed25519.PublicKey // read from verify
+	peerReader      string
+	relay           bool
+	relayLeaseGrace time.Duration
+	kubeAPIQPS      float64
+	kubeAPIBurst    int
+	version         bool
 
 	// snapshotDir: the MCS controller's snapshot folder (--snapshot-dir).
 	snapshotDir string
@@ -98,6 +99,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")
 	fs.BoolVar(&o.relay, "relay", false, "make this cluster a relay hub: the MCS controller writes on each EndpointSlice the origin Pods' own signed bytes, and one Lease per cluster it reads in --lease-namespace (needs --mcs-controller)")
+	fs.DurationVar(&o.relayLeaseGrace, "relay-lease-grace", time.Minute, "with --relay, how long a cluster the hub no longer reads or relays (a peer taken out, an origin its hubs no longer hold) keeps its Lease before the hub deletes it, so that edges forget it")
 	// The MCS controller's own memory of every cluster's share across a restart.
 	fs.StringVar(&o.snapshotDir, "snapshot-dir", "", "folder of the MCS controller's snapshot ("+snapshotFile+"): the records of every cluster and their last contact, kept on disk so that after a restart a cluster out of contact keeps exactly its share (needs --mcs-controller; without it, such a cluster's EndpointSlices are left as they are until it answers or --peer-expire passes)")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "requests per second to the local API server (its priority and fairness protects it; the MCS controller's first sync makes about four requests per exported service, plus one per exporting cluster)")
@@ -123,6 +125,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.heartbeat <= 0 || o.hubTimeout <= 0 {
 		return o, fmt.Errorf("--heartbeat-interval %v, --hub-heartbeat-timeout %v: both must be positive", o.heartbeat, o.hubTimeout)
+	}
+	if o.relayLeaseGrace <= 0 {
+		return o, fmt.Errorf("--relay-lease-grace %v: must be positive", o.relayLeaseGrace)
 	}
 	if err := checkMCS(&o); err != nil {
 		return o, err

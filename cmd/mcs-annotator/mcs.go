@@ -231,7 +231,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	rec := bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: mcscontroller.FieldManager})
 	ctl := mcscontroller.New(records, feeds, client, dyn, disco, mcscontroller.Config{LocalCluster: o.cluster, Expire: o.peerExpire, Recorder: rec,
-		Relay: o.relay, RelayNamespace: o.leaseNamespace, Heartbeats: beats, Hubs: hubs, Restored: restored}, metrics)
+		Relay: o.relay, RelayNamespace: o.leaseNamespace, LeaseGrace: o.relayLeaseGrace, Heartbeats: beats, Hubs: hubs, Restored: restored}, metrics)
 	go ctl.Run(ctx)
 	klog.Infof("mcs-controller: cluster %s, %d peers, %d relay hubs, expiry %v", o.cluster, len(o.peers), len(o.hubs), o.peerExpire)
 	if o.relay {

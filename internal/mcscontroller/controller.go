@@ -114,9 +114,14 @@ type Config struct {
 	// Pods' own bytes (the records' store.Proof: the sources must keep it),
 	// in slices of at most clusterset.RelayEndpointsPerSlice endpoints; and
 	// it keeps one Lease per source cluster in RelayNamespace, written at
-	// the start and on each change of the cluster's state.
+	// the start and on each change of the cluster's state, and deleted
+	// once the cluster has been neither read nor relayed for LeaseGrace.
 	Relay          bool
 	RelayNamespace string
+	// LeaseGrace, for a relay hub, is how long a cluster it neither reads
+	// nor relays any more keeps its Lease before the hub deletes it
+	// (hublease.go; default 1m).
+	LeaseGrace time.Duration
 	// Heartbeats, for a relay hub, are the clients of the source clusters
 	// (those the sources read with, ingest.Reader.Pods), by cluster ID,
 	// whose heartbeat Lease the hub copies into its Lease of the cluster
@@ -263,6 +268,9 @@ func New(rs records, sources []Source, client kubernetes.Interface, dyn dynamic.
 	}
 	if cfg.StatePoll <= 0 {
 		cfg.StatePoll = time.Second
+	}
+	if cfg.LeaseGrace <= 0 {
+		cfg.LeaseGrace = time.Minute
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8

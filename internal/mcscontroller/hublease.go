@@ -4,8 +4,17 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/pager"
+	"k8s.io/klog/v2"
+
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 )
 
 // A hub that reads hubs writes a Lease of each origin it relays from them,
@@ -14,6 +23,12 @@ import (
 // that told it, copied unchanged (relay.(*Relay).OriginLeaseExtra), so that
 // the next tier's staleness per origin works as through one hub. An origin
 // it also reads directly is runLeases's.
+//
+// Every hub deletes the Leases of clusters it no longer reads or relays (a
+// peer taken out of its configuration, an origin no hub it reads holds any
+// more), once they have been so for Config.LeaseGrace: the edges reading it
+// then forget such a cluster rather than keep its last word for ever, and
+// a hub reading this one deletes its own Lease of it in turn.
 
 // relayedLease is what a hub's Lease of a relayed origin says.
 type relayedLease struct {
@@ -21,16 +36,49 @@ type relayedLease struct {
 	extra map[string]string
 }
 
+// relaysOrigin says whether a hub relays an origin its Relay knows: some
+// hub holds its Lease or slices, or its records are still held (until they
+// expire); and the Lease it copies crossed fewer than relay.MaxPath hubs
+// (its own would be one more, which readers ignore). A verifying Relay
+// remembers an origin no hub holds any more.
+func (c *Controller) relaysOrigin(o relay.Origin) bool {
+	if len(o.Hubs) == 0 && o.Records == 0 {
+		return false
+	}
+	return len(relay.SplitPath(c.cfg.Hubs.OriginLeaseExtra(o.Cluster)[relay.LeasePathAnnotation])) < relay.MaxPath
+}
+
 // runRelayedLeases writes the Lease of each relayed origin when what it
-// says changes, looking every StatePoll, until ctx is done.
+// says changes, and deletes the Leases of clusters the hub no longer reads
+// or relays (pruneLeases), looking every StatePoll, until ctx is done. The
+// writes and the deletes of relayed origins' Leases are made here only, so
+// that no delete races a write of the same Lease; runLeases writes those of
+// the sources, which are never deleted while the controller runs.
 func (c *Controller) runRelayedLeases(ctx context.Context) {
 	written := map[string]relayedLease{}
+	p := &leasePruner{unwanted: map[string]time.Time{}}
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		for _, o := range c.cfg.Hubs.Origins() {
-			if c.direct(o.Cluster) || o.Cluster == c.cfg.LocalCluster {
+		var origins []relay.Origin
+		if c.cfg.Hubs != nil {
+			origins = c.cfg.Hubs.Origins()
+		}
+		relayed := make(map[string]bool, len(origins))
+		for _, o := range origins {
+			if c.direct(o.Cluster) || o.Cluster == c.cfg.LocalCluster || !c.relaysOrigin(o) {
 				continue
 			}
-			want := relayedLease{leaseState{state: o.State.String(), contact: o.LastContact}, c.cfg.Hubs.OriginLeaseExtra(o.Cluster)}
+			relayed[o.Cluster] = true
+		}
+		// An origin no longer relayed (the Relay may have forgotten it):
+		// pruneLeases deletes its Lease, written again if it comes back.
+		maps.DeleteFunc(written, func(cluster string, _ relayedLease) bool { return !relayed[cluster] })
+		for _, o := range origins {
+			if !relayed[o.Cluster] {
+				continue
+			}
+			extra := c.cfg.Hubs.OriginLeaseExtra(o.Cluster)
+			path := append(relay.SplitPath(extra[relay.LeasePathAnnotation]), c.cfg.LocalCluster)
+			want := relayedLease{leaseState{state: o.State.String(), contact: o.LastContact, path: relay.JoinPath(path)}, extra}
 			if w, ok := written[o.Cluster]; ok && w.state == want.state && maps.Equal(w.extra, want.extra) {
 				continue
 			}
@@ -39,6 +87,112 @@ func (c *Controller) runRelayedLeases(ctx context.Context) {
 				return
 			}
 			written[o.Cluster] = want
+			p.exists(o.Cluster)
 		}
+		c.pruneLeases(ctx, p, relayed, time.Now())
 	}, c.cfg.StatePoll)
+}
+
+// leasePruner is what pruneLeases keeps between its looks.
+type leasePruner struct {
+	listed   bool                 // the Leases there were at the start are known
+	tried    time.Time            // the last list that failed
+	have     map[string]bool      // clusters whose Lease the controller knows to exist
+	unwanted map[string]time.Time // since when each of them has been neither read nor relayed
+}
+
+// exists notes that cluster's Lease exists (the controller wrote it).
+func (p *leasePruner) exists(cluster string) {
+	if p.have != nil {
+		p.have[cluster] = true
+	}
+}
+
+// pruneLeases deletes the Lease of each cluster that has been neither read
+// nor relayed (relayed: the origins relayed from hubs) for LeaseGrace. The
+// Leases are those listed once at the start (labelled with their cluster,
+// by name: mcs-origin.<cluster>) and those written since. Nothing is
+// deleted, and no grace counts, while some hub has not listed once: its
+// origins are not known yet. A failed delete, or list, is tried again
+// after a grace.
+func (c *Controller) pruneLeases(ctx context.Context, p *leasePruner, relayed map[string]bool, now time.Time) {
+	if _, pending := c.relayed(); pending {
+		clear(p.unwanted)
+		return
+	}
+	if !p.listed {
+		if now.Sub(p.tried) < c.cfg.LeaseGrace {
+			return // a failed list is tried again after a grace, not at every look
+		}
+		have, err := c.listLeases(ctx)
+		if err != nil {
+			p.tried = now
+			c.logOnce(fmt.Errorf("relay Leases: list (the Leases of clusters no longer read or relayed are not deleted until it succeeds): %w", err))
+			return
+		}
+		for cluster := range relayed {
+			have[cluster] = true // written by now, or at the next look
+		}
+		for _, s := range c.sources {
+			have[s.Cluster()] = true
+		}
+		p.have, p.listed = have, true
+	}
+	wanted := map[string]bool{c.cfg.LocalCluster: true}
+	for _, s := range c.sources {
+		wanted[s.Cluster()] = true
+	}
+	for cluster := range relayed {
+		wanted[cluster] = true
+	}
+	for cluster := range p.have {
+		if wanted[cluster] {
+			delete(p.unwanted, cluster)
+			continue
+		}
+		since, ok := p.unwanted[cluster]
+		if !ok {
+			p.unwanted[cluster] = now
+			continue
+		}
+		if now.Sub(since) < c.cfg.LeaseGrace {
+			continue
+		}
+		err := c.client.CoordinationV1().Leases(c.cfg.RelayNamespace).Delete(ctx, relay.LeasePrefix+cluster, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		c.metrics.write("lease_delete", err)
+		if err != nil {
+			p.unwanted[cluster] = now // tried again after a grace
+			c.logOnce(fmt.Errorf("relay Lease of cluster %s, neither read nor relayed since %s: delete: %w", cluster, since.UTC().Format(time.RFC3339), err))
+			continue
+		}
+		klog.Infof("mcs-controller: deleted the relay Lease of cluster %s: neither read nor relayed since %s", cluster, since.UTC().Format(time.RFC3339))
+		delete(p.have, cluster)
+		delete(p.unwanted, cluster)
+	}
+}
+
+// listLeases returns the clusters of the relay Leases in RelayNamespace:
+// those labelled relay.OriginLabel and named for their cluster, in pages
+// (each Lease may carry a heartbeat and a Pod list of tens of KB).
+func (c *Controller) listLeases(ctx context.Context) (map[string]bool, error) {
+	have := map[string]bool{}
+	leases := c.client.CoordinationV1().Leases(c.cfg.RelayNamespace)
+	pg := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return leases.List(ctx, opts)
+	})
+	pg.PageSize = 100
+	err := pg.EachListItem(ctx, metav1.ListOptions{LabelSelector: relay.OriginLabel}, func(obj runtime.Object) error {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok {
+			return nil
+		}
+		if cluster := l.Labels[relay.OriginLabel]; l.Name == relay.LeasePrefix+cluster {
+			have[cluster] = true
+		}
+		return nil
+	})
+	return have, err
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -47,7 +49,7 @@ func hubOf(t *testing.T, n int) *env {
 // hubLease writes the hub's Lease of b.
 func hubLease(t *testing.T, h *env, st source.State, contact time.Time) {
 	t.Helper()
-	if err := h.ctl.applyLease(h.ctx, "b", leaseState{state: st.String(), contact: contact}, nil); err != nil {
+	if err := h.ctl.applyLease(h.ctx, "b", leaseState{state: st.String(), contact: contact, path: h.ctl.cfg.LocalCluster}, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -210,4 +212,49 @@ func TestHubRelaysFurther(t *testing.T) {
 	if got := edge.slicesBy("web"); len(got["b"]) != 2 || len(got["c"]) != 1 {
 		t.Errorf("slices %v", got)
 	}
+}
+
+// A hub of hubs deletes its Lease of a relayed origin once no hub it reads
+// holds the origin any more (the hub below took it out: its Lease and
+// slices went), and writes it again when the origin comes back.
+func TestHubRelayedLeasePrune(t *testing.T) {
+	hub := hubOf(t, 2)
+	cfg := Config{LocalCluster: "edge", Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond, LeaseGrace: 50 * time.Millisecond}
+	e := newEdge(t, cfg, hub.client, []*fakeSource{newSource("edge", true, time.Now())})
+	e.start(true)
+	exists := func(cluster string) bool {
+		_, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+cluster, metav1.GetOptions{})
+		return err == nil
+	}
+	e.poll("the Lease of relayed origin b", func() bool { return exists("b") && exists("edge") })
+	l, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+"b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Annotations[relay.LeasePathAnnotation]; got != "hub,edge" {
+		t.Errorf("the Lease of b: path %q, want hub,edge", got)
+	}
+
+	// The hub below takes b out.
+	if err := hub.client.CoordinationV1().Leases(relay.DefaultNamespace).Delete(hub.ctx, relay.LeasePrefix+"b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range hub.slices() {
+		if s.Labels[mcsv1beta1.LabelSourceCluster] == "b" {
+			if err := hub.client.DiscoveryV1().EndpointSlices(s.Namespace).Delete(hub.ctx, s.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.poll("the Lease of b to go", func() bool { return !exists("b") })
+	if !exists("edge") {
+		t.Error("the Lease of the edge's own cluster went")
+	}
+	if n := testutil.ToFloat64(e.metrics.Writes.WithLabelValues("lease_delete", "ok")); n != 1 {
+		t.Errorf("%v Lease deletes counted, want 1", n)
+	}
+
+	// b comes back through the hub: its Lease is written again.
+	hubLease(t, hub, source.Connected, time.Now())
+	e.poll("the Lease of b again", func() bool { return exists("b") })
 }

@@ -82,11 +82,13 @@ func relayAnnotate(sl *discoveryv1.EndpointSlice, byAddr map[string][]*store.Pod
 }
 
 // leaseState is what a hub's Lease says of an origin: its state, the
-// hub's last contact, and the origin's last heartbeat (heartbeat.go).
+// hub's last contact, the origin's last heartbeat (heartbeat.go), and the
+// relay path of that word (relay.LeasePathAnnotation).
 type leaseState struct {
 	state   string
 	contact time.Time
 	beat    beat
+	path    string
 }
 
 // stateOf is a source's state as a Lease names it (source.State's names).
@@ -117,7 +119,7 @@ func (c *Controller) runLeases(ctx context.Context) {
 			if !beats.ready(s.Cluster()) {
 				continue // its heartbeat is not known yet
 			}
-			want := leaseState{state: stateOf(s), contact: s.LastContact(), beat: beats.get(s.Cluster())}
+			want := leaseState{state: stateOf(s), contact: s.LastContact(), beat: beats.get(s.Cluster()), path: c.cfg.LocalCluster}
 			if w, ok := written[s.Cluster()]; ok && w.state == want.state && w.beat == want.beat {
 				continue
 			}
@@ -137,13 +139,16 @@ func (c *Controller) runLeases(ctx context.Context) {
 // exist yet is applied without one. The origin's heartbeat, when the hub
 // holds one, is copied as it is, with the Pod list written with it; the merge patch keeps the one the Lease
 // has when the hub holds none yet. extra are annotations beside those
-// (the state and heartbeat win over an extra of their name).
+// (the state, path and heartbeat win over an extra of their name).
 func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseState, extra map[string]string) error {
 	annotations := maps.Clone(extra)
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
 	annotations[relay.OriginStateAnnotation] = st.state
+	if st.path != "" {
+		annotations[relay.LeasePathAnnotation] = st.path
+	}
 	l := &coordinationv1.Lease{
 		TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
 		ObjectMeta: metav1.ObjectMeta{

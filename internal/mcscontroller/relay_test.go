@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -248,5 +249,60 @@ func TestRelayLeaseKeepsLastContact(t *testing.T) {
 	l, _ := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+"b", metav1.GetOptions{})
 	if l.Spec.RenewTime == nil || !l.Spec.RenewTime.Time.Equal(before) {
 		t.Errorf("renewTime %v, want the one from before the restart, %v", l.Spec.RenewTime, before)
+	}
+}
+
+// A hub deletes the Lease of a cluster it no longer reads (a peer taken out
+// of its configuration) once LeaseGrace has passed, and only that: the
+// Leases of its sources, a Lease not named for its label and another
+// component's stay. With a long grace nothing goes.
+func TestRelayLeasePrune(t *testing.T) {
+	labelled := func(name, cluster string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: name, Labels: map[string]string{relay.OriginLabel: cluster}}}
+	}
+	for _, tc := range []struct {
+		grace time.Duration
+		gone  bool
+	}{{50 * time.Millisecond, true}, {time.Hour, false}} {
+		t.Run(fmt.Sprint("grace=", tc.grace), func(t *testing.T) {
+			e := newEnv(t, Config{LocalCluster: "a", Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond, LeaseGrace: tc.grace},
+				[]*fakeSource{newSource("a", true, time.Now()), newSource("b", true, time.Now())},
+				labelled(relay.LeasePrefix+"gone", "gone"), labelled(relay.LeasePrefix+"b", "b"), labelled(relay.LeasePrefix+"x", "y"),
+				&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: "kube-scheduler"}})
+			exists := func(name string) bool {
+				_, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, name, metav1.GetOptions{})
+				return err == nil
+			}
+			lists := func() int {
+				n := 0
+				for _, a := range e.client.Actions() {
+					if a.GetVerb() == "list" && a.GetResource().Resource == "leases" {
+						n++
+					}
+				}
+				return n
+			}
+			e.start(true)
+			if tc.gone {
+				e.poll("the Lease of gone to go", func() bool { return !exists(relay.LeasePrefix + "gone") })
+				if n := testutil.ToFloat64(e.metrics.Writes.WithLabelValues("lease_delete", "ok")); n != 1 {
+					t.Errorf("%v Lease deletes counted, want 1", n)
+				}
+			} else {
+				e.poll("the Leases listed", func() bool { return lists() > 0 && exists(relay.LeasePrefix+"a") })
+				time.Sleep(20 * e.ctl.cfg.StatePoll) // looks that must delete nothing
+				if !exists(relay.LeasePrefix + "gone") {
+					t.Error("the Lease of gone was deleted before its grace")
+				}
+			}
+			for _, name := range []string{relay.LeasePrefix + "a", relay.LeasePrefix + "b", relay.LeasePrefix + "x", "kube-scheduler"} {
+				if !exists(name) {
+					t.Errorf("Lease %s was deleted", name)
+				}
+			}
+			if n := lists(); n != 1 {
+				t.Errorf("the Leases were listed %d times, want once", n)
+			}
+		})
 	}
 }

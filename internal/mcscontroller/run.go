@@ -127,9 +127,7 @@ func (c *Controller) RunLoop(ctx context.Context) {
 	}
 	if c.cfg.Relay {
 		go c.runLeases(ctx)
-		if c.cfg.Hubs != nil {
-			go c.runRelayedLeases(ctx) // hublease.go
-		}
+		go c.runRelayedLeases(ctx) // hublease.go
 	}
 	c.waitFirstLists(ctx)
 	go wait.UntilWithContext(ctx, func(context.Context) { c.queue.Add(keyAll) }, c.cfg.Resync)

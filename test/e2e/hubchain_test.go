@@ -8,7 +8,10 @@ package e2e
 // signature, and its state per origin arrives through hub-2's re-published
 // Lease. Then hub-1 reads hub-2 too (each reads the other), the origin
 // deletes a Pod, and edge-e and both hubs drop it and keep it dropped: it
-// does not bounce between the hubs (docs/DESIGN.md#relay-hubs).
+// does not bounce between the hubs (docs/DESIGN.md#relay-hubs). Last,
+// hub-1 stops reading the origin: its records and both hubs' Leases of it
+// go (the hubs do not hold each other's Lease up), and edge-e reports it
+// disconnected.
 
 import (
 	"context"
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -47,7 +51,7 @@ func TestHubChain(t *testing.T) {
 	rs.exportBackend(t, ns, 2)
 
 	hub := func(h *harness.Cluster, args ...string) *harness.Annotator {
-		return harness.StartAnnotator(t, h.Kubeconfig, append([]string{"--cluster", h.Name, "--leader-elect=false", "-mcs-controller", "--relay"}, args...)...)
+		return harness.StartAnnotator(t, h.Kubeconfig, append([]string{"--cluster", h.Name, "--leader-elect=false", "-mcs-controller", "--relay", "--relay-lease-grace=2s"}, args...)...)
 	}
 	ctl1 := hub(h1, "-peer", "edge-o="+o.Kubeconfig)
 	hub(h2, "-hub", "hub-1="+h1.Kubeconfig)
@@ -65,7 +69,7 @@ func TestHubChain(t *testing.T) {
 
 	// hub-1 reads hub-2 too; the origin deletes backend-2.
 	ctl1.Stop(t)
-	hub(h1, "-peer", "edge-o="+o.Kubeconfig, "-hub", "hub-2="+h2.Kubeconfig)
+	ctl1 = hub(h1, "-peer", "edge-o="+o.Kubeconfig, "-hub", "hub-2="+h2.Kubeconfig)
 	waitPeers(t, d, relayPropagation, q, hasAddrs("10.7.0.1", "10.7.0.2"))
 	o.DeletePod(t, ns, "backend-2")
 	took = waitPeers(t, d, relayPropagation, q, hasAddrs("10.7.0.1"))
@@ -81,6 +85,28 @@ func TestHubChain(t *testing.T) {
 	for _, h := range []*harness.Cluster{h1, h2} {
 		waitRelayedAddrs(t, h, ns, "edge-o", "10.7.0.1")
 	}
+
+	// hub-1 takes edge-o out (its peer removed) and reads only hub-2, which
+	// has edge-o only from hub-1: edge-o's records go from both hubs, and
+	// so do their Leases of it, after --relay-lease-grace (hub-1 ignores
+	// hub-2's, whose path names hub-1). edge-e answers nothing of edge-o
+	// and reports it disconnected (it verifies: it remembers edge-o).
+	ctl1.Stop(t)
+	hub(h1, "-hub", "hub-2="+h2.Kubeconfig)
+	took = waitPeers(t, d, relayPropagation, q, isNXDOMAIN)
+	t.Logf("edge-o taken out of hub-1: its name gone at edge-e after %s", took.Round(time.Millisecond))
+	for _, h := range []*harness.Cluster{h1, h2} {
+		harness.Eventually(t, relayPropagation, func() error {
+			cx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			l, err := h.Client.CoordinationV1().Leases(relay.DefaultNamespace).Get(cx, relay.LeasePrefix+"edge-o", metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s's Lease of edge-o: %v (%v), want none", h.Name, l, err)
+			}
+			return nil
+		})
+	}
+	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_source_state{cluster="edge-o",state="disconnected"}`, func(v float64) bool { return v == 1 })
 }
 
 // relayedSlices calls each on the relay slices c's controller writes of

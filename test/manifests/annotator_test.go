@@ -18,6 +18,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -84,6 +85,10 @@ var annotatorLeaseGrants = grants(
 	// A relay hub's Leases, one per cluster it reads (--relay: server-side
 	// apply; the admission policy limits them to their names).
 	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"patch"}},
+	// A relay hub deletes the Leases of clusters it no longer reads, found
+	// by a list at its start (the admission policy limits the deletes to
+	// its own Leases).
+	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list", "delete"}},
 	// A relay hub reads its own cluster's heartbeat (the Lease mcs-heartbeat
 	// only: TestAnnotatorStatic checks the name).
 	rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list", "watch"}},
@@ -283,8 +288,11 @@ func TestAnnotatorStatic(t *testing.T) {
 	exactGrants(t, "ClusterRole "+a.role.Name, a.role.Rules, annotatorClusterGrants)
 	exactGrants(t, "Role "+a.leaseRole.Name, a.leaseRole.Rules, annotatorLeaseGrants)
 	for _, r := range a.leaseRole.Rules {
-		if (slices.Contains(r.Verbs, "list") || slices.Contains(r.Verbs, "watch")) && !slices.Equal(r.ResourceNames, []string{"mcs-heartbeat"}) {
-			t.Errorf("Role rule %+v lists or watches Leases other than mcs-heartbeat", r)
+		if slices.Contains(r.Verbs, "watch") && !slices.Equal(r.ResourceNames, []string{"mcs-heartbeat"}) {
+			t.Errorf("Role rule %+v watches Leases other than mcs-heartbeat", r)
+		}
+		if slices.Contains(r.Verbs, "get") && len(r.ResourceNames) == 0 {
+			t.Errorf("Role rule %+v gets any Lease", r)
 		}
 	}
 	for _, r := range a.role.Rules {
@@ -866,14 +874,14 @@ func TestAnnotatorManifests(t *testing.T) {
 			"kind": "ServiceExport", "metadata": map[string]any{"name": "backend", "namespace": ns}}}
 		_, err = sadyn.Resource(serviceExports).Namespace(ns).Create(cx, createSE, metav1.CreateOptions{})
 		forbidden("create a ServiceExport", err)
-		_, err = sa.CoordinationV1().Leases(kubeSystem).List(cx, metav1.ListOptions{})
-		forbidden("list leases", err)
+		_, err = sa.CoordinationV1().Leases(kubeSystem).Watch(cx, metav1.ListOptions{})
+		forbidden("watch leases", err)
 		_, err = sa.CoordinationV1().Leases(kubeSystem).Get(cx, "kube-controller-manager", metav1.GetOptions{})
 		forbidden("get another Lease", err)
 		_, err = sa.CoordinationV1().Leases(ns).Get(cx, annotatorLease, metav1.GetOptions{})
 		forbidden("get a Lease in another namespace", err)
-		err = sa.CoordinationV1().Leases(kubeSystem).Delete(cx, annotatorLease, metav1.DeleteOptions{})
-		forbidden("delete its Lease", err)
+		err = sa.CoordinationV1().Leases(ns).Delete(cx, annotatorLease, metav1.DeleteOptions{})
+		forbidden("delete a Lease in another namespace", err)
 	})
 
 	// Last: it removes the policy's binding at the end.
@@ -923,6 +931,24 @@ func admissionPolicy(t *testing.T, c *harness.Cluster, sa *kubernetes.Clientset,
 		fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}},"spec":{"containers":[{"name":%q,"image":"registry.example/evil:1"}]}}`, harness.ExporterLabel, p.Spec.Containers[0].Name)))
 	_, err = sa.CoordinationV1().Leases(kubeSystem).Create(cx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager", Namespace: kubeSystem}}, metav1.CreateOptions{})
 	refused("create another Lease", err)
+	// RBAC allows deleting any Lease here (a relay hub's prune); the policy
+	// only a relay hub's mcs-origin.<cluster> labelled with its cluster.
+	dryDelete := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	refused("delete its own Lease", sa.CoordinationV1().Leases(kubeSystem).Delete(cx, annotatorLease, dryDelete))
+	for _, l := range []*coordinationv1.Lease{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager", Namespace: kubeSystem}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "mcs-origin.gone", Namespace: kubeSystem, Labels: map[string]string{"multicluster.mcsannotations.io/relay-origin": "gone"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "mcs-origin.misnamed", Namespace: kubeSystem, Labels: map[string]string{"multicluster.mcsannotations.io/relay-origin": "other"}}},
+	} {
+		if _, err := c.Client.CoordinationV1().Leases(kubeSystem).Create(cx, l, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	refused("delete another component's Lease", sa.CoordinationV1().Leases(kubeSystem).Delete(cx, "kube-controller-manager", dryDelete))
+	refused("delete a Lease named for another cluster than its label's", sa.CoordinationV1().Leases(kubeSystem).Delete(cx, "mcs-origin.misnamed", dryDelete))
+	if err := sa.CoordinationV1().Leases(kubeSystem).Delete(cx, "mcs-origin.gone", dryDelete); err != nil {
+		t.Errorf("delete a relay hub's Lease as the annotator: %v", err)
+	}
 
 	// The peer grants: the one RoleBinding of the one ClusterRole to the
 	// peer reader, the one ConfigMap. RBAC allows each of these (create and

@@ -71,7 +71,8 @@ func TestCRDs(t *testing.T) {
 // arguments (the MCS controller on) as the mcs-annotator ServiceAccount
 // (impersonation). The controller must write the ServiceImport, the derived
 // Service and the EndpointSlice of an exported ClusterIP Service and the
-// ServiceExport's Conflict condition, and never be forbidden. Then, with
+// ServiceExport's Conflict condition, delete the relay Lease of a cluster
+// it no longer reads, and never be forbidden. Then, with
 // the same identity, the admission policy refuses what RBAC allows but the
 // controller never writes (a Service with a selector or external IPs, a
 // change to a Service, EndpointSlice or ServiceImport not its own, a slice
@@ -101,9 +102,16 @@ func TestMCSControllerManifests(t *testing.T) {
 	c.SetPodReady(t, ns, "web-0", true, "10.1.0.10")
 
 	kubeconfig := c.KubeconfigAs(t, harness.ServiceAccountUser(kubeSystem, annotatorSA), harness.ServiceAccountGroups(kubeSystem)...)
+	// A Lease the hub wrote before of a cluster it no longer reads: it
+	// deletes it after --relay-lease-grace.
+	gone := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "mcs-origin.edge-gone", Namespace: kubeSystem,
+		Labels: map[string]string{"multicluster.mcsannotations.io/relay-origin": "edge-gone"}}}
+	if _, err := c.Client.CoordinationV1().Leases(kubeSystem).Create(context.Background(), gone, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	// As a relay hub too (--relay): its Leases go through the RBAC and the
 	// admission policy as well.
-	ctl := harness.StartAnnotator(t, kubeconfig, append(annotatorArgs(t, &m.deployment, "edge-a"), "--relay")...)
+	ctl := harness.StartAnnotator(t, kubeconfig, append(annotatorArgs(t, &m.deployment, "edge-a"), "--relay", "--relay-lease-grace=1s")...)
 
 	// The controller's writes, as the ServiceAccount.
 	var imp *unstructured.Unstructured
@@ -135,15 +143,21 @@ func TestMCSControllerManifests(t *testing.T) {
 			l.Annotations["multicluster.mcsannotations.io/origin-state"] != "connected" {
 			return fmt.Errorf("the relay Lease of edge-a: %v (%v)", l, err)
 		}
+		if _, err := c.Client.CoordinationV1().Leases(kubeSystem).Get(cx, gone.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the relay Lease of a cluster the hub no longer reads: %v, want deleted", err)
+		}
 		imp, derived, slice = u, &svcs.Items[0], &sls.Items[0]
 		return exportConditions(dyn, ns, "web", map[string]condition{"Conflict": {"False", "NoConflicts"}, "Ready": {"True", "Exported"}})
 	})
+	if v, err := metric(ctl, `mcs_controller_writes_total{kind="lease_delete",result="ok"}`); err != nil || v != 1 {
+		t.Errorf("Lease deletes %v (%v), want 1", v, err)
+	}
 	for _, l := range strings.Split(ctl.Log(), "\n") {
 		if strings.Contains(strings.ToLower(l), "forbidden") {
 			t.Errorf("the controller was forbidden something: %s", l)
 		}
 	}
-	for _, kind := range []string{"serviceimport", "serviceimport_status", "service", "endpointslice", "serviceexport_status", "lease"} {
+	for _, kind := range []string{"serviceimport", "serviceimport_status", "service", "endpointslice", "serviceexport_status", "lease", "lease_delete"} {
 		if v, err := metric(ctl, fmt.Sprintf(`mcs_controller_writes_total{kind=%q,result="error"}`, kind)); err != nil || v != 0 {
 			t.Errorf("%s write errors %v (%v), want 0", kind, v, err)
 		}
