@@ -85,6 +85,31 @@ func TestHubFlag(t *testing.T) {
 	}
 }
 
+// --hub-require-pod-lists needs hubs, and verify to check the lists.
+func TestHubRequirePodListsFlag(t *testing.T) {
+	keys := t.TempDir()
+	writePub(t, keys, "edge")
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--mcs-controller", "--cluster", "edge", "--hub-require-pod-lists"}, "-hub-require-pod-lists needs -hub"},
+		{[]string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--hub-require-pod-lists"}, "-hub-require-pod-lists needs -verify"},
+		{[]string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--verify", keys, "--hub-require-pod-lists"}, ""},
+	} {
+		o, err := parseFlags(tc.args)
+		if tc.err == "" {
+			if err != nil || !o.hubLists {
+				t.Errorf("%q: %v, require %v; want accepted, on", tc.args, err, o.hubLists)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.err)
+		}
+	}
+}
+
 // --snapshot-dir is the MCS controller's: without --mcs-controller the
 // annotator does not start.
 func TestSnapshotDirFlag(t *testing.T) {

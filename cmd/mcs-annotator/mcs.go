@@ -72,6 +72,12 @@ func addNamed(list *[]peer, kind, v string) error {
 
 // checkMCS checks the MCS controller's flags.
 func checkMCS(o *options) error {
+	if o.hubLists && len(o.hubs) == 0 {
+		return errors.New("-hub-require-pod-lists needs -hub")
+	}
+	if o.hubLists && o.verify == "" {
+		return errors.New("-hub-require-pod-lists needs -verify: only a controller that verifies checks the origins' Pod lists")
+	}
 	if !o.mcsController {
 		if len(o.peers) > 0 {
 			return errors.New("-peer needs -mcs-controller")
@@ -259,6 +265,7 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 		// Under verify, a hub's word that an origin is connected counts
 		// only with the origin's recent heartbeat.
 		HeartbeatTimeout: o.hubTimeout,
+		RequirePodLists:  o.hubLists,
 		// A hub reading hubs relays their origins too: their records keep
 		// the origin's bytes and the hubs they crossed.
 		KeepProof: o.relay,

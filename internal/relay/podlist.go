@@ -33,7 +33,8 @@ import (
 // expire. An origin over annotation.MaxPodListPods writes a list that names
 // none (annotation.PodList.Over): it counts as a list, drops nothing. What
 // the reader has seen is kept in memory: after a restart, until it sees a
-// list again, a hub's Lease without one is taken as before lists.
+// list again, a hub's Lease without one is taken as before lists, unless
+// Config.RequirePodLists says lists are required from the start.
 
 // Reasons of the Pod list rule.
 const (
@@ -75,18 +76,27 @@ func (r *Relay) seenList(origin string) *podList {
 	return nil
 }
 
-// withholds tells whether l, a Lease of an origin whose lists the reader
-// has seen, lacks a list that verifies as new as its heartbeat; r.mu is
+// listsRequired tells whether a hub's Lease of origin must carry a Pod
+// list: one of the origin was seen, or Config.RequirePodLists; r.mu is
 // held.
+func (r *Relay) listsRequired(origin string) bool {
+	return r.cfg.RequirePodLists || r.seenList(origin) != nil
+}
+
+// withholds tells whether l, a Lease of an origin whose lists are required,
+// lacks a list that verifies as new as its heartbeat; r.mu is held.
 func (r *Relay) withholds(l *slimLease) bool {
-	return r.seenList(l.origin) != nil && (l.list == nil || int64(l.list.at) < l.beat.UnixMilli())
+	return r.listsRequired(l.origin) && (l.list == nil || int64(l.list.at) < l.beat.UnixMilli())
 }
 
 // withheldWhy says what l lacks, when withholds(l).
 func (r *Relay) withheldWhy(l *slimLease) string {
 	if l.list == nil {
-		seen := time.UnixMilli(int64(r.seenList(l.origin).at)).UTC().Format(time.RFC3339Nano)
-		return fmt.Sprintf("no Pod list that verifies (%s), although one of %s was seen", l.listRefused.Detail, seen)
+		seen := r.seenList(l.origin)
+		if seen == nil {
+			return fmt.Sprintf("no Pod list that verifies (%s), and this reader requires them", l.listRefused.Detail)
+		}
+		return fmt.Sprintf("no Pod list that verifies (%s), although one of %s was seen", l.listRefused.Detail, time.UnixMilli(int64(seen.at)).UTC().Format(time.RFC3339Nano))
 	}
 	return fmt.Sprintf("a Pod list of %s, older than the heartbeat", time.UnixMilli(int64(l.list.at)).UTC().Format(time.RFC3339Nano))
 }
@@ -129,7 +139,7 @@ func (r *Relay) noteList(h *hub, origin string, out *later) {
 	k := beatKey{h.name, origin}
 	l := h.leases[origin]
 	said := ""
-	if l != nil && !l.beat.IsZero() && l.list == nil && r.seenList(origin) == nil {
+	if l != nil && !l.beat.IsZero() && l.list == nil && !r.listsRequired(origin) {
 		said = l.listRefused.Detail
 	}
 	if r.lists[k] == said {

@@ -338,3 +338,43 @@ func TestPodListSeen(t *testing.T) {
 		t.Errorf("refused %q, want %q", got, want)
 	}
 }
+
+// With RequirePodLists, a hub's Lease without a Pod list is withheld from
+// the reader's first start (no list ever seen): the origin is not
+// connected through it, its records kept as for a hub cut off, its last
+// contact none through that Lease; no no_pod_list. A list as new as the
+// heartbeat makes it connected.
+func TestRequirePodLists(t *testing.T) {
+	pub, priv := genKey(t)
+	now := time.Now().Truncate(time.Millisecond)
+	p := stmt{origin: "origin-a", ns: "prod", name: "web-0", ip: "10.0.0.1", ready: true, seq: 1}.pod(priv)
+	hub := newFakeHub(slice("prod", "backend", "origin-a", nil, p), beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now))
+	var ref refusals
+	st := store.New()
+	r := start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}, RequirePodLists: true, Events: ref.events()}, hub)
+	rw := rec("prod", "web-0", "10.0.0.1", true, "backend")
+	origin := func() Origin {
+		if o := r.Origins(); len(o) == 1 {
+			return o[0]
+		}
+		return Origin{}
+	}
+	eventually(t, "disconnected without a list, the record kept", func() bool {
+		return synced(r) && origin().State == source.Disconnected && slices.Equal(records(st, "origin-a"), []string{rw})
+	})
+	if o := origin(); !o.LastContact.IsZero() {
+		t.Errorf("last contact %v through a Lease without the required list, want none", o.LastContact)
+	}
+	if got, want := ref.list(), []string{"hub-0 origin-a / withheld_pod_list"}; !slices.Equal(got, want) {
+		t.Errorf("refused %q, want %q", got, want)
+	}
+	t1 := now.Add(time.Millisecond)
+	if _, err := hub.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(),
+		listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, t1), priv, t1), priv, t1, "web-0"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "connected with the list", func() bool {
+		o := origin()
+		return o.State == source.Connected && o.LastContact.Equal(t1) && slices.Equal(records(st, "origin-a"), []string{rw})
+	})
+}

@@ -95,6 +95,13 @@ type Config struct {
 	// (DefaultHeartbeatTimeout when 0). It should be a few of the origins'
 	// heartbeat intervals.
 	HeartbeatTimeout time.Duration
+	// RequirePodLists, under verify, takes a hub's word that an origin is
+	// connected only with a Pod list that verifies, as new as its
+	// heartbeat, from the start (podlist.go): as if a list of every origin
+	// had been seen. For fleets whose origins and hubs all write lists: it
+	// closes the gap of a hub that withholds them from a reader's first
+	// start, or after its restart.
+	RequirePodLists bool
 	// Namespaces, when not empty, limits what the reader takes from every
 	// hub to the relay slices of these namespaces: one watch per namespace
 	// on each hub, so that the hub's API server filters and the slices of

@@ -161,6 +161,7 @@ func (m *MCS) newRelay(cfg config, local string) error {
 		// Under verify, a hub's word that an origin is connected counts
 		// only with the origin's recent heartbeat.
 		HeartbeatTimeout: cfg.hubBeat,
+		RequirePodLists:  cfg.hubLists,
 		Events: relay.Events{
 			Refused:     logRelayRefused,
 			HubState:    m.hubStateChanged,

@@ -92,6 +92,7 @@ type config struct {
 	hubs        []peerConfig  // in Corefile order: clusters whose MCS controller relays other clusters' records
 	hubNS       []string      // hub_namespaces: what is read of every hub; nil: every namespace
 	hubBeat     time.Duration // hub_heartbeat: under verify, how old an origin's heartbeat may be; 0: relay.DefaultHeartbeatTimeout
+	hubLists    bool          // hub_require_pod_lists: under verify, a hub's word needs the origin's Pod list from the start
 	expire      time.Duration // 0: never
 	enforce     bool          // imports enforce
 	allow       []netip.Prefix
@@ -232,6 +233,14 @@ func parse(c *caddy.Controller) (config, error) {
 					return cfg, c.Errf("hub_heartbeat %q: must be a positive duration such as 5m", v)
 				}
 				cfg.hubBeat = d
+			case "hub_require_pod_lists":
+				if a := c.RemainingArgs(); len(a) > 0 {
+					return cfg, c.Errf("hub_require_pod_lists takes no arguments, got %d", len(a))
+				}
+				if cfg.hubLists {
+					return cfg, c.Errf("hub_require_pod_lists is given twice")
+				}
+				cfg.hubLists = true
 			case "expire":
 				v, err := oneArg(c)
 				if err != nil {
@@ -309,6 +318,12 @@ func parse(c *caddy.Controller) (config, error) {
 	}
 	if cfg.hubBeat != 0 && cfg.verify == "" {
 		return cfg, fmt.Errorf("hub_heartbeat without verify: only a reader that verifies checks the origins' heartbeats")
+	}
+	if cfg.hubLists && len(cfg.hubs) == 0 {
+		return cfg, fmt.Errorf("hub_require_pod_lists without a hub")
+	}
+	if cfg.hubLists && cfg.verify == "" {
+		return cfg, fmt.Errorf("hub_require_pod_lists without verify: only a reader that verifies checks the origins' Pod lists")
 	}
 	for _, h := range cfg.hubs {
 		if cfg.cluster != "" && h.name == cfg.cluster {

@@ -38,6 +38,7 @@ const heartbeatCorefile = `clusterset.local:{PORT} {
         hub hub-1 {HUB1}
         verify {KEYS}
         hub_heartbeat {TIMEOUT}
+        {EXTRA}
         ttl 5
     }
     prometheus 127.0.0.1:{METRICS}
@@ -58,7 +59,7 @@ func startBeatingRelay(t *testing.T, ns string, n int, interval time.Duration) (
 
 // startBeatEdge starts edge-e's CoreDNS reading hub-1 only, under verify
 // with hub_heartbeat timeout; it returns it and its metrics port.
-func startBeatEdge(t *testing.T, rs relaySet, timeout time.Duration) (*harness.CoreDNS, int) {
+func startBeatEdge(t *testing.T, rs relaySet, timeout time.Duration, extra string) (*harness.CoreDNS, int) {
 	t.Helper()
 	metrics := harness.FreePort(t)
 	d := harness.StartCoreDNS(t, heartbeatCorefile, map[string]string{
@@ -66,6 +67,7 @@ func startBeatEdge(t *testing.T, rs relaySet, timeout time.Duration) (*harness.C
 		"HUB1":       rs.hubs[0].Kubeconfig,
 		"KEYS":       rs.keysE.Dir,
 		"TIMEOUT":    timeout.String(),
+		"EXTRA":      extra,
 		"METRICS":    strconv.Itoa(metrics),
 	})
 	return d, metrics
@@ -124,7 +126,7 @@ func TestHeartbeatThroughHostileHub(t *testing.T) {
 		t.Logf("the hub's Lease of edge-o, as an edge receives it per heartbeat: %d bytes JSON, %d bytes protobuf (object only)", len(js), l.Size())
 	}
 
-	d, metrics := startBeatEdge(t, rs, timeout)
+	d, metrics := startBeatEdge(t, rs, timeout, "")
 	name := svc("backend", ns)
 	q := harness.Query{Name: name, Type: dns.TypeA, UDPSize: 1232, Timeout: peerQueryTimeout}
 	waitPeers(t, d, relayPropagation, q, marked(false, "edge-o", "10.7.0.1"))
@@ -253,7 +255,7 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 		return nil
 	})
 
-	d, metrics := startBeatEdge(t, rs, timeout)
+	d, metrics := startBeatEdge(t, rs, timeout, "")
 	q := harness.Query{Name: svc("backend", ns), Type: dns.TypeA, UDPSize: 1232, Timeout: peerQueryTimeout}
 	waitPeers(t, d, relayPropagation, q, marked(false, "edge-o", "10.7.0.1", "10.7.0.2"))
 
@@ -330,4 +332,21 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_source_state{cluster="edge-o",state="disconnected"}`, func(v float64) bool { return v == 1 })
 	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="withheld_pod_list"}`, func(v float64) bool { return v == 1 })
 	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="no_pod_list"}`, func(v float64) bool { return v == 0 })
+
+	// Two edges started now, that never saw a list. Without
+	// hub_require_pod_lists the withholding hub passes for current
+	// (no_pod_list), and the backend-2 it keeps is answered, unmarked: the
+	// gap the option closes. With it, edge-o is not current through the hub
+	// from the start: answers marked stale.
+	fresh, freshMetrics := startBeatEdge(t, rs, timeout, "")
+	waitPeers(t, fresh, relayPropagation, q, marked(false, "edge-o", "10.7.0.1", "10.7.0.2"))
+	eventuallyRelayMetric(t, freshMetrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="no_pod_list"}`, func(v float64) bool { return v == 1 })
+	eventuallyRelayMetric(t, freshMetrics, `coredns_mcsannotations_source_state{cluster="edge-o",state="connected"}`, func(v float64) bool { return v == 1 })
+	req, reqMetrics := startBeatEdge(t, rs, timeout, "hub_require_pod_lists")
+	start = time.Now()
+	waitPeers(t, req, relayPropagation+staleMark, q, marked(true, "edge-o", "10.7.0.1", "10.7.0.2"))
+	t.Logf("an edge requiring Pod lists, started while the hub withholds them: edge-o marked stale after %s", time.Since(start).Round(time.Millisecond))
+	eventuallyRelayMetric(t, reqMetrics, `coredns_mcsannotations_source_state{cluster="edge-o",state="disconnected"}`, func(v float64) bool { return v == 1 })
+	eventuallyRelayMetric(t, reqMetrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="withheld_pod_list"}`, func(v float64) bool { return v == 1 })
+	eventuallyRelayMetric(t, reqMetrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="no_pod_list"}`, func(v float64) bool { return v == 0 })
 }
