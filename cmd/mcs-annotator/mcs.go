@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ import (
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
 	"github.com/mcsannotations/mcsannotations/internal/mcscontroller"
 	"github.com/mcsannotations/mcsannotations/internal/relay"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
@@ -188,7 +190,9 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 		beats[p.name] = c
 		srcs = append(srcs, source.New(p.name, c, records, events, source.Options{Key: o.keys[p.name], Scoped: true, KeepProof: o.relay, Ingest: sm.ingestOptions(p.name)}))
 	}
-	hubs, err := readHubs(o, reader, records, sm)
+	// The snapshot file the hubs' replay memory is journaled to, once open.
+	var replayFile atomic.Pointer[snapshot.Store]
+	hubs, err := readHubs(o, reader, records, sm, replayFile.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +213,10 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 	case o.snapshotDir != "":
 		if st := mcscontroller.OpenSnapshot(filepath.Join(o.snapshotDir, snapshotFile), metrics); st != nil {
 			restored = mcscontroller.RestoreSnapshot(st, records, feeds, metrics)
+			if hubs != nil {
+				mcscontroller.SeedReplay(st, hubs, metrics)
+				replayFile.Store(st)
+			}
 			snapshotClosed = mcscontroller.JournalSnapshot(ctx, st, records, feeds, metrics)
 		}
 	}
@@ -250,7 +258,7 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 // read with the client every cluster is read with, writing every origin's
 // records into records, ignoring the local cluster's and the peers' (read
 // directly), and under -verify accepting only what an origin's key signed.
-func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMetrics) (*relay.Relay, error) {
+func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMetrics, replayFile func() *snapshot.Store) (*relay.Relay, error) {
 	if len(o.hubs) == 0 {
 		return nil, nil
 	}
@@ -290,6 +298,9 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 			OriginState: func(origin string, from, to source.State) {
 				klog.Infof("mcs-controller: origin %s (through hubs): %s -> %s", origin, from, to)
 			},
+			// Under verify, with --snapshot-dir: the replay memory's
+			// changes, into the file.
+			Remembered: relay.JournalSnapshot(replayFile),
 		},
 		Ingest: sm.ingestOptions("hubs"),
 	})

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
@@ -118,10 +119,28 @@ func RestoreSnapshot(st *snapshot.Store, rs *store.Store, srcs []Source, m *Metr
 	return restored
 }
 
+// SeedReplay seeds the replay memory of hubs, the reader of relay hubs,
+// from st, before hubs start (relay.(*Relay).SeedSnapshot): after a
+// restart, a hub presenting a statement older than one the controller
+// accepted before (a deleted Pod's too, for relay.TombstoneTTL) is still
+// refused. Entries that do not decode, and a failed load, are logged and
+// counted. Journal the memory's changes with relay.JournalSnapshot.
+func SeedReplay(st *snapshot.Store, hubs *relay.Relay, m *Metrics) {
+	bad, err := hubs.SeedSnapshot(st, func(format string, args ...any) { klog.Infof("mcs-controller: "+format, args...) })
+	if bad > 0 {
+		m.SnapshotErrors.WithLabelValues("bad_record").Add(float64(bad))
+		klog.Warningf("mcs-controller: snapshot %s: replay memory: skipped %d entries that do not decode", st.Path(), bad)
+	}
+	if err != nil {
+		m.SnapshotErrors.WithLabelValues("load").Inc()
+		klog.Errorf("mcs-controller: snapshot %s: loading the replay memory: %v", st.Path(), err)
+	}
+}
+
 // JournalSnapshot keeps st current until ctx is done, then closes it:
 // every change of the records of srcs' clusters (the records read through
-// relay hubs are not kept), and each source's last contact, full list and
-// state. Call it after RestoreSnapshot and before the sources start. The
+// relay hubs are not kept, their replay memory is: SeedReplay), and each
+// source's last contact, full list and state. Call it after RestoreSnapshot and before the sources start. The
 // channel it returns is closed once the file is closed.
 func JournalSnapshot(ctx context.Context, st *snapshot.Store, rs *store.Store, srcs []Source, m *Metrics) <-chan struct{} {
 	read := make(map[string]bool, len(srcs))

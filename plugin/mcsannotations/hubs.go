@@ -166,7 +166,7 @@ func (m *MCS) newRelay(cfg config, local string) error {
 			Refused:     logRelayRefused,
 			HubState:    m.hubStateChanged,
 			OriginState: m.originStateChanged,
-			Remembered:  m.journalReplay,
+			Remembered:  relay.JournalSnapshot(m.store.Load),
 			// An origin's changes come as they happen, not with the
 			// stale loop's next pass.
 			OriginChanged: m.originChanged,

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/mcsannotations/mcsannotations/internal/clients"
-	"github.com/mcsannotations/mcsannotations/internal/relay"
 	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 	"github.com/mcsannotations/mcsannotations/internal/store"
@@ -228,32 +227,18 @@ func (m *MCS) journalClient(namespace, name string, c *clients.Client, ips []net
 }
 
 // loadReplay seeds the relay's replay memory from the snapshot, before the
-// hubs start: after a restart, a hub presenting a statement older than one
-// accepted before (a deleted Pod's too, until relay.TombstoneTTL) is still
-// refused. What the relay does not take (no hubs, no verify, no key for the
-// origin, expired tombstones, past the bound) is forgotten from the file; an
-// entry that does not decode is skipped, logged and counted.
+// hubs start (relay.(*Relay).SeedSnapshot): after a restart, a hub
+// presenting a statement older than one accepted before is still refused.
+// Without hubs the file's memory is forgotten; an entry that does not
+// decode is skipped, logged and counted.
 func (m *MCS) loadReplay(st *snapshot.Store) {
-	bad, err := st.LoadReplay(func(origin string, mem []snapshot.Replay) {
-		if m.relay == nil {
-			st.DropReplay(origin)
-			return
-		}
-		rs := make([]relay.Remembered, len(mem))
-		for i, r := range mem {
-			rs[i] = relay.Remembered(r)
-		}
-		dropped := m.relay.SeedMemory(origin, rs)
-		if len(dropped) == len(mem) {
-			log.Infof("snapshot: forgetting the replay memory of origin %s (not relayed under verify, or nothing left to remember)", origin)
-			st.DropReplay(origin)
-			return
-		}
-		for _, pod := range dropped {
-			st.DeleteReplay(origin, pod)
-		}
-		log.Infof("snapshot: origin %s: remembering %d relayed statements (replay memory), %d forgotten", origin, len(mem)-len(dropped), len(dropped))
-	})
+	var bad int
+	var err error
+	if m.relay == nil {
+		bad, err = st.LoadReplay(func(origin string, _ []snapshot.Replay) { st.DropReplay(origin) })
+	} else {
+		bad, err = m.relay.SeedSnapshot(st, log.Infof)
+	}
 	if bad > 0 {
 		snapshotErrors.WithLabelValues("bad_record").Add(float64(bad))
 		log.Warningf("snapshot %s: replay memory: skipped %d entries that do not decode", m.snapshotPath, bad)
@@ -262,30 +247,6 @@ func (m *MCS) loadReplay(st *snapshot.Store) {
 		snapshotErrors.WithLabelValues("load").Inc()
 		log.Errorf("snapshot %s: loading the replay memory: %v", m.snapshotPath, err)
 	}
-}
-
-// journalReplay is the relay's Remembered hook: it queues the changes of an
-// origin's replay memory for the next batch write.
-func (m *MCS) journalReplay(origin string, set []relay.Remembered, forgotten []string) {
-	st := m.store.Load()
-	if st == nil {
-		return
-	}
-	for _, r := range set {
-		st.PutReplay(origin, snapshot.Replay(r))
-	}
-	for _, pod := range forgotten {
-		st.DeleteReplay(origin, pod)
-	}
-}
-
-// toReplay is the snapshot's form of a replay memory.
-func toReplay(mem []relay.Remembered) []snapshot.Replay {
-	out := make([]snapshot.Replay, len(mem))
-	for i, r := range mem {
-		out[i] = snapshot.Replay(r)
-	}
-	return out
 }
 
 func stamp(t time.Time) string {
@@ -349,7 +310,7 @@ func (m *MCS) writeTable(st *snapshot.Store) {
 		// memory too.
 		for _, o := range m.relay.Origins() {
 			write(o.Cluster, m.originMeta(o))
-			st.ReplaceReplay(o.Cluster, toReplay(m.relay.Memory(o.Cluster)))
+			st.ReplaceReplay(o.Cluster, m.relay.SnapshotMemory(o.Cluster))
 		}
 	}
 	st.ReplaceClients(func(yield func(*clients.Client, []netip.Addr) bool) {

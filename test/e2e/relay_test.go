@@ -365,15 +365,7 @@ func eventuallyRelayMetric(t *testing.T, port int, series string, ok func(float6
 }
 
 // grepLog returns CoreDNS's log lines holding s.
-func grepLog(d *harness.CoreDNS, s string) []string {
-	var out []string
-	for _, l := range strings.Split(d.Log(), "\n") {
-		if strings.Contains(l, s) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
+func grepLog(d *harness.CoreDNS, s string) []string { return grepLines(d.Log(), s) }
 
 // checkMcsctlVia runs mcsctl snapshot -o json on snap and checks cluster's
 // path.

@@ -13,6 +13,8 @@ package e2e
 // the restart.
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,4 +91,92 @@ func TestRelayReplayMemorySurvivesRestart(t *testing.T) {
 		t.Fatalf("after the restart, the deleted Pod's replayed statement answered: %d of %d answers were not the origin's endpoints: first %s", len(bad), n, bad[0])
 	}
 	t.Logf("CoreDNS on the replay: %s", strings.Join(grepLog(d, "relayed record refused"), "\n"))
+}
+
+// TestMCSControllerReplayMemorySurvivesRestart: the same for the MCS
+// controller of an edge that reads hub-1 under --verify with --snapshot-dir.
+// backend-2 goes not ready, then is deleted; the controller restarts (from
+// its snapshot); hub-1 turns hostile and presents backend-2's earlier, ready
+// statement: the controller refuses it as replayed (it did not before this
+// memory was kept: it took the statement after a restart), and edge-e's
+// EndpointSlices never name backend-2 again.
+func TestMCSControllerReplayMemorySurvivesRestart(t *testing.T) {
+	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolAnnotator)
+	ns := "ctlreplay"
+	rs := startRelaySet(t, ns, "hub-1")
+	o, h1, e, keysO, keysE := rs.o, rs.hubs[0], rs.e, rs.keysO, rs.keysE
+	e.InstallMCSCRDs(t)
+	e.CreateNamespace(t, ns)
+	ready2 := rs.exportBackend(t, ns, 2)[1]
+	hubCtl := harness.StartAnnotator(t, h1.Kubeconfig, "--cluster", "hub-1", "--leader-elect=false",
+		"-mcs-controller", "--relay", "-peer", "edge-o="+o.Kubeconfig)
+	edgeArgs := []string{"--cluster", "edge-e", "--leader-elect=false", "-mcs-controller",
+		"--hub", "hub-1=" + h1.Kubeconfig, "--verify", keysE.Dir, "--snapshot-dir", t.TempDir()}
+	edge := harness.StartAnnotator(t, e.Kubeconfig, edgeArgs...)
+	addrs := func(want ...string) func(mcsView) error {
+		return func(v mcsView) error {
+			if got := v.addrsBy()["edge-o"]; !slices.Equal(got, want) {
+				return fmt.Errorf("edge-o's endpoints %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+	eventuallyMCS(t, e, ns, "backend", "both Pods imported through hub-1", addrs("10.7.0.1", "10.7.0.2"))
+
+	// backend-2 goes not ready (a newer statement), then is deleted: the
+	// controller drops it and remembers the newer statement.
+	o.SetPodReady(t, ns, "backend-2", false, "10.7.0.2")
+	notReady := waitSignedStatement(t, o, ns, "backend-2", keysO, func(e annotation.Endpoint) bool { return !e.Ready })
+	if notReady.endpoint.Seq <= ready2.endpoint.Seq {
+		t.Fatalf("not-ready statement seq %d, not after the ready one's %d", notReady.endpoint.Seq, ready2.endpoint.Seq)
+	}
+	eventuallyMCS(t, e, ns, "backend", "backend-2 not ready", func(v mcsView) error {
+		for _, sl := range v.slices {
+			for _, ep := range sl.Endpoints {
+				if slices.Contains(ep.Addresses, "10.7.0.2") && ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("10.7.0.2 not marked not ready")
+	})
+	o.DeletePod(t, ns, "backend-2")
+	eventuallyMCS(t, e, ns, "backend", "backend-2 gone", addrs("10.7.0.1"))
+
+	// The controller restarts from its snapshot and reads the hub again.
+	edge.Stop(t)
+	edge = harness.StartAnnotator(t, e.Kubeconfig, edgeArgs...)
+	eventuallyMetric(t, edge, `mcs_controller_hub_state{hub="hub-1",state="connected"}`, "1", func(v float64) bool { return v == 1 })
+	if lines := grepLines(edge.Log(), "replay memory"); len(lines) == 0 {
+		t.Errorf("the restarted controller logged no replay memory from its snapshot")
+	} else {
+		t.Logf("controller after the restart: %s", strings.Join(lines, "\n"))
+	}
+
+	// hub-1 turns hostile and presents backend-2's ready statement, signed
+	// by the origin but older than the one the controller accepted.
+	hubCtl.Stop(t)
+	writeRelaySlice(t, h1, ns, "backend-replayed", "edge-o", relay.Slice{Exports: []string{ready2.export},
+		Pods: []relay.Pod{{Name: "backend-2", UID: ready2.uid, Endpoint: ready2.raw, Signature: ready2.sig}}})
+	eventuallyMetric(t, edge, `mcs_controller_relay_refused_total{hub="hub-1",reason="replayed"}`, "1", func(v float64) bool { return v == 1 })
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		v, err := readMCS(e, ns, "backend")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := addrs("10.7.0.1")(v); err != nil {
+			t.Fatalf("after the restart, the deleted Pod's replayed statement was imported: %v", err)
+		}
+	}
+}
+
+// grepLines returns the lines of log that contain s.
+func grepLines(log, s string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
