@@ -171,3 +171,35 @@ func TestRelayCopiesPodList(t *testing.T) {
 		})
 	}
 }
+
+// A cluster not heard from since a restart has its Lease merge-patched (its
+// renewTime kept): a heartbeat that comes without a Pod list removes the
+// list the Lease had, which is older than it.
+func TestRelayLeaseMergeDropsOldPodList(t *testing.T) {
+	before := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	old := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: relay.LeasePrefix + "a",
+		Annotations: map[string]string{
+			relay.HeartbeatAnnotation: `{"cluster":"a","time":1790000000000}`, relay.HeartbeatSignatureAnnotation: "ed25519:old",
+			relay.PodListAnnotation: `{"cluster":"a","time":1790000000000,"pods":""}`, relay.PodListSignatureAnnotation: "ed25519:oldlist",
+		}},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: before}}}
+	v2 := `{"cluster":"a","time":1790000060000}`
+	origin := fake.NewClientset(heartbeatLease(v2, "ed25519:new")) // an older annotator: no list
+	a := newSource("a", false, time.Time{})
+	a.cut.Store(true)
+	e := newEnv(t, Config{Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond,
+		Heartbeats: map[string]kubernetes.Interface{"a": origin}}, []*fakeSource{newSource("hub", true, time.Now()), a}, old)
+	e.start(true)
+	var l *coordinationv1.Lease
+	e.poll("the new heartbeat on the hub's Lease", func() bool {
+		var err error
+		l, err = e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, relay.LeasePrefix+"a", metav1.GetOptions{})
+		return err == nil && l.Annotations[relay.HeartbeatAnnotation] == v2
+	})
+	if p, s := l.Annotations[relay.PodListAnnotation], l.Annotations[relay.PodListSignatureAnnotation]; p != "" || s != "" {
+		t.Errorf("the Lease keeps the older list %q (%q) beside the new heartbeat", p, s)
+	}
+	if l.Spec.RenewTime == nil || !l.Spec.RenewTime.Time.Equal(before) {
+		t.Errorf("renewTime %v, want the one from before the restart, %v", l.Spec.RenewTime, before)
+	}
+}
