@@ -36,18 +36,6 @@ type relayedLease struct {
 	extra map[string]string
 }
 
-// relaysOrigin says whether a hub relays an origin its Relay knows: some
-// hub holds its Lease or slices, or its records are still held (until they
-// expire); and the Lease it copies crossed fewer than relay.MaxPath hubs
-// (its own would be one more, which readers ignore). A verifying Relay
-// remembers an origin no hub holds any more.
-func (c *Controller) relaysOrigin(o relay.Origin) bool {
-	if len(o.Hubs) == 0 && o.Records == 0 {
-		return false
-	}
-	return len(relay.SplitPath(c.cfg.Hubs.OriginLeaseExtra(o.Cluster)[relay.LeasePathAnnotation])) < relay.MaxPath
-}
-
 // runRelayedLeases writes the Lease of each relayed origin when what it
 // says changes, and deletes the Leases of clusters the hub no longer reads
 // or relays (pruneLeases), looking every StatePoll, until ctx is done. The
@@ -58,39 +46,50 @@ func (c *Controller) runRelayedLeases(ctx context.Context) {
 	written := map[string]relayedLease{}
 	p := &leasePruner{unwanted: map[string]time.Time{}}
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		var origins []relay.Origin
-		if c.cfg.Hubs != nil {
-			origins = c.cfg.Hubs.Origins()
-		}
-		relayed := make(map[string]bool, len(origins))
-		for _, o := range origins {
-			if c.direct(o.Cluster) || o.Cluster == c.cfg.LocalCluster || !c.relaysOrigin(o) {
-				continue
-			}
-			relayed[o.Cluster] = true
-		}
+		relayed := c.relayedLeases()
 		// An origin no longer relayed (the Relay may have forgotten it):
 		// pruneLeases deletes its Lease, written again if it comes back.
-		maps.DeleteFunc(written, func(cluster string, _ relayedLease) bool { return !relayed[cluster] })
-		for _, o := range origins {
-			if !relayed[o.Cluster] {
+		maps.DeleteFunc(written, func(cluster string, _ relayedLease) bool { _, ok := relayed[cluster]; return !ok })
+		for cluster, want := range relayed {
+			if w, ok := written[cluster]; ok && w.state == want.state && maps.Equal(w.extra, want.extra) {
 				continue
 			}
-			extra := c.cfg.Hubs.OriginLeaseExtra(o.Cluster)
-			path := append(relay.SplitPath(extra[relay.LeasePathAnnotation]), c.cfg.LocalCluster)
-			want := relayedLease{leaseState{state: o.State.String(), contact: o.LastContact, path: relay.JoinPath(path)}, extra}
-			if w, ok := written[o.Cluster]; ok && w.state == want.state && maps.Equal(w.extra, want.extra) {
-				continue
-			}
-			if err := c.applyLease(ctx, o.Cluster, want.leaseState, want.extra); err != nil {
-				c.logOnce(fmt.Errorf("relay Lease of relayed cluster %s: %w", o.Cluster, err))
+			if err := c.applyLease(ctx, cluster, want.leaseState, want.extra); err != nil {
+				c.logOnce(fmt.Errorf("relay Lease of relayed cluster %s: %w", cluster, err))
 				return
 			}
-			written[o.Cluster] = want
-			p.exists(o.Cluster)
+			written[cluster] = want
+			p.exists(cluster)
 		}
 		c.pruneLeases(ctx, p, relayed, time.Now())
 	}, c.cfg.StatePoll)
+}
+
+// relayedLeases are the Leases the hub writes of the origins it relays from
+// its hubs (none without hubs), by origin: not one it reads itself; one some
+// hub holds (its Lease or slices) or whose records are still held (until
+// they expire; a verifying Relay remembers an origin no hub holds); and
+// whose Lease it copies crossed fewer than relay.MaxPath hubs (its own
+// would be one more, which readers ignore). Each says the origin's state
+// and last contact as the Relay sees them, with the annotations of the hub
+// Lease that told it and their path, this hub added.
+func (c *Controller) relayedLeases() map[string]relayedLease {
+	if c.cfg.Hubs == nil {
+		return nil
+	}
+	out := map[string]relayedLease{}
+	for _, o := range c.cfg.Hubs.Origins() {
+		if c.direct(o.Cluster) || o.Cluster == c.cfg.LocalCluster || len(o.Hubs) == 0 && o.Records == 0 {
+			continue
+		}
+		extra := c.cfg.Hubs.OriginLeaseExtra(o.Cluster)
+		path := relay.SplitPath(extra[relay.LeasePathAnnotation])
+		if len(path) >= relay.MaxPath {
+			continue
+		}
+		out[o.Cluster] = relayedLease{leaseState{state: o.State.String(), contact: o.LastContact, path: relay.JoinPath(append(path, c.cfg.LocalCluster))}, extra}
+	}
+	return out
 }
 
 // leasePruner is what pruneLeases keeps between its looks.
@@ -109,14 +108,14 @@ func (p *leasePruner) exists(cluster string) {
 }
 
 // pruneLeases deletes the Lease of each cluster that has been neither read
-// nor relayed (relayed: the origins relayed from hubs) for LeaseGrace. The
+// nor relayed (relayed: relayedLeases) for LeaseGrace. The
 // Leases are those listed once at the start (labelled with their cluster,
 // by name: mcs-origin.<cluster>) and those written since. Nothing is
 // deleted, and no grace counts, while some hub has not listed once: its
 // origins are not known yet. A failed delete, or list, is tried again
 // after a grace.
-func (c *Controller) pruneLeases(ctx context.Context, p *leasePruner, relayed map[string]bool, now time.Time) {
-	if _, pending := c.relayed(); pending {
+func (c *Controller) pruneLeases(ctx context.Context, p *leasePruner, relayed map[string]relayedLease, now time.Time) {
+	if c.hubsPending() {
 		clear(p.unwanted)
 		return
 	}

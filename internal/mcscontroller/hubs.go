@@ -67,6 +67,20 @@ func (c *Controller) relayed() (srcs []Source, pending bool) {
 	return srcs, pending
 }
 
+// hubsPending says whether some hub has not listed yet (false without
+// hubs), as relayed does, without looking at the origins.
+func (c *Controller) hubsPending() bool {
+	if c.cfg.Hubs == nil {
+		return false
+	}
+	for _, h := range c.cfg.Hubs.Hubs() {
+		if !h.Synced {
+			return true
+		}
+	}
+	return false
+}
+
 // allSources are the direct sources and the relayed origins, and whether
 // some hub has not listed yet.
 func (c *Controller) allSources() ([]Source, bool) {
