@@ -436,10 +436,13 @@ func (r *Relay) syncOrigin(name string, out *later) {
 	*out = append(*out, func() { r.records.ReplaceCluster(name, recs) })
 	r.originStateLocked(name, o, out)
 	// Without verify any name may come and go as an origin: one that no
-	// hub holds any more, with no record and no snapshot, is forgotten, so
-	// that origins churned by a hub do not pile up. Under verify the origins
-	// are those with a key, and their replay memory is kept.
-	if r.cfg.Keys == nil && len(recs) == 0 && o.seed.IsZero() && len(r.viewLocked(name).hubs) == 0 {
+	// hub holds any more, with no record, is forgotten, so that origins
+	// churned or taken out by a hub do not pile up; one the snapshot named
+	// only once every hub listed (before, a hub not listed yet may hold
+	// it). Under verify the origins are those with a key, and their replay
+	// memory is kept; one without (a snapshot's, its key since removed) is
+	// forgotten as without verify.
+	if (r.cfg.Keys == nil || r.cfg.Keys[name] == nil) && len(recs) == 0 && (o.seed.IsZero() || r.allSynced) && len(r.viewLocked(name).hubs) == 0 {
 		delete(r.origins, name)
 	}
 }

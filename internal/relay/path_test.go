@@ -237,6 +237,7 @@ func TestLeasePath(t *testing.T) {
 		{JoinPath([]string{"h1", "h2", "h3", "h4", "h5"}), false},
 		{"hub-1,,hub-2", false},
 		{"Hub_1", false},
+		{strings.Repeat(",", MaxPath*128+1), false},
 	} {
 		l := lease(DefaultNamespace, "origin-a", source.Connected, time.Now())
 		if tc.path != "" {

@@ -225,8 +225,12 @@ func (r *Relay) toLease(l *coordinationv1.Lease) *slimLease {
 	if l.Name != LeasePrefix+s.origin {
 		s.origin = ""
 	}
-	if reason, _ := r.checkPath(SplitPath(l.Annotations[LeasePathAnnotation])); reason != "" {
-		s.origin = "" // its word went round through the reader, or the path is not one
+	// Its word went round through the reader, or the path is not one (not
+	// split at all past what MaxPath cluster IDs take).
+	if path := l.Annotations[LeasePathAnnotation]; len(path) > MaxPath*128 {
+		s.origin = ""
+	} else if reason, _ := r.checkPath(SplitPath(path)); reason != "" {
+		s.origin = ""
 	}
 	for _, st := range source.States {
 		if l.Annotations[OriginStateAnnotation] == st.String() {

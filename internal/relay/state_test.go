@@ -355,6 +355,62 @@ func TestChurnedOriginsForgotten(t *testing.T) {
 	}
 }
 
+// An origin the snapshot named (Seed) that no hub holds once every hub
+// listed is forgotten, its records gone: without verify, and under verify
+// when it has no key (removed since). Under verify with a key it stays,
+// disconnected with the snapshot's last contact (its replay memory is
+// kept).
+func TestSeededOriginForgotten(t *testing.T) {
+	pub, priv := genKey(t)
+	for _, verify := range []bool{false, true} {
+		t.Run(fmt.Sprint("verify=", verify), func(t *testing.T) {
+			cfg := Config{}
+			var key ed25519.PrivateKey
+			if verify {
+				cfg.Keys = map[string]ed25519.PublicKey{"held": pub, "keyed": pub}
+				key = priv
+			}
+			st := store.New()
+			seeded := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+			for _, o := range []string{"keyed", "keyless"} {
+				st.ReplaceCluster(o, []*store.Pod{{Common: &store.Common{Cluster: o, Namespace: "prod"}, Name: "p", IPs: addrs("10.0.0.9"), Ready: true}})
+			}
+			h := newFakeHub(slice("prod", "backend", "held", nil, stmt{origin: "held", ns: "prod", name: "a", ip: "10.0.0.1", ready: true, seq: 1}.pod(key)))
+			r := New(st, cfg)
+			for _, o := range []string{"keyed", "keyless"} {
+				r.Seed(o, seeded)
+			}
+			if err := r.AddHub("hub-0", h, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = r.Stop() })
+			names := func() []string {
+				var out []string
+				for _, o := range r.Origins() {
+					out = append(out, o.Cluster)
+				}
+				return out
+			}
+			want := []string{"held"}
+			if verify {
+				want = []string{"held", "keyed"}
+			}
+			eventually(t, fmt.Sprintf("origins %v", want), func() bool { return synced(r) && slices.Equal(names(), want) })
+			if n := len(st.Pods("keyed")) + len(st.Pods("keyless")); n != 0 {
+				t.Errorf("%d records of the seeded origins kept, want none", n)
+			}
+			if verify {
+				if o := r.Origins()[1]; o.State != source.Disconnected || !o.LastContact.Equal(seeded) {
+					t.Errorf("keyed: %+v, want disconnected with the snapshot's last contact %v", o, seeded)
+				}
+			}
+		})
+	}
+}
+
 // Under verify, a hub's Lease of an origin the reader has no key for is not
 // taken: a hub writing Leases of made-up origins adds no origin (no memory,
 // no series, no snapshot entry at the reader).
