@@ -2,16 +2,22 @@ package mcscontroller
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -305,4 +311,52 @@ func TestRelayLeasePrune(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A failed list or delete of the Leases (an older Role without the verbs,
+// an API server that refuses) is logged, counted and tried again after the
+// grace, not at every look; the Lease goes once the delete succeeds.
+func TestRelayLeasePruneRetries(t *testing.T) {
+	gone := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: hubNS, Name: relay.LeasePrefix + "gone", Labels: map[string]string{relay.OriginLabel: "gone"}}}
+	e := newEnv(t, Config{LocalCluster: "a", Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond, LeaseGrace: time.Second},
+		[]*fakeSource{newSource("a", true, time.Now())}, gone)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	refuse := map[string]bool{"list": true, "delete": true}
+	for _, verb := range []string{"list", "delete"} {
+		e.client.PrependReactor(verb, "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[verb]++
+			if refuse[verb] {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "", errors.New("no such grant"))
+			}
+			return false, nil, nil
+		})
+	}
+	count := func(verb string) int { mu.Lock(); defer mu.Unlock(); return calls[verb] }
+	e.start(true)
+	e.poll("a refused list", func() bool { return count("list") > 0 })
+	time.Sleep(100 * time.Millisecond) // 20 looks within the grace
+	if n := count("list"); n != 1 {
+		t.Errorf("%d lists within one grace after a refusal, want 1", n)
+	}
+	mu.Lock()
+	refuse["list"] = false
+	mu.Unlock()
+	e.poll("a refused delete", func() bool { return count("delete") > 0 })
+	if n := testutil.ToFloat64(e.metrics.Writes.WithLabelValues("lease_delete", "error")); n < 1 {
+		t.Errorf("%v failed deletes counted, want at least 1", n)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := count("delete"); n != 1 {
+		t.Errorf("%d deletes within one grace after a refusal, want 1", n)
+	}
+	mu.Lock()
+	refuse["delete"] = false
+	mu.Unlock()
+	e.poll("the Lease of gone to go", func() bool {
+		_, err := e.client.CoordinationV1().Leases(hubNS).Get(e.ctx, gone.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 }
