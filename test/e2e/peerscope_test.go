@@ -198,13 +198,14 @@ func TestPeerScope(t *testing.T) {
 func consistentlyPeers(t *testing.T, d *harness.CoreDNS, dur time.Duration, q harness.Query, check func(*dns.Msg) error) {
 	t.Helper()
 	q.Timeout = peerQueryTimeout
-	for end := time.Now().Add(dur); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	harness.Consistently(t, dur, 100*time.Millisecond, func() error {
 		m, err := d.Exchange(q)
 		if err == nil {
 			err = check(m)
 		}
 		if err != nil {
-			t.Fatalf("%s: %v", qstr(q), err)
+			return fmt.Errorf("%s: %v", qstr(q), err)
 		}
-	}
+		return nil
+	})
 }

@@ -111,12 +111,11 @@ func TestAnnotatorOneLocalPodWatch(t *testing.T) {
 		}
 		return err
 	})
-	for range 5 {
-		time.Sleep(time.Second)
-		if n, err := apiserverWatches(c, "pods"); err != nil {
-			t.Fatal(err)
-		} else if n-before > 1 {
-			t.Fatalf("the annotator has %d watches of Pods open, want 1", n-before)
+	harness.Consistently(t, 5*time.Second, time.Second, func() error {
+		n, err := apiserverWatches(c, "pods")
+		if err == nil && n-before > 1 {
+			err = fmt.Errorf("the annotator has %d watches of Pods open, want 1", n-before)
 		}
-	}
+		return err
+	})
 }

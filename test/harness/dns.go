@@ -197,3 +197,17 @@ func Eventually(t T, timeout time.Duration, f func() error) time.Duration {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Consistently fails t at the first error f returns within dur, calling
+// it every interval (and at least once).
+func Consistently(t T, dur, interval time.Duration, f func() error) {
+	t.Helper()
+	for end := time.Now().Add(dur); ; time.Sleep(interval) {
+		if err := f(); err != nil {
+			t.Fatalf("not true throughout %s: %v", dur, err)
+		}
+		if !time.Now().Before(end) {
+			return
+		}
+	}
+}
