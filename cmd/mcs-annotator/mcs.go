@@ -209,7 +209,17 @@ func startMCS(ctx context.Context, o options, localPods cache.SharedInformer, cl
 		// A hub's slices carry the origins' own bytes (store.Proof), which
 		// the snapshot's records do not keep: restored records would be
 		// relayed without them. Its slices are held as they are instead.
-		klog.Warningf("mcs-controller: --snapshot-dir is not used with --relay (the snapshot does not keep the origins' bytes a hub relays): a cluster cut across a restart keeps its EndpointSlices as they are")
+		// A hub of hubs under verify keeps its replay memory there.
+		if hubs == nil || o.verify == "" {
+			klog.Warningf("mcs-controller: --snapshot-dir is not used with --relay (the snapshot does not keep the origins' bytes a hub relays; with --hub and --verify it keeps the replay memory): a cluster cut across a restart keeps its EndpointSlices as they are")
+			break
+		}
+		klog.Infof("mcs-controller: --snapshot-dir with --relay keeps only the replay memory of the hubs read (a cluster cut across a restart keeps its EndpointSlices as they are)")
+		if st := mcscontroller.OpenSnapshot(filepath.Join(o.snapshotDir, snapshotFile), metrics); st != nil {
+			snapshotClosed = mcscontroller.ReplayOnlySnapshot(ctx, st)
+			mcscontroller.SeedReplay(st, hubs, metrics)
+			replayFile.Store(st)
+		}
 	case o.snapshotDir != "":
 		if st := mcscontroller.OpenSnapshot(filepath.Join(o.snapshotDir, snapshotFile), metrics); st != nil {
 			restored = mcscontroller.RestoreSnapshot(st, records, feeds, metrics)

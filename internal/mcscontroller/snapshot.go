@@ -137,6 +137,38 @@ func SeedReplay(st *snapshot.Store, hubs *relay.Relay, m *Metrics) {
 	}
 }
 
+// ReplayOnlySnapshot makes st the file of a relay hub's replay memory
+// alone (mcs-annotator --relay --hub --verify --snapshot-dir): the records
+// of every cluster an earlier run kept are dropped (a hub's slices carry
+// the origins' bytes, which the file does not keep, so they are never
+// restored), and st is closed once ctx is done. Call it before SeedReplay.
+// The channel it returns is closed once the file is closed.
+func ReplayOnlySnapshot(ctx context.Context, st *snapshot.Store) <-chan struct{} {
+	var dropped []string
+	err := st.Scan(func(cluster string, _ snapshot.Meta, _ iter.Seq2[[]byte, []byte]) error {
+		dropped = append(dropped, cluster)
+		return nil
+	})
+	for _, cluster := range dropped {
+		st.DropSource(cluster)
+	}
+	if len(dropped) > 0 {
+		klog.Infof("mcs-controller: snapshot: --relay keeps only the replay memory: dropping the records of %d clusters an earlier run kept", len(dropped))
+	}
+	if err != nil {
+		klog.Errorf("mcs-controller: snapshot %s: listing the clusters it holds: %v", st.Path(), err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		if err := st.Close(); err != nil {
+			klog.Errorf("mcs-controller: snapshot %s: close: %v", st.Path(), err)
+		}
+	}()
+	return done
+}
+
 // JournalSnapshot keeps st current until ctx is done, then closes it:
 // every change of the records of srcs' clusters (the records read through
 // relay hubs are not kept, their replay memory is: SeedReplay), and each

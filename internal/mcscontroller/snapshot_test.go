@@ -3,6 +3,7 @@ package mcscontroller
 import (
 	"context"
 	"fmt"
+	"iter"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -284,5 +285,59 @@ func TestRestartWithoutSnapshotHoldsPerCluster(t *testing.T) {
 	}
 	if p := importPorts(); !slices.Equal(p, []string{"http"}) {
 		t.Errorf("after b answered: import ports %v", p)
+	}
+}
+
+// A hub of hubs (--relay) keeps only the replay memory in its snapshot: the
+// records an earlier run without --relay kept are dropped from the file,
+// the replay memory stays, and the file is closed once the context ends.
+func TestReplayOnlySnapshot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mcs-controller.db")
+	st, _, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := snapshot.EncodePod(exporter("b", "web", "10.0.1.1", annotation.TypeClusterSetIP))
+	st.ReplaceSource("b", map[string][]byte{"ns/web-b": good}, snapshot.Meta{ClusterID: "b", LastFullSync: time.Now()})
+	mem := snapshot.Replay{Pod: "ns/web-o", Seq: 7, Hash: 42}
+	st.PutReplay("o", mem)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st, _, err = snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	closed := ReplayOnlySnapshot(ctx, st)
+	cancel()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the snapshot was not closed once the context ended")
+	}
+
+	st, _, err = snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	var clusters []string
+	if err := st.Scan(func(cluster string, _ snapshot.Meta, _ iter.Seq2[[]byte, []byte]) error {
+		clusters = append(clusters, cluster)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(clusters) != 0 {
+		t.Errorf("the file still holds the records of %v", clusters)
+	}
+	got := map[string][]snapshot.Replay{}
+	if _, err := st.LoadReplay(func(origin string, m []snapshot.Replay) { got[origin] = m }); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string][]snapshot.Replay{"o": {mem}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("replay memory %v, want %v", got, want)
 	}
 }

@@ -94,15 +94,27 @@ func TestRelayReplayMemorySurvivesRestart(t *testing.T) {
 }
 
 // TestMCSControllerReplayMemorySurvivesRestart: the same for the MCS
-// controller of an edge that reads hub-1 under --verify with --snapshot-dir.
-// backend-2 goes not ready, then is deleted; the controller restarts (from
-// its snapshot); hub-1 turns hostile and presents backend-2's earlier, ready
-// statement: the controller refuses it as replayed (it did not before this
-// memory was kept: it took the statement after a restart), and edge-e's
-// EndpointSlices never name backend-2 again.
+// controller of an edge that reads hub-1 under --verify with --snapshot-dir,
+// and for a hub of hubs (the same with --relay: its snapshot keeps the
+// replay memory only). backend-2 goes not ready, then is deleted; the
+// controller restarts (from its snapshot); hub-1 turns hostile and presents
+// backend-2's earlier, ready statement: the controller refuses it as
+// replayed (it did not before this memory was kept: it took the statement
+// after a restart), and edge-e's EndpointSlices never name backend-2 again.
 func TestMCSControllerReplayMemorySurvivesRestart(t *testing.T) {
 	harness.RequireTools(t, harness.ToolEtcd, harness.ToolAPIServer, harness.ToolAnnotator)
-	ns := "ctlreplay"
+	for _, tc := range []struct {
+		name, ns string
+		extra    []string
+	}{
+		{"edge", "ctlreplay", nil},
+		{"hub of hubs", "ctlreplay-relay", []string{"--relay"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testControllerReplayMemory(t, tc.ns, tc.extra) })
+	}
+}
+
+func testControllerReplayMemory(t *testing.T, ns string, extra []string) {
 	rs := startRelaySet(t, ns, "hub-1")
 	o, h1, e, keysO, keysE := rs.o, rs.hubs[0], rs.e, rs.keysO, rs.keysE
 	e.InstallMCSCRDs(t)
@@ -110,8 +122,8 @@ func TestMCSControllerReplayMemorySurvivesRestart(t *testing.T) {
 	ready2 := rs.exportBackend(t, ns, 2)[1]
 	hubCtl := harness.StartAnnotator(t, h1.Kubeconfig, "--cluster", "hub-1", "--leader-elect=false",
 		"-mcs-controller", "--relay", "-peer", "edge-o="+o.Kubeconfig)
-	edgeArgs := []string{"--cluster", "edge-e", "--leader-elect=false", "-mcs-controller",
-		"--hub", "hub-1=" + h1.Kubeconfig, "--verify", keysE.Dir, "--snapshot-dir", t.TempDir()}
+	edgeArgs := append([]string{"--cluster", "edge-e", "--leader-elect=false", "-mcs-controller",
+		"--hub", "hub-1=" + h1.Kubeconfig, "--verify", keysE.Dir, "--snapshot-dir", t.TempDir()}, extra...)
 	edge := harness.StartAnnotator(t, e.Kubeconfig, edgeArgs...)
 	addrs := func(want ...string) func(mcsView) error {
 		return func(v mcsView) error {
@@ -147,7 +159,7 @@ func TestMCSControllerReplayMemorySurvivesRestart(t *testing.T) {
 	edge.Stop(t)
 	edge = harness.StartAnnotator(t, e.Kubeconfig, edgeArgs...)
 	eventuallyMetric(t, edge, `mcs_controller_hub_state{hub="hub-1",state="connected"}`, "1", func(v float64) bool { return v == 1 })
-	if lines := grepLines(edge.Log(), "replay memory"); len(lines) == 0 {
+	if lines := grepLines(edge.Log(), "(replay memory)"); len(lines) == 0 {
 		t.Errorf("the restarted controller logged no replay memory from its snapshot")
 	} else {
 		t.Logf("controller after the restart: %s", strings.Join(lines, "\n"))
@@ -159,15 +171,16 @@ func TestMCSControllerReplayMemorySurvivesRestart(t *testing.T) {
 	writeRelaySlice(t, h1, ns, "backend-replayed", "edge-o", relay.Slice{Exports: []string{ready2.export},
 		Pods: []relay.Pod{{Name: "backend-2", UID: ready2.uid, Endpoint: ready2.raw, Signature: ready2.sig}}})
 	eventuallyMetric(t, edge, `mcs_controller_relay_refused_total{hub="hub-1",reason="replayed"}`, "1", func(v float64) bool { return v == 1 })
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	harness.Consistently(t, 3*time.Second, 200*time.Millisecond, func() error {
 		v, err := readMCS(e, ns, "backend")
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if err := addrs("10.7.0.1")(v); err != nil {
-			t.Fatalf("after the restart, the deleted Pod's replayed statement was imported: %v", err)
+			return fmt.Errorf("after the restart, the deleted Pod's replayed statement was imported: %v", err)
 		}
-	}
+		return nil
+	})
 }
 
 // grepLines returns the lines of log that contain s.
