@@ -224,10 +224,15 @@ func (m *MCS) originChanged(name string) {
 	s := &m.origins
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lagging == nil {
-		return // not started: the first pass takes every origin
-	}
 	o, ok := m.relay.Origin(name)
+	if s.lagging == nil {
+		// Not started: the first pass takes every origin. One forgotten
+		// before it leaves the file now: the pass will not meet it.
+		if !ok {
+			m.dropOriginFile(name)
+		}
+		return
+	}
 	m.takeOriginLocked(name, o, ok, m.staleState().now())
 }
 
@@ -277,6 +282,11 @@ func (m *MCS) takeOriginLocked(name string, o relay.Origin, ok bool, now time.Ti
 	s := &m.origins
 	c := s.held()[name]
 	if !ok {
+		// The snapshot drops it too: else it is seeded again at every
+		// start (and forgotten again once every hub has listed), and the
+		// file keeps an entry per origin ever taken out. Its records went
+		// with the relay's removals; its replay memory, if any, stays.
+		m.dropOriginFile(name)
 		if c == nil {
 			return
 		}
@@ -286,6 +296,10 @@ func (m *MCS) takeOriginLocked(name string, o relay.Origin, ok bool, now time.Ti
 			s.down.Add(-1)
 		}
 		m.table.SetStaleFor(name, 0) // it holds no records any more
+		delete(s.saved, name)
+		delete(s.via, name)
+		delete(s.seededLost, name)
+		log.Infof("origin %s: no hub holds it any more: forgotten", name)
 		return
 	}
 	if c == nil {
@@ -352,6 +366,25 @@ func (m *MCS) originMeta(o relay.Origin) snapshot.Meta {
 // come through its hubs (and so are kept from the snapshot).
 func (m *MCS) isOrigin(cluster string) bool {
 	return m.relay != nil && m.sourceFor(cluster) == nil
+}
+
+// dropOriginFile drops a relayed origin the relay forgot from the
+// snapshot, unless m reads a cluster of that name itself.
+func (m *MCS) dropOriginFile(name string) {
+	if st := m.store.Load(); st != nil && !m.readsDirectly(name) {
+		st.DropSource(name)
+	}
+}
+
+// readsDirectly reports whether cluster is one m reads itself (the local
+// cluster or a peer), whose snapshot entry is not the relay's.
+func (m *MCS) readsDirectly(cluster string) bool {
+	for _, s := range m.sources {
+		if s.Cluster() == cluster {
+			return true
+		}
+	}
+	return false
 }
 
 // seedOrigin notes what the snapshot recorded of a relayed origin.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/caddy"
 	coretest "github.com/coredns/coredns/test"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +24,6 @@ import (
 	"github.com/mcsannotations/mcsannotations/annotation"
 	"github.com/mcsannotations/mcsannotations/internal/clusterset"
 	"github.com/mcsannotations/mcsannotations/internal/relay"
-	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/source"
 )
 
@@ -200,16 +200,101 @@ func TestHubsSnapshotRestartOffline(t *testing.T) {
 	}
 	stopServer(i)
 
-	st, _, err := snapshot.Open(snap, snapshot.Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	srcs, err := st.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m := srcs["edge-o"].Meta; !slices.Equal(m.Via, []string{"hub-1"}) || m.LastContact.IsZero() {
+	if m := storedSources(t, snap)["edge-o"].Meta; !slices.Equal(m.Via, []string{"hub-1"}) || m.LastContact.IsZero() {
 		t.Errorf("the origin's meta in the snapshot: %+v, want its last contact, via hub-1 (the hubs that last held it)", m)
 	}
+}
+
+// An origin no hub holds any more is forgotten without verify, and leaves
+// the snapshot, so that the file does not keep an entry per origin ever
+// taken out and a restart does not seed it again: an origin the file named
+// that no hub holds at the next start, and one whose slices and Lease a
+// hub deletes while CoreDNS runs.
+func TestForgottenOriginLeavesSnapshot(t *testing.T) {
+	snap := filepath.Join(t.TempDir(), "table.db")
+	corefile := `clusterset.local:0 {
+    bind 127.0.0.1
+    mcsannotations {
+        cluster edge-a
+        kubeconfig /local
+        hub hub-1 /hub-1
+        snapshot ` + snap + `
+    }
+}`
+	const ns, qname, sliceName = "default", "backend.default.svc.clusterset.local.", "backend-edge-o-1"
+	export := `{"services":[{"name":"backend","ports":[{"name":"http","port":80,"targetPort":8080}]}]}`
+	pod := relay.Pod{Name: "backend-1", UID: "uid-backend-1",
+		Endpoint: annotation.FormatEndpoint(annotation.Endpoint{IPs: []string{"10.7.0.1"}, Ready: true, Seq: 1})}
+	serve := func(hub kubernetes.Interface) (*caddy.Instance, string) {
+		t.Helper()
+		clients := map[string]kubernetes.Interface{"/local": fake.NewClientset(), "/hub-1": hub}
+		withClient(t, func(kubeconfig, _ string) (kubernetes.Interface, error) { return clients[kubeconfig], nil })
+		i, udp, _, err := coretest.CoreDNSServerAndPorts(corefile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i, udp
+	}
+	// fileHolds reports whether the file (of the running CoreDNS, or not)
+	// has an entry for edge-o.
+	fileHolds := func() bool {
+		_, ok := storedSources(t, snap)["edge-o"]
+		return ok
+	}
+	waitFile := func(what string, want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); fileHolds() != want; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s", what)
+			}
+		}
+	}
+	hubWith := func() *fake.Clientset {
+		return fake.NewClientset(relaySliceObject(ns, sliceName, "edge-o", export, pod),
+			originLease("hub-1", "edge-o", source.Connected, time.Now()))
+	}
+
+	// A first run writes edge-o to the file.
+	i, udp := serve(hubWith())
+	waitAnswer(t, udp, qname, []string{"10.7.0.1"})
+	waitFile("edge-o written to the snapshot", true)
+	stopServer(i)
+
+	// The next start finds no hub holding it: forgotten once the hub
+	// listed, and dropped from the file.
+	hub := fake.NewClientset()
+	i, udp = serve(hub)
+	defer func() { stopServer(i) }()
+	waitFile("edge-o, which no hub holds at the start, dropped from the snapshot", false)
+
+	// The hub holds it again, then takes it out (its slice and Lease go)
+	// after CoreDNS's first pass over the origins.
+	if _, err := hub.DiscoveryV1().EndpointSlices(ns).Create(t.Context(), relaySliceObject(ns, sliceName, "edge-o", export, pod), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hub.CoordinationV1().Leases(relay.DefaultNamespace).Create(t.Context(), originLease("hub-1", "edge-o", source.Connected, time.Now()), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, udp, qname, []string{"10.7.0.1"})
+	waitFile("edge-o written to the snapshot again", true)
+	m := liveInstance(t)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		m.origins.mu.Lock()
+		passed := !m.origins.pass.IsZero()
+		m.origins.mu.Unlock()
+		if passed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no pass over the origins within 10s")
+		}
+	}
+	if err := hub.DiscoveryV1().EndpointSlices(ns).Delete(t.Context(), sliceName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.CoordinationV1().Leases(relay.DefaultNamespace).Delete(t.Context(), relay.LeasePrefix+"edge-o", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, udp, qname, nil)
+	waitFile("edge-o, taken out by its hub, dropped from the snapshot", false)
 }

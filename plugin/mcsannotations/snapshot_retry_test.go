@@ -34,9 +34,9 @@ func waitStoreOpen(t *testing.T, m *MCS) *snapshot.Store {
 	return nil
 }
 
-// storedPods reads the cluster's records from the file (through a copy: the
-// plugin holds it).
-func storedPods(t *testing.T, path, cluster string) []string {
+// storedSources reads the file's sources (through a copy when a plugin
+// holds it).
+func storedSources(t *testing.T, path string) map[string]snapshot.Source {
 	t.Helper()
 	r, err := snapshot.OpenReadOnly(path, 5*time.Second)
 	if err != nil {
@@ -47,6 +47,13 @@ func storedPods(t *testing.T, path, cluster string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return got
+}
+
+// storedPods reads the cluster's records from the file.
+func storedPods(t *testing.T, path, cluster string) []string {
+	t.Helper()
+	got := storedSources(t, path)
 	var out []string
 	for k, v := range got[cluster].Records {
 		if _, err := snapshot.DecodePod(v); err != nil {
