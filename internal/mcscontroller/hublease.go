@@ -20,7 +20,7 @@ import (
 // A hub that reads hubs writes a Lease of each origin it relays from them,
 // as it does of each source it reads (runLeases): the origin's state and
 // last contact as its Relay sees them, and the annotations of the hub Lease
-// that told it, copied unchanged (relay.(*Relay).OriginLeaseExtra), so that
+// that told it, copied unchanged (relay.(*Relay).OriginLeases), so that
 // the next tier's staleness per origin works as through one hub. An origin
 // it also reads directly is runLeases's.
 //
@@ -78,11 +78,11 @@ func (c *Controller) relayedLeases() map[string]relayedLease {
 		return nil
 	}
 	out := map[string]relayedLease{}
-	for _, o := range c.cfg.Hubs.Origins() {
+	for _, o := range c.cfg.Hubs.OriginLeases() {
 		if c.direct(o.Cluster) || o.Cluster == c.cfg.LocalCluster || len(o.Hubs) == 0 && o.Records == 0 {
 			continue
 		}
-		extra := c.cfg.Hubs.OriginLeaseExtra(o.Cluster)
+		extra := o.Extra
 		path := relay.SplitPath(extra[relay.LeasePathAnnotation])
 		if len(path) >= relay.MaxPath {
 			continue
@@ -95,6 +95,7 @@ func (c *Controller) relayedLeases() map[string]relayedLease {
 // leasePruner is what pruneLeases keeps between its looks.
 type leasePruner struct {
 	listed   bool                 // the Leases there were at the start are known
+	read     map[string]bool      // the clusters the controller reads (fixed for its lifetime)
 	tried    time.Time            // the last list that failed
 	have     map[string]bool      // clusters whose Lease the controller knows to exist
 	unwanted map[string]time.Time // since when each of them has been neither read nor relayed
@@ -137,15 +138,14 @@ func (c *Controller) pruneLeases(ctx context.Context, p *leasePruner, relayed ma
 		}
 		p.have, p.listed = have, true
 	}
-	wanted := map[string]bool{c.cfg.LocalCluster: true}
-	for _, s := range c.sources {
-		wanted[s.Cluster()] = true
-	}
-	for cluster := range relayed {
-		wanted[cluster] = true
+	if p.read == nil {
+		p.read = map[string]bool{c.cfg.LocalCluster: true}
+		for _, s := range c.sources {
+			p.read[s.Cluster()] = true
+		}
 	}
 	for cluster := range p.have {
-		if wanted[cluster] {
+		if _, ok := relayed[cluster]; ok || p.read[cluster] {
 			delete(p.unwanted, cluster)
 			continue
 		}

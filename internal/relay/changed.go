@@ -5,12 +5,10 @@ package relay
 func (r *Relay) Origin(name string) (Origin, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	o := r.origins[name]
-	if o == nil {
+	if r.origins[name] == nil {
 		return Origin{}, false
 	}
-	v := r.viewLocked(name)
-	return Origin{Cluster: name, Hubs: v.hubs, State: v.state, LastContact: v.last, Records: o.records, Expired: o.expired}, true
+	return r.originLocked(name), true
 }
 
 // originChangedLocked queues Events.OriginChanged of origin name, after a

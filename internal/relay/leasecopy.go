@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"slices"
 	"strings"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -8,8 +9,8 @@ import (
 )
 
 // A hub reading hubs re-publishes, in its own Lease of each relayed origin,
-// what it heard of it: the state and last contact its Relay sees (Origins)
-// and the annotations of the hub Lease that tells it (OriginLeaseExtra),
+// what it heard of it: the state and last contact its Relay sees and the
+// annotations of the hub Lease that tells it (OriginLeases),
 // those it does not know of too (an origin-signed heartbeat, say), copied
 // unchanged.
 
@@ -40,13 +41,32 @@ func (r *Relay) keepLease(s *slimLease, l *coordinationv1.Lease) *slimLease {
 	return s
 }
 
-// OriginLeaseExtra returns the annotations to copy on into a hub's own
-// Lease of origin (nil unless Config.KeepProof): those of the Lease of the
-// hub the reader is current with on the origin, else of the latest
-// renewed Lease of it. The map must not be modified.
-func (r *Relay) OriginLeaseExtra(origin string) map[string]string {
+// OriginLease is an origin as Origins gives it, with Extra: the
+// annotations to copy on into a hub's own Lease of it (nil unless
+// Config.KeepProof), those of the Lease of the hub the reader is current
+// with on the origin, else of the latest renewed Lease of it. Extra must
+// not be modified.
+type OriginLease struct {
+	Origin
+	Extra map[string]string
+}
+
+// OriginLeases returns every origin with its Lease's Extra, sorted by
+// cluster, under one hold of the lock (a hub's controller looks at every
+// origin every second).
+func (r *Relay) OriginLeases() []OriginLease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	out := make([]OriginLease, 0, len(r.origins))
+	for name := range r.origins {
+		out = append(out, OriginLease{Origin: r.originLocked(name), Extra: r.leaseExtraLocked(name)})
+	}
+	slices.SortFunc(out, func(a, b OriginLease) int { return cmpString(a.Cluster, b.Cluster) })
+	return out
+}
+
+// leaseExtraLocked is origin's OriginLease.Extra; r.mu is held.
+func (r *Relay) leaseExtraLocked(origin string) map[string]string {
 	var best *slimLease
 	bestCurrent := false
 	for _, h := range r.hubs {

@@ -3,6 +3,7 @@ package relay
 import (
 	"crypto/ed25519"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -200,14 +201,18 @@ func TestHubsReadingEachOtherDropDeleted(t *testing.T) {
 // A hub's reader keeps, of each hub's origin Lease, the annotations under
 // multicluster.mcsannotations.io/ but the state (a heartbeat, say), to copy
 // them on; an edge's keeps none.
-func TestOriginLeaseExtra(t *testing.T) {
+func TestOriginLeases(t *testing.T) {
 	l := lease("kube-system", "origin-a", source.Connected, time.Now())
 	l.Annotations["multicluster.mcsannotations.io/heartbeat"] = "beat"
 	l.Annotations["example.com/other"] = "x"
 	for _, keep := range []bool{true, false} {
 		r := start(t, store.New(), Config{KeepProof: keep}, newFakeHub(l))
 		eventually(t, "the Lease", func() bool { return len(r.Origins()) == 1 && r.Origins()[0].State == source.Connected })
-		got := r.OriginLeaseExtra("origin-a")
+		ols := r.OriginLeases()
+		if len(ols) != 1 || !reflect.DeepEqual(ols[0].Origin, r.Origins()[0]) {
+			t.Fatalf("keep %v: OriginLeases %+v, want origin-a as Origins gives it", keep, ols)
+		}
+		got := ols[0].Extra
 		want := map[string]string{"multicluster.mcsannotations.io/heartbeat": "beat"}
 		if !keep {
 			want = nil

@@ -340,12 +340,19 @@ func (r *Relay) Origins() []Origin {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]Origin, 0, len(r.origins))
-	for name, o := range r.origins {
-		v := r.viewLocked(name)
-		out = append(out, Origin{Cluster: name, Hubs: v.hubs, State: v.state, LastContact: v.last, Records: o.records, Expired: o.expired})
+	for name := range r.origins {
+		out = append(out, r.originLocked(name))
 	}
 	slices.SortFunc(out, func(a, b Origin) int { return cmpString(a.Cluster, b.Cluster) })
 	return out
+}
+
+// originLocked is what the Relay knows of origin name, which it holds;
+// r.mu is held.
+func (r *Relay) originLocked(name string) Origin {
+	o := r.origins[name]
+	v := r.viewLocked(name)
+	return Origin{Cluster: name, Hubs: v.hubs, State: v.state, LastContact: v.last, Records: o.records, Expired: o.expired}
 }
 
 // Hubs returns the state of each hub, sorted by name.
