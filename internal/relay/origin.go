@@ -501,6 +501,12 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 			delete(h.leases, old.origin)
 			touched[old.origin] = true
 		}
+		if old != nil && l == nil && old.pathOrigin != "" {
+			delete(r.paths, beatKey{h.name, old.pathOrigin})
+		}
+		if l != nil {
+			r.notePath(h, l, out)
+		}
 		if l != nil && r.leaseCounts(l.origin) {
 			h.leases[l.origin] = l
 			touched[l.origin] = true
@@ -549,10 +555,19 @@ func (r *Relay) leasesReplaced(h *hub, objs map[string]*slimLease) {
 			touched[o] = true
 		}
 		h.leases = map[string]*slimLease{}
+		refused := map[string]bool{}
 		for _, l := range objs {
 			if r.leaseCounts(l.origin) {
 				h.leases[l.origin] = l
 				touched[l.origin] = true
+			}
+			if r.notePath(h, l, out) {
+				refused[l.pathOrigin] = true
+			}
+		}
+		for k := range r.paths {
+			if k.hub == h.name && !refused[k.origin] {
+				delete(r.paths, k)
 			}
 		}
 		now := time.Now()

@@ -38,6 +38,33 @@ func (r *Relay) checkPath(path []string) (annotation.Reason, string) {
 	return "", ""
 }
 
+// notePath reports, through out, h's Lease l refused for its relay path
+// (slimLease.pathRefused) when the refusal differs from the one last
+// reported for its origin through h (once per change, not per renewal),
+// and forgets that report once the hub's Lease of the origin is taken. It
+// says whether l is such a refusal. Only an origin whose Lease could count
+// is kept (leaseCounts: under verify, one with a key), so that a hub
+// writing Leases of made-up origins grows no memory. r.mu is held.
+func (r *Relay) notePath(h *hub, l *slimLease, out *later) bool {
+	if l.origin != "" {
+		delete(r.paths, beatKey{h.name, l.origin})
+		return false
+	}
+	if l.pathOrigin == "" || !r.leaseCounts(l.pathOrigin) {
+		return false
+	}
+	k := beatKey{h.name, l.pathOrigin}
+	if r.paths[k] == l.pathRefused.Detail {
+		return true
+	}
+	r.paths[k] = l.pathRefused.Detail
+	if ev := r.cfg.Events.Refused; ev != nil {
+		hub, origin, rej := h.name, l.pathOrigin, l.pathRefused
+		*out = append(*out, func() { ev(hub, origin, "", "", rej) })
+	}
+	return true
+}
+
 // withProof is common with its own copy carrying the proof of p, a Pod of
 // a relay slice whose export annotation is export and path path.
 func withProof(common *store.Common, p Pod, export string, path []string) *store.Common {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"crypto/ed25519"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -251,5 +253,72 @@ func TestLeasePath(t *testing.T) {
 		if got := r.toLease(l).origin == "origin-a"; got != tc.counts {
 			t.Errorf("path %q: counts %v, want %v", tc.path, got, tc.counts)
 		}
+	}
+}
+
+// A hub's Lease refused for its relay path, other than a loop through the
+// reader, is reported (Events.Refused, as a heartbeat's refusal) once per
+// change of the refusal, not at each renewal; again once the hub wrote a
+// Lease that counts in between. A path naming the reader (hubs reading
+// each other) is not reported; nor, under verify, a Lease of an origin
+// without a key.
+func TestLeasePathRefusalReported(t *testing.T) {
+	var rf refusals
+	ls := func(origin, path string, renew time.Time) *coordinationv1.Lease {
+		l := lease(DefaultNamespace, origin, source.Connected, renew)
+		l.ResourceVersion = fmt.Sprint(renew.UnixNano())
+		if path != "" {
+			l.Annotations[LeasePathAnnotation] = path
+		}
+		return l
+	}
+	now := time.Now()
+	tooLong := JoinPath([]string{"h1", "h2", "h3", "h4", "h5"})
+	h := newFakeHub(ls("origin-a", tooLong, now), ls("origin-b", "hub-1,edge", now))
+	r := start(t, store.New(), Config{Local: "edge", Events: rf.events()}, h)
+	eventually(t, "hub listed", func() bool { return synced(r) })
+	// rf.list() is sorted: so is want.
+	want := []string{"hub-0 origin-a / relay_loop"}
+	eventually(t, "origin-a's refusal reported", func() bool { return slices.Equal(rf.list(), want) })
+
+	leases := h.CoordinationV1().Leases(DefaultNamespace)
+	update := func(l *coordinationv1.Lease) {
+		t.Helper()
+		if _, err := leases.Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Renewals of the same refused Lease: nothing more.
+	for i := range 3 {
+		update(ls("origin-a", tooLong, now.Add(time.Duration(i+1)*time.Second)))
+		update(ls("origin-b", "hub-1,edge", now.Add(time.Duration(i+1)*time.Second)))
+	}
+	// A malformed path is another refusal; a Lease that counts, then the
+	// same malformed path again, reports it again.
+	update(ls("origin-a", "hub-1,Not_An_ID", now.Add(5*time.Second)))
+	want = []string{"hub-0 origin-a / malformed_relay", "hub-0 origin-a / relay_loop"}
+	eventually(t, "the malformed path reported", func() bool { return slices.Equal(rf.list(), want) })
+	update(ls("origin-a", "hub-1", now.Add(6*time.Second)))
+	eventually(t, "origin-a's Lease taken", func() bool {
+		o, ok := r.Origin("origin-a")
+		return ok && o.State == source.Connected
+	})
+	update(ls("origin-a", "hub-1,Not_An_ID", now.Add(7*time.Second)))
+	want = []string{"hub-0 origin-a / malformed_relay", "hub-0 origin-a / malformed_relay", "hub-0 origin-a / relay_loop"}
+	eventually(t, "the malformed path reported again", func() bool { return slices.Equal(rf.list(), want) })
+	time.Sleep(100 * time.Millisecond)
+	if got := rf.list(); !slices.Equal(got, want) {
+		t.Fatalf("refusals %v, want %v", got, want)
+	}
+
+	// Under verify, a Lease of an origin without a key is not reported.
+	var rv refusals
+	hv := newFakeHub(ls("origin-a", tooLong, now))
+	keys := map[string]ed25519.PublicKey{"other": make(ed25519.PublicKey, ed25519.PublicKeySize)}
+	rv2 := start(t, store.New(), Config{Local: "edge", Keys: keys, Events: rv.events()}, hv)
+	eventually(t, "hub listed", func() bool { return synced(rv2) })
+	time.Sleep(100 * time.Millisecond)
+	if got := rv.list(); len(got) != 0 {
+		t.Fatalf("under verify, refusals of a Lease of an origin without a key: %v", got)
 	}
 }

@@ -222,12 +222,15 @@ type Relay struct {
 	// lists is, under verify, the Pod list refusal last reported of each
 	// hub's Lease of each origin (podlist.go), by hub and origin.
 	lists map[beatKey]string
+	// paths is the relay path refusal last reported of each hub's Lease of
+	// each origin (path.go), by hub and origin.
+	paths map[beatKey]string
 }
 
 // New returns a Relay writing into records; AddHub adds its hubs, Start
 // starts it.
 func New(records *store.Store, cfg Config) *Relay {
-	return &Relay{records: records, cfg: cfg, origins: map[string]*origin{}, beats: map[beatKey]string{}, lists: map[beatKey]string{}}
+	return &Relay{records: records, cfg: cfg, origins: map[string]*origin{}, beats: map[beatKey]string{}, lists: map[beatKey]string{}, paths: map[beatKey]string{}}
 }
 
 // AddHub adds a hub, read with client (made by ingest.Reader.Pods, the

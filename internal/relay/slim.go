@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -205,6 +206,11 @@ type slimLease struct {
 	list        *podList
 	listRefused annotation.Rejection
 	extra       map[string]string // kept only for a hub (leasecopy.go)
+	// A Lease refused for its relay path (origin empty) keeps the origin
+	// it named and why, when that is no routine loop (the path naming the
+	// reader): reported once per change (notePath).
+	pathOrigin  string
+	pathRefused annotation.Rejection
 }
 
 func (l *slimLease) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
@@ -228,9 +234,11 @@ func (r *Relay) toLease(l *coordinationv1.Lease) *slimLease {
 	// Its word went round through the reader, or the path is not one (not
 	// split at all past what MaxPath cluster IDs take).
 	if path := l.Annotations[LeasePathAnnotation]; len(path) > MaxPath*128 {
-		s.origin = ""
-	} else if reason, _ := r.checkPath(SplitPath(path)); reason != "" {
-		s.origin = ""
+		s.refusePath(ReasonMalformed, fmt.Sprintf("relay path of %d bytes, over what %d cluster IDs take", len(path), MaxPath))
+	} else if p := SplitPath(path); r.cfg.Local != "" && slices.Contains(p, r.cfg.Local) {
+		s.origin = "" // hubs reading each other: routine, not reported
+	} else if reason, detail := r.checkPath(p); reason != "" {
+		s.refusePath(reason, detail)
 	}
 	for _, st := range source.States {
 		if l.Annotations[OriginStateAnnotation] == st.String() {
@@ -245,6 +253,16 @@ func (r *Relay) toLease(l *coordinationv1.Lease) *slimLease {
 		r.checkList(s, l.Annotations[PodListAnnotation], l.Annotations[PodListSignatureAnnotation])
 	}
 	return s
+}
+
+// refusePath makes l say nothing of its origin, for its relay path.
+func (l *slimLease) refusePath(reason annotation.Reason, detail string) {
+	if l.origin != "" {
+		l.pathOrigin = l.origin
+		l.pathRefused = annotation.Rejection{Index: -1, Reason: reason,
+			Detail: fmt.Sprintf("the hub's Lease of cluster %s: %s: its word on the origin is ignored", l.origin, detail)}
+	}
+	l.origin = ""
 }
 
 // seed keys hash: its values never leave the process.
