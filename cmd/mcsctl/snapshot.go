@@ -162,7 +162,7 @@ func readSite(path string, timeout time.Duration) (*site, error) {
 		src := sourceInfo{Cluster: name, Complete: !meta.LastFullSync.IsZero(),
 			LastContact: timePtr(meta.LastContact), LastFullSync: timePtr(meta.LastFullSync), State: meta.State, Via: meta.Via}
 		s.metas[name] = meta
-		dec := snapshot.NewPodDecoder()
+		dec := snapshot.NewPodDecoderFor(meta.Records)
 		for k, v := range records {
 			p, err := dec.Decode(v)
 			if err != nil || p.Cluster != name || !snapshot.IsNameKey(k, p.Namespace, p.Name) {

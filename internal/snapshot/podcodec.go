@@ -174,6 +174,7 @@ type PodDecoder struct {
 	pods  []store.Pod  // unused records of the current chunk
 	addrs []netip.Addr // unused addresses
 	text  []byte       // names: appended to, never changed once cut
+	chunk int          // records a chunk holds: chunkRecords, or fewer (NewPodDecoderFor)
 }
 
 // chunkRecords is how many records a PodDecoder's chunk holds (18 KB), with
@@ -181,8 +182,14 @@ type PodDecoder struct {
 const chunkRecords = 256
 
 // NewPodDecoder returns a PodDecoder that shares equal values across records.
-func NewPodDecoder() *PodDecoder {
-	return &PodDecoder{strings: map[string]string{}, commons: map[string][]*store.Common{}}
+func NewPodDecoder() *PodDecoder { return NewPodDecoderFor(chunkRecords) }
+
+// NewPodDecoderFor is NewPodDecoder for about n records: its chunks hold at
+// most n, so that decoding a small cluster (an edge's snapshot holds a
+// thousand origins of a few dozen records each) neither allocates nor keeps
+// a whole chunk per cluster.
+func NewPodDecoderFor(n int) *PodDecoder {
+	return &PodDecoder{strings: map[string]string{}, commons: map[string][]*store.Common{}, chunk: min(max(n, 1), chunkRecords)}
 }
 
 // PodDecoders share at most this many distinct values of each kind; past it,
@@ -210,7 +217,7 @@ func (s *PodDecoder) newPod() *store.Pod {
 		return new(store.Pod)
 	}
 	if len(s.pods) == 0 {
-		s.pods = make([]store.Pod, chunkRecords)
+		s.pods = make([]store.Pod, s.chunk)
 	}
 	p := &s.pods[0]
 	s.pods = s.pods[1:]
@@ -224,7 +231,7 @@ func (s *PodDecoder) name(b []byte) string {
 		return string(b)
 	}
 	if cap(s.text)-len(s.text) < len(b) {
-		s.text = make([]byte, 0, max(len(b), 24*chunkRecords))
+		s.text = make([]byte, 0, max(len(b), 24*s.chunk))
 	}
 	n := len(s.text)
 	s.text = append(s.text, b...)
@@ -240,7 +247,7 @@ func (s *PodDecoder) addrsFor(n int) []netip.Addr {
 		return make([]netip.Addr, 0, n)
 	}
 	if len(s.addrs) < n {
-		s.addrs = make([]netip.Addr, chunkRecords)
+		s.addrs = make([]netip.Addr, max(n, s.chunk))
 	}
 	a := s.addrs[:0:n]
 	s.addrs = s.addrs[n:]

@@ -121,10 +121,16 @@ func TestDecoderBounded(t *testing.T) {
 // more records fill the chunks and start new ones: names and addresses of all
 // lengths (some names near the limit, some records with more addresses than
 // a chunk hands out), damaged records in between, and no record's addresses can be
-// appended to in place.
+// appended to in place. The same with chunks sized for fewer records than
+// it decodes, and fewer than some records' addresses (NewPodDecoderFor).
 func TestDecoderChunks(t *testing.T) {
+	for _, hint := range []int{chunkRecords, 7} {
+		t.Run(fmt.Sprintf("chunk=%d", hint), func(t *testing.T) { testDecoderChunks(t, NewPodDecoderFor(hint)) })
+	}
+}
+
+func testDecoderChunks(t *testing.T, dec *PodDecoder) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	dec := NewPodDecoder()
 	var want, got []*store.Pod
 	for i := range 5 * chunkRecords {
 		name := fmt.Sprintf("p-%d-", i) + strings.Repeat("x", rng.IntN(40))
@@ -170,6 +176,26 @@ func TestDecoderChunks(t *testing.T) {
 		if cap(p.IPs) != len(p.IPs) {
 			t.Fatalf("record %d: %d addresses with room for %d: an append would write into another record's", i, len(p.IPs), cap(p.IPs))
 		}
+	}
+}
+
+// A PodDecoder for a small cluster cuts its records from a chunk of that
+// many (an edge's snapshot holds a thousand origins of a few dozen records:
+// a whole chunk each was 30 KB per origin, held while its records live).
+func TestDecoderForSmallCluster(t *testing.T) {
+	dec := NewPodDecoderFor(30)
+	for i := range 30 {
+		raw, err := EncodePod(pod("edge-a", "default", fmt.Sprintf("p-%d", i), "", true, []string{fmt.Sprintf("10.0.0.%d", i)}, export("backend", httpPort)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dec.Decode(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(dec.pods) != 0 || len(dec.addrs) != 0 || cap(dec.text) > 24*30 {
+		t.Fatalf("after 30 records: room left for %d records, %d addresses, %d bytes of names (of %d): want a chunk of 30",
+			len(dec.pods), len(dec.addrs), cap(dec.text)-len(dec.text), cap(dec.text))
 	}
 }
 

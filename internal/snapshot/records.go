@@ -40,8 +40,14 @@ func DecodeRecords(st *Store, cluster string, n int, records iter.Seq2[[]byte, [
 	for w := range workers {
 		wg.Go(func() {
 			errs[w] = st.Guard(func() {
-				dec := NewPodDecoder() // records share their cluster, namespace and exports
-				out := make([]*store.Pod, 0, n/workers+DecodeBatch)
+				// Records share their cluster, namespace and exports. Sized
+				// for this worker's share: most clusters are small.
+				share := n
+				if workers > 1 {
+					share = n/workers + DecodeBatch
+				}
+				dec := NewPodDecoderFor(share)
+				out := make([]*store.Pod, 0, share)
 				for b := range work {
 					for _, r := range b {
 						p, err := dec.Decode(r.v)
@@ -69,7 +75,7 @@ func DecodeRecords(st *Store, cluster string, n int, records iter.Seq2[[]byte, [
 	// the workers end before the transaction does.
 	finish := sync.OnceFunc(func() { close(work); wg.Wait() })
 	defer finish()
-	b := make([]rawRecord, 0, DecodeBatch)
+	b := make([]rawRecord, 0, min(max(n, 1), DecodeBatch))
 	for k, v := range records {
 		b = append(b, rawRecord{k, v})
 		if len(b) == DecodeBatch {

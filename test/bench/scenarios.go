@@ -522,7 +522,7 @@ func perfColdStart(b *harness.Program, c *contender, ds dataset, out string) str
 func goBenchmarks(ctx context.Context, b *harness.Program, res *results, _ *world) {
 	for _, gb := range []struct{ pkg, args string }{
 		{"./internal/table/", "-run ^TestLookupDoesNotAllocate$ -bench ^$"},
-		{"./internal/snapshot/", "-run ^$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad|BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 3x -benchmem"},
+		{"./internal/snapshot/", "-run ^$ -bench ^(BenchmarkIndexHeap|BenchmarkColdLoad|BenchmarkDecodeOrigins|BenchmarkLoad100k|BenchmarkOpenAndLoad100k)$ -benchtime 3x -benchmem"},
 		{"./plugin/mcsannotations/", "-run ^$ -bench ^(BenchmarkServeDNS|BenchmarkServeDNSProbe|BenchmarkRelayEdgeHeap)$ -benchmem"},
 		{"./internal/relay/", "-run ^$ -bench ^BenchmarkRelayHeap$ -benchtime 2x"},
 		{"./internal/probe/", "-run ^$ -bench ^BenchmarkRound$ -benchmem"},
