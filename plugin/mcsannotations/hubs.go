@@ -369,22 +369,12 @@ func (m *MCS) isOrigin(cluster string) bool {
 }
 
 // dropOriginFile drops a relayed origin the relay forgot from the
-// snapshot, unless m reads a cluster of that name itself.
+// snapshot, unless it is a cluster m reads itself (isOrigin), whose entry
+// is not the relay's.
 func (m *MCS) dropOriginFile(name string) {
-	if st := m.store.Load(); st != nil && !m.readsDirectly(name) {
+	if st := m.store.Load(); st != nil && m.isOrigin(name) {
 		st.DropSource(name)
 	}
-}
-
-// readsDirectly reports whether cluster is one m reads itself (the local
-// cluster or a peer), whose snapshot entry is not the relay's.
-func (m *MCS) readsDirectly(cluster string) bool {
-	for _, s := range m.sources {
-		if s.Cluster() == cluster {
-			return true
-		}
-	}
-	return false
 }
 
 // seedOrigin notes what the snapshot recorded of a relayed origin.
