@@ -190,6 +190,7 @@ func TestHubsSnapshotRestartOffline(t *testing.T) {
 	stopServer(i)
 
 	withClient(t, deadAPI)
+	logged := captureLog(t)
 	i, udp, _, err = coretest.CoreDNSServerAndPorts(corefile)
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +200,10 @@ func TestHubsSnapshotRestartOffline(t *testing.T) {
 		t.Fatalf("first answer after a restart with the hubs unreachable: %v", r)
 	}
 	stopServer(i)
+	// The origins are summed up in one line, not one line each.
+	if l := logged(); !strings.Contains(l, "snapshot: 1 origins through hubs: 1 records, last contacts from ") || strings.Contains(l, "snapshot: cluster edge-o") {
+		t.Errorf("the restart's log does not sum the origins up in one line:\n%s", l)
+	}
 
 	if m := storedSources(t, snap)["edge-o"].Meta; !slices.Equal(m.Via, []string{"hub-1"}) || m.LastContact.IsZero() {
 		t.Errorf("the origin's meta in the snapshot: %+v, want its last contact, via hub-1 (the hubs that last held it)", m)

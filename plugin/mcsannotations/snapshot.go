@@ -145,6 +145,10 @@ func (m *MCS) holdsNothing() bool {
 // stored under, are skipped and counted.
 func (m *MCS) loadSnapshot(st *snapshot.Store) {
 	total := 0
+	// Relayed origins are summed up in one line (a thousand of them would
+	// be a thousand lines at every start); each is logged with debug.
+	var origins, originRecords int
+	var oldest, newest time.Time
 	// Records are decoded straight from the file's memory map, on every
 	// CPU: nothing is copied out first (a start-up's cost is mostly fresh
 	// memory).
@@ -175,10 +179,27 @@ func (m *MCS) loadSnapshot(st *snapshot.Store) {
 		if !meta.LastFullSync.IsZero() {
 			m.snapshotLoaded.Store(true)
 		}
-		log.Infof("snapshot: cluster %s: %d records, last full sync %s, last contact %s",
-			cluster, len(pods), stamp(meta.LastFullSync), stamp(meta.LastContact))
+		if s != nil {
+			log.Infof("snapshot: cluster %s: %d records, last full sync %s, last contact %s",
+				cluster, len(pods), stamp(meta.LastFullSync), stamp(meta.LastContact))
+			return nil
+		}
+		origins++
+		originRecords += len(pods)
+		if c := meta.LastContact; !c.IsZero() {
+			if oldest.IsZero() || c.Before(oldest) {
+				oldest = c
+			}
+			if c.After(newest) {
+				newest = c
+			}
+		}
+		log.Debugf("snapshot: origin %s (through hubs): %d records, last contact %s", cluster, len(pods), stamp(meta.LastContact))
 		return nil
 	})
+	if origins > 0 {
+		log.Infof("snapshot: %d origins through hubs: %d records, last contacts from %s to %s", origins, originRecords, stamp(oldest), stamp(newest))
+	}
 	if err != nil {
 		// The clusters loaded before the error are whole and stay; the
 		// others resync from their API servers.
