@@ -501,7 +501,7 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 			delete(h.leases, old.origin)
 			touched[old.origin] = true
 		}
-		if old != nil && l == nil && old.pathOrigin != "" {
+		if old != nil && old.pathOrigin != "" && (l == nil || l.pathOrigin != old.pathOrigin) {
 			delete(r.paths, beatKey{h.name, old.pathOrigin})
 		}
 		if l != nil {

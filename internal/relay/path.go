@@ -32,10 +32,16 @@ func (r *Relay) checkPath(path []string) (annotation.Reason, string) {
 			return ReasonMalformed, fmt.Sprintf("relay path names %q, no cluster ID", annotation.Clip(h))
 		}
 	}
-	if r.cfg.Local != "" && slices.Contains(path, r.cfg.Local) {
+	if r.throughReader(path) {
 		return ReasonLoop, fmt.Sprintf("relay path %s names this cluster: it relayed the record itself", JoinPath(path))
 	}
 	return "", ""
+}
+
+// throughReader reports whether path names the reader: its own word, come
+// back through hubs reading each other.
+func (r *Relay) throughReader(path []string) bool {
+	return r.cfg.Local != "" && slices.Contains(path, r.cfg.Local)
 }
 
 // notePath reports, through out, h's Lease l refused for its relay path

@@ -3,7 +3,6 @@ package relay
 import (
 	"fmt"
 	"hash/maphash"
-	"slices"
 	"time"
 	"unsafe"
 
@@ -235,7 +234,7 @@ func (r *Relay) toLease(l *coordinationv1.Lease) *slimLease {
 	// split at all past what MaxPath cluster IDs take).
 	if path := l.Annotations[LeasePathAnnotation]; len(path) > MaxPath*128 {
 		s.refusePath(ReasonMalformed, fmt.Sprintf("relay path of %d bytes, over what %d cluster IDs take", len(path), MaxPath))
-	} else if p := SplitPath(path); r.cfg.Local != "" && slices.Contains(p, r.cfg.Local) {
+	} else if p := SplitPath(path); r.throughReader(p) {
 		s.origin = "" // hubs reading each other: routine, not reported
 	} else if reason, detail := r.checkPath(p); reason != "" {
 		s.refusePath(reason, detail)
