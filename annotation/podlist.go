@@ -22,12 +22,26 @@ import (
 // a relayed record of the origin whose statement is older than T (Seq < T)
 // and whose Pod the list does not name: the Pod was gone at T. A statement
 // signed after the list has Seq >= T and is kept.
+//
+// A list names Pods by namespace and name; a second list, written beside it
+// with the same time (PodUIDListAnnotation, signed on its own), names them
+// by namespace, name and UID, so that the old statement of a Pod deleted and
+// made again under its name (a StatefulSet's) is not named by the new Pod's
+// entry. Readers of an older version read the first list only; a reader
+// that has seen an origin's list by UID takes no other from then on.
 const (
 	PodListAnnotation          = "multicluster.kubernetes.io/heartbeat-pods"
 	PodListSignatureAnnotation = "multicluster.kubernetes.io/heartbeat-pods-signature"
+	// PodUIDListAnnotation and PodUIDListSignatureAnnotation carry the
+	// list by UID (PodUIDHash), in PodList's format.
+	PodUIDListAnnotation          = "multicluster.kubernetes.io/heartbeat-pod-uids"
+	PodUIDListSignatureAnnotation = "multicluster.kubernetes.io/heartbeat-pod-uids-signature"
 
 	// PodListSignatureContext starts the signed message of a Pod list.
 	PodListSignatureContext = "mcsannotations heartbeat pods v1\n"
+	// PodUIDListSignatureContext starts the signed message of a list by
+	// UID: no list by name verifies as one by UID, nor the reverse.
+	PodUIDListSignatureContext = "mcsannotations heartbeat pod uids v1\n"
 
 	// MaxPodListPods bounds the Pods of a list: an origin that states more
 	// writes a list that names none and says how many it has (PodList.Over):
@@ -82,6 +96,13 @@ func PodHash(namespace, name string) uint64 {
 	return binary.BigEndian.Uint64(s[:PodHashBytes])
 }
 
+// PodUIDHash is a Pod's hash in a list by UID: as PodHash, over
+// "namespace/name/uid".
+func PodUIDHash(namespace, name, uid string) uint64 {
+	s := sha256.Sum256([]byte(namespace + "/" + name + "/" + uid))
+	return binary.BigEndian.Uint64(s[:PodHashBytes])
+}
+
 // NewPodList makes the list of cluster at time t naming the Pods of
 // hashes (in any order; duplicates are dropped); false when there are more
 // than MaxPodListPods, with the list that says so and names none.
@@ -114,13 +135,34 @@ func FormatPodList(l PodList) string {
 type PodSet struct {
 	hashes []uint64 // increasing
 	over   bool
+	uids   bool // of a list by UID (VerifyPodUIDList)
 }
 
-// Has tells whether the set names the Pod namespace/name.
+// Has tells whether the set names the Pod namespace/name. For a set of a
+// list by UID, HasPod says.
 func (s PodSet) Has(namespace, name string) bool {
 	_, ok := slices.BinarySearch(s.hashes, PodHash(namespace, name))
 	return ok
 }
+
+// HasPod tells whether the set names the Pod namespace/name of uid: by its
+// UID too in a set of a list by UID, by namespace and name otherwise.
+func (s PodSet) HasPod(namespace, name, uid string) bool {
+	if !s.uids {
+		return s.Has(namespace, name)
+	}
+	return s.HasHash(PodUIDHash(namespace, name, uid))
+}
+
+// HasHash tells whether the set names the Pod of hash (PodHash, or
+// PodUIDHash for a set of a list by UID).
+func (s PodSet) HasHash(h uint64) bool {
+	_, ok := slices.BinarySearch(s.hashes, h)
+	return ok
+}
+
+// ByUID tells whether the set is of a list by UID.
+func (s PodSet) ByUID() bool { return s.uids }
 
 // Len is the number of Pods in the set.
 func (s PodSet) Len() int { return len(s.hashes) }
@@ -199,20 +241,46 @@ func SignPodList(key ed25519.PrivateKey, cluster, list string) string {
 	return signature(key, PodListSignedMessage(cluster, list))
 }
 
+// PodUIDListSignedMessage is the message a list by UID's signature
+// covers, as PodListSignedMessage's after PodUIDListSignatureContext.
+func PodUIDListSignedMessage(cluster, list string) []byte {
+	return signedMessage(PodUIDListSignatureContext, cluster, list)
+}
+
+// SignPodUIDList returns PodUIDListSignatureAnnotation's value for a list
+// by UID of cluster.
+func SignPodUIDList(key ed25519.PrivateKey, cluster, list string) string {
+	return signature(key, PodUIDListSignedMessage(cluster, list))
+}
+
 // VerifyPodList checks a list of cluster and its signature and returns it
 // parsed: signed with key over cluster and the bytes, well formed, and
 // naming cluster. The Rejection says why it fails (Index -1).
 func VerifyPodList(key ed25519.PublicKey, sig, cluster, list string) (PodList, PodSet, Rejection, bool) {
+	return verifyPodList(key, sig, cluster, list, false)
+}
+
+// VerifyPodUIDList checks a list by UID as VerifyPodList does a list by
+// name; the set it returns is by UID (PodSet.HasPod).
+func VerifyPodUIDList(key ed25519.PublicKey, sig, cluster, list string) (PodList, PodSet, Rejection, bool) {
+	return verifyPodList(key, sig, cluster, list, true)
+}
+
+func verifyPodList(key ed25519.PublicKey, sig, cluster, list string, uids bool) (PodList, PodSet, Rejection, bool) {
+	what, msg, sigAnnotation := "Pod list", PodListSignedMessage(cluster, list), PodListSignatureAnnotation
+	if uids {
+		what, msg, sigAnnotation = "Pod list by UID", PodUIDListSignedMessage(cluster, list), PodUIDListSignatureAnnotation
+	}
 	if list == "" {
-		return PodList{}, PodSet{}, Rejection{-1, ReasonUnsigned, "no Pod list"}, false
+		return PodList{}, PodSet{}, Rejection{-1, ReasonUnsigned, "no " + what}, false
 	}
 	if len(list) > MaxPodListBytes {
 		// Refused before the signature is computed over it.
-		return PodList{}, PodSet{}, Rejection{-1, ReasonSize, fmt.Sprintf("Pod list of %d bytes, over %d", len(list), MaxPodListBytes)}, false
+		return PodList{}, PodSet{}, Rejection{-1, ReasonSize, fmt.Sprintf("%s of %d bytes, over %d", what, len(list), MaxPodListBytes)}, false
 	}
-	if r, ok := verify(key, sig, PodListSignedMessage(cluster, list),
-		"no "+PodListSignatureAnnotation+": the Pod list is ignored",
-		"Pod list does not verify with cluster "+cluster+"'s key: it is ignored"); !ok {
+	if r, ok := verify(key, sig, msg,
+		"no "+sigAnnotation+": the "+what+" is ignored",
+		what+" does not verify with cluster "+cluster+"'s key: it is ignored"); !ok {
 		return PodList{}, PodSet{}, r, false
 	}
 	l, set, err := ParsePodList(list)
@@ -220,7 +288,8 @@ func VerifyPodList(key ed25519.PublicKey, sig, cluster, list string) (PodList, P
 		return PodList{}, PodSet{}, Rejection{-1, ReasonJSON, err.Error()}, false
 	}
 	if l.Cluster != cluster {
-		return PodList{}, PodSet{}, Rejection{-1, ReasonClusterOutside, fmt.Sprintf("Pod list of cluster %s where %s's was expected", l.Cluster, cluster)}, false
+		return PodList{}, PodSet{}, Rejection{-1, ReasonClusterOutside, fmt.Sprintf("%s of cluster %s where %s's was expected", what, l.Cluster, cluster)}, false
 	}
+	set.uids = uids
 	return l, set, Rejection{}, true
 }

@@ -174,11 +174,46 @@ func TestVerifyPodList(t *testing.T) {
 	}
 }
 
+// A list by UID names a Pod by its UID too: the Pod made again under its
+// name is another Pod. Its signature is its own: a list by name does not
+// verify as one by UID, nor the reverse.
+func TestVerifyPodUIDList(t *testing.T) {
+	pub, key := newKey(t)
+	l, _ := NewPodList("east", 1790000000000, []uint64{PodUIDHash("default", "web-0", "uid-2")})
+	list := FormatPodList(l)
+	sig := SignPodUIDList(key, "east", list)
+
+	got, set, r, ok := VerifyPodUIDList(pub, sig, "east", list)
+	if !ok || got != l || !set.ByUID() {
+		t.Fatalf("VerifyPodUIDList = %+v, %v, %v; want the list by UID", got, r, ok)
+	}
+	if !set.HasPod("default", "web-0", "uid-2") || set.HasPod("default", "web-0", "uid-1") || set.HasPod("default", "web-1", "uid-2") {
+		t.Error("the list by UID does not name exactly web-0 of uid-2")
+	}
+	if set.Has("default", "web-0") {
+		t.Error("a list by UID names a Pod by its name alone")
+	}
+	if _, _, r, ok := VerifyPodList(pub, sig, "east", list); ok || r.Reason != ReasonBadSignature {
+		t.Errorf("a list by UID verifies as a list by name: %v", r)
+	}
+	byName := SignPodList(key, "east", list)
+	if _, _, r, ok := VerifyPodUIDList(pub, byName, "east", list); ok || r.Reason != ReasonBadSignature || !strings.Contains(r.Detail, "by UID") {
+		t.Errorf("a list by name verifies as a list by UID: %v", r)
+	}
+	if _, _, r, ok := VerifyPodUIDList(pub, "", "east", list); ok || r.Reason != ReasonUnsigned || !strings.Contains(r.Detail, PodUIDListSignatureAnnotation) {
+		t.Errorf("unsigned list by UID: %v", r)
+	}
+	_, byNameSet, _, _ := VerifyPodList(pub, byName, "east", list)
+	if byNameSet.ByUID() || byNameSet.HasPod("default", "web-0", "uid-2") {
+		t.Error("a list by name is taken as one by UID")
+	}
+}
+
 // A list signature is none of the others: the messages differ by their
 // context even over the same parts.
 func TestPodListDomainSeparated(t *testing.T) {
 	a := string(PodListSignedMessage("east", "x"))
-	for _, b := range []string{string(HeartbeatSignedMessage("east", "x")), string(SignedMessage("east", "x", "", "", "")), string(EndpointSignedMessage("east", "x", "", "", "", ""))} {
+	for _, b := range []string{string(PodUIDListSignedMessage("east", "x")), string(HeartbeatSignedMessage("east", "x")), string(SignedMessage("east", "x", "", "", "")), string(EndpointSignedMessage("east", "x", "", "", "", ""))} {
 		if ctx := b[:strings.Index(b, "\n")+1]; strings.HasPrefix(a, ctx) || strings.HasPrefix(b, PodListSignatureContext) {
 			t.Errorf("list message %q shares a context with %q", a, b)
 		}

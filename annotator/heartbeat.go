@@ -86,7 +86,7 @@ func (c *Controller) runHeartbeat(ctx context.Context) {
 func (c *Controller) writeHeartbeat(ctx context.Context, last int64) (int64, error) {
 	now := time.Now()
 	t := max(now.UnixMilli(), last+1)
-	pods := c.listed.list(c.pods, t)
+	pods, uids := c.listed.list(c.pods, t)
 	hb := annotation.FormatHeartbeat(annotation.Heartbeat{Cluster: c.cfg.Cluster, Time: t})
 	l := &coordinationv1.Lease{
 		TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
@@ -113,6 +113,15 @@ func (c *Controller) writeHeartbeat(ctx context.Context, last int64) (int64, err
 	v := annotation.FormatPodList(pl)
 	l.Annotations[annotation.PodListAnnotation] = v
 	l.Annotations[annotation.PodListSignatureAnnotation] = annotation.SignPodList(c.cfg.SignKey, c.cfg.Cluster, v)
+	// The same Pods by UID, at the same time (over the cap when the list
+	// by name is: the UIDs of one name are one Pod's at a time).
+	ul, _ := annotation.NewPodList(c.cfg.Cluster, t, uids)
+	if !ok {
+		ul = pl
+	}
+	u := annotation.FormatPodList(ul)
+	l.Annotations[annotation.PodUIDListAnnotation] = u
+	l.Annotations[annotation.PodUIDListSignatureAnnotation] = annotation.SignPodUIDList(c.cfg.SignKey, c.cfg.Cluster, u)
 	body, err := json.Marshal(l)
 	if err != nil {
 		return 0, err

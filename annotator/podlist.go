@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 
@@ -33,13 +34,19 @@ import (
 //     and a new statement takes its Seq (at least T) and is noted: a
 //     statement is either noted before the list (and named by it) or has
 //     Seq >= T.
+//
+// The list by UID (annotation.PodUIDHash), written beside it, names the
+// same Pods by their UIDs: a stated Pod whose name the cache holds under
+// another UID was deleted (the cache holds a newer object only), so its
+// UID is not named, and its entry is forgotten unless the Pod now there was
+// stated since.
 
 // podLister is what the heartbeat's Pod list is made of.
 type podLister struct {
 	mu    sync.Mutex
-	floor uint64              // the time of the last list: the least Seq of a new statement
-	names map[string]struct{} // "namespace/name" of the Pods stated, until the cache no longer holds them
-	over  atomic.Bool         // the last list was over annotation.MaxPodListPods (logged once)
+	floor uint64               // the time of the last list: the least Seq of a new statement
+	names map[string]types.UID // "namespace/name" of the Pods stated, and the UID stated, until the cache no longer holds them
+	over  atomic.Bool          // the last list was over annotation.MaxPodListPods (logged once)
 }
 
 // stated notes that pod has a statement of the annotator's, and returns
@@ -48,52 +55,65 @@ func (p *podLister) stated(pod *corev1.Pod, seq uint64) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.names == nil {
-		p.names = map[string]struct{}{}
+		p.names = map[string]types.UID{}
 	}
-	p.names[pod.Namespace+"/"+pod.Name] = struct{}{}
+	p.names[pod.Namespace+"/"+pod.Name] = pod.UID
 	if seq == 0 {
 		return 0
 	}
 	return max(seq, p.floor)
 }
 
-// list returns the hashes of the Pods of a list of time t
-// (annotation.PodHash), from pods, sorted, none twice. The time is the
-// heartbeat's own (a floor seeded from another replica's heartbeat raises
-// the Seq of statements, never the heartbeat, which readers refuse when
-// ahead of their clocks).
-func (p *podLister) list(pods corelisters.PodLister, t int64) []uint64 {
+// list returns the hashes of the Pods of a list of time t, by name
+// (annotation.PodHash) and by UID (annotation.PodUIDHash), from pods,
+// sorted, none twice. The time is the heartbeat's own (a floor seeded from
+// another replica's heartbeat raises the Seq of statements, never the
+// heartbeat, which readers refuse when ahead of their clocks).
+func (p *podLister) list(pods corelisters.PodLister, t int64) (names, uids []uint64) {
+	type stated struct {
+		key string
+		uid types.UID
+	}
 	p.mu.Lock()
 	p.floor = max(p.floor, uint64(t))
-	names := make([]string, 0, len(p.names))
-	for n := range p.names {
-		names = append(names, n)
+	all := make([]stated, 0, len(p.names))
+	for n, uid := range p.names {
+		all = append(all, stated{n, uid})
 	}
 	p.mu.Unlock()
 
-	all, _ := pods.List(labels.Everything())
-	var hashes []uint64
-	for _, pod := range all {
+	cached, _ := pods.List(labels.Everything())
+	for _, pod := range cached {
 		if pod.Annotations[annotation.EndpointAnnotation] != "" {
-			hashes = append(hashes, annotation.PodHash(pod.Namespace, pod.Name))
+			names = append(names, annotation.PodHash(pod.Namespace, pod.Name))
+			uids = append(uids, annotation.PodUIDHash(pod.Namespace, pod.Name, string(pod.UID)))
 		}
 	}
-	var gone []string
-	for _, n := range names {
-		ns, name, _ := strings.Cut(n, "/")
-		if _, err := pods.Pods(ns).Get(name); err != nil {
+	var gone []stated
+	for _, n := range all {
+		ns, name, _ := strings.Cut(n.key, "/")
+		pod, err := pods.Pods(ns).Get(name)
+		if err != nil {
 			gone = append(gone, n) // deleted since: not listed, forgotten
 			continue
 		}
-		hashes = append(hashes, annotation.PodHash(ns, name))
+		names = append(names, annotation.PodHash(ns, name))
+		if pod.UID != n.uid {
+			gone = append(gone, n) // deleted and made again under its name: the stated UID is not listed
+			continue
+		}
+		uids = append(uids, annotation.PodUIDHash(ns, name, string(n.uid)))
 	}
 	p.mu.Lock()
 	for _, n := range gone {
-		delete(p.names, n)
+		if p.names[n.key] == n.uid { // not stated again since
+			delete(p.names, n.key)
+		}
 	}
 	p.mu.Unlock()
-	slices.Sort(hashes)
-	return slices.Compact(hashes)
+	slices.Sort(names)
+	slices.Sort(uids)
+	return slices.Compact(names), slices.Compact(uids)
 }
 
 // seedListFloor raises the least Seq of new statements to the time of the

@@ -36,6 +36,15 @@ func (f *fixture) podList(pub ed25519.PublicKey) (annotation.PodSet, error) {
 	case pl.Time != at:
 		return set, fmt.Errorf("Pod list of %d with a heartbeat of %d", pl.Time, at)
 	}
+	ul, uset, rej, ok := annotation.VerifyPodUIDList(pub, l.Annotations[annotation.PodUIDListSignatureAnnotation], "edge-a", l.Annotations[annotation.PodUIDListAnnotation])
+	switch {
+	case !ok:
+		return set, fmt.Errorf("Pod list by UID %.100q: %v", l.Annotations[annotation.PodUIDListAnnotation], rej)
+	case ul.Time != at:
+		return set, fmt.Errorf("Pod list by UID of %d with a heartbeat of %d", ul.Time, at)
+	case uset.Len() != set.Len() || uset.Over() != set.Over():
+		return set, fmt.Errorf("Pod list by UID of %d Pods (over: %v), by name of %d (over: %v)", uset.Len(), uset.Over(), set.Len(), set.Over())
+	}
 	return set, nil
 }
 
@@ -76,26 +85,41 @@ func TestHeartbeatPodList(t *testing.T) {
 }
 
 // podLister: a list names the Pods stated before it while the cache holds
-// them, and those the cache holds with a statement; a statement signed
+// them, and those the cache holds with a statement; the list by UID names
+// the same Pods by their UIDs, but not a stated Pod whose name the cache
+// holds under another UID (deleted and made again). A statement signed
 // after a list is not older than it.
 func TestPodLister(t *testing.T) {
-	mk := func(name string, statement bool) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+	mkUID := func(name, uid string, statement bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)}}
 		if statement {
 			p.Annotations = map[string]string{annotation.EndpointAnnotation: `{"seq":1}`}
 		}
 		return p
 	}
+	mk := func(name string, statement bool) *corev1.Pod { return mkUID(name, "uid-"+name, statement) }
+	again := func(name string, statement bool) *corev1.Pod { return mkUID(name, "uid-"+name+"-again", statement) }
+	type pod struct{ name, uid string }
 	for _, tc := range []struct {
-		name      string
-		cached    []*corev1.Pod // the informer's cache at the list
-		before    []string      // stated before the list (not in the cache with a statement yet)
-		want      []string      // named
-		notWanted []string
+		name            string
+		cached          []*corev1.Pod // the informer's cache at the list
+		before          []*corev1.Pod // stated before the list (not in the cache with a statement yet)
+		want            []string      // named
+		notWanted       []string
+		wantUID, notUID []pod // named by UID, or not
+		stillStated     []string
+		forgotten       []string
 	}{
-		{name: "carrying a statement", cached: []*corev1.Pod{mk("a", true), mk("b", false)}, want: []string{"a"}, notWanted: []string{"b"}},
-		{name: "stated, not cached with it yet", cached: []*corev1.Pod{mk("a", false)}, before: []string{"a"}, want: []string{"a"}},
-		{name: "stated, then deleted", cached: []*corev1.Pod{mk("b", true)}, before: []string{"a"}, want: []string{"b"}, notWanted: []string{"a"}},
+		{name: "carrying a statement", cached: []*corev1.Pod{mk("a", true), mk("b", false)}, want: []string{"a"}, notWanted: []string{"b"},
+			wantUID: []pod{{"a", "uid-a"}}, notUID: []pod{{"b", "uid-b"}}},
+		{name: "stated, not cached with it yet", cached: []*corev1.Pod{mk("a", false)}, before: []*corev1.Pod{mk("a", false)}, want: []string{"a"},
+			wantUID: []pod{{"a", "uid-a"}}, stillStated: []string{"a"}},
+		{name: "stated, then deleted", cached: []*corev1.Pod{mk("b", true)}, before: []*corev1.Pod{mk("a", false)}, want: []string{"b"}, notWanted: []string{"a"},
+			wantUID: []pod{{"b", "uid-b"}}, notUID: []pod{{"a", "uid-a"}}, forgotten: []string{"a"}},
+		{name: "stated, then made again without a statement", cached: []*corev1.Pod{again("a", false)}, before: []*corev1.Pod{mk("a", false)}, want: []string{"a"},
+			notUID: []pod{{"a", "uid-a"}, {"a", "uid-a-again"}}, forgotten: []string{"a"}},
+		{name: "stated, then made again with one", cached: []*corev1.Pod{again("a", true)}, before: []*corev1.Pod{mk("a", false)}, want: []string{"a"},
+			wantUID: []pod{{"a", "uid-a-again"}}, notUID: []pod{{"a", "uid-a"}}, forgotten: []string{"a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
@@ -106,16 +130,22 @@ func TestPodLister(t *testing.T) {
 			}
 			var p podLister
 			for _, n := range tc.before {
-				if seq := p.stated(mk(n, false), 5); seq != 5 {
+				if seq := p.stated(n, 5); seq != 5 {
 					t.Errorf("seq %d before any list, want 5", seq)
 				}
 			}
 			const at = 1790000000000
-			pl, ok := annotation.NewPodList("edge-a", at, p.list(corelisters.NewPodLister(idx), at))
-			if !ok {
+			names, uids := p.list(corelisters.NewPodLister(idx), at)
+			pl, ok := annotation.NewPodList("edge-a", at, names)
+			ul, uok := annotation.NewPodList("edge-a", at, uids)
+			if !ok || !uok {
 				t.Fatal("no list")
 			}
 			_, set, err := annotation.ParsePodList(annotation.FormatPodList(pl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, uset, err := annotation.ParsePodList(annotation.FormatPodList(ul))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,6 +157,26 @@ func TestPodLister(t *testing.T) {
 			for _, n := range tc.notWanted {
 				if set.Has("ns", n) {
 					t.Errorf("list names %s", n)
+				}
+			}
+			for _, n := range tc.wantUID {
+				if !uset.HasHash(annotation.PodUIDHash("ns", n.name, n.uid)) {
+					t.Errorf("list by UID does not name %s of %s", n.name, n.uid)
+				}
+			}
+			for _, n := range tc.notUID {
+				if uset.HasHash(annotation.PodUIDHash("ns", n.name, n.uid)) {
+					t.Errorf("list by UID names %s of %s", n.name, n.uid)
+				}
+			}
+			for _, n := range tc.stillStated {
+				if _, ok := p.names["ns/"+n]; !ok {
+					t.Errorf("%s forgotten", n)
+				}
+			}
+			for _, n := range tc.forgotten {
+				if _, ok := p.names["ns/"+n]; ok {
+					t.Errorf("%s still noted as stated", n)
 				}
 			}
 			// After the list: a new statement is not older than it, one
@@ -186,6 +236,10 @@ func TestHeartbeatPodListBound(t *testing.T) {
 				t.Errorf("over the bound, a list naming %d Pods, saying %d, want none, saying %d", set.Len(), pl.Over, tc.pods)
 			case !tc.over && set.Len() != tc.pods:
 				t.Errorf("a list of %d Pods, want %d", set.Len(), tc.pods)
+			}
+			ul, uset, _, ok := annotation.VerifyPodUIDList(pub, l.Annotations[annotation.PodUIDListSignatureAnnotation], "edge-a", l.Annotations[annotation.PodUIDListAnnotation])
+			if !ok || ul.Time != at || uset.Over() != tc.over || uset.Len() != set.Len() || ul.Over != pl.Over {
+				t.Errorf("list by UID: verifies %v, at %d, over %v (%d), %d Pods; want as the list by name", ok, ul.Time, uset.Over(), ul.Over, uset.Len())
 			}
 		})
 	}

@@ -28,10 +28,10 @@ import (
 // write large Leases that every edge receives.
 const maxBeatSignatureBytes = 128
 
-// beat is a heartbeat and its signature, and the Pod list written with it
-// and its signature (annotation.PodList; "" when the origin writes none),
-// as the origin wrote them.
-type beat struct{ value, sig, pods, podsSig string }
+// beat is a heartbeat and its signature, and the Pod lists written with it
+// (by name, by UID) and their signatures (annotation.PodList; "" when the
+// origin writes none), as the origin wrote them.
+type beat struct{ value, sig, pods, podsSig, uids, uidsSig string }
 
 // slimBeat is what the heartbeat store keeps of an origin's Lease.
 type slimBeat struct {
@@ -47,9 +47,10 @@ func (b *slimBeat) DeepCopyObject() runtime.Object {
 }
 
 // toBeat is the transform of an origin's heartbeat Lease: its heartbeat
-// and signature, or none when either is over its bound; and its Pod list
-// and signature, or none when either is over its bound (the heartbeat is
-// relayed without it: an edge then drops no record on the list's word).
+// and signature, or none when either is over its bound; and its Pod lists
+// (by name, by UID) and signatures, each none when it or its signature is
+// over its bound (the heartbeat is relayed without it: an edge then drops no
+// record on the list's word).
 func toBeat(cluster string) func(*coordinationv1.Lease) (runtime.Object, error) {
 	return func(l *coordinationv1.Lease) (runtime.Object, error) {
 		b := &slimBeat{Meta: ingest.MetaOf(l)}
@@ -60,15 +61,25 @@ func toBeat(cluster string) func(*coordinationv1.Lease) (runtime.Object, error) 
 			return b, nil
 		}
 		b.beat = beat{value: v, sig: s}
-		p, ps := l.Annotations[annotation.PodListAnnotation], l.Annotations[annotation.PodListSignatureAnnotation]
-		if len(p) > annotation.MaxPodListBytes || len(ps) > maxBeatSignatureBytes {
-			klog.Warningf("mcs-controller: cluster %s: Pod list of %d bytes, signature of %d: over %d and %d, not relayed",
-				cluster, len(p), len(ps), annotation.MaxPodListBytes, maxBeatSignatureBytes)
-			return b, nil
+		var ok bool
+		if b.pods, b.podsSig, ok = boundedList(cluster, "Pod list", l, annotation.PodListAnnotation, annotation.PodListSignatureAnnotation); ok {
+			b.uids, b.uidsSig, _ = boundedList(cluster, "Pod list by UID", l, annotation.PodUIDListAnnotation, annotation.PodUIDListSignatureAnnotation)
 		}
-		b.pods, b.podsSig = p, ps
 		return b, nil
 	}
+}
+
+// boundedList is the list of annotation list of l and its signature of
+// annotation sig, none when either is over its bound (logged: what names
+// it).
+func boundedList(cluster, what string, l *coordinationv1.Lease, list, sig string) (string, string, bool) {
+	v, s := l.Annotations[list], l.Annotations[sig]
+	if len(v) > annotation.MaxPodListBytes || len(s) > maxBeatSignatureBytes {
+		klog.Warningf("mcs-controller: cluster %s: %s of %d bytes, signature of %d: over %d and %d, not relayed",
+			cluster, what, len(v), len(s), annotation.MaxPodListBytes, maxBeatSignatureBytes)
+		return "", "", false
+	}
+	return v, s, true
 }
 
 // DefaultHeartbeatWait is Config.HeartbeatWait's default: how long a

@@ -124,14 +124,17 @@ func TestRelayLeaseWaitsForHeartbeat(t *testing.T) {
 	}
 }
 
-// A hub copies the Pod list written with a heartbeat, and its signature,
-// the bytes unchanged, beside the heartbeat; an oversized list is not
-// copied, the heartbeat still is.
+// A hub copies the Pod lists written with a heartbeat (by name, by UID),
+// and their signatures, the bytes unchanged, beside the heartbeat; an
+// oversized list is not copied, the heartbeat still is.
 func TestRelayCopiesPodList(t *testing.T) {
+	uids := func(pods string) string { return strings.Replace(pods, `"pods"`, ` "pods"`, 1) } // the list by UID: other bytes
 	withList := func(beat, pods, podsSig string) *coordinationv1.Lease {
 		l := heartbeatLease(beat, "ed25519:beat")
 		l.Annotations[annotation.PodListAnnotation] = pods
 		l.Annotations[annotation.PodListSignatureAnnotation] = podsSig
+		l.Annotations[annotation.PodUIDListAnnotation] = uids(pods)
+		l.Annotations[annotation.PodUIDListSignatureAnnotation] = podsSig + "u"
 		return l
 	}
 	v1 := `{"cluster":"a","time":1790000000000}`
@@ -168,6 +171,14 @@ func TestRelayCopiesPodList(t *testing.T) {
 				t.Errorf("hub's Lease carries list %.80q signed %.40q; want %.80q signed %.40q",
 					an[relay.PodListAnnotation], an[relay.PodListSignatureAnnotation], tc.wantPods, tc.wantSig)
 			}
+			wantUIDs, wantUIDsSig := "", ""
+			if tc.wantPods != "" {
+				wantUIDs, wantUIDsSig = uids(tc.wantPods), tc.wantSig+"u"
+			}
+			if an[relay.PodUIDListAnnotation] != wantUIDs || an[relay.PodUIDListSignatureAnnotation] != wantUIDsSig {
+				t.Errorf("hub's Lease carries list by UID %.80q signed %.40q; want %.80q signed %.40q",
+					an[relay.PodUIDListAnnotation], an[relay.PodUIDListSignatureAnnotation], wantUIDs, wantUIDsSig)
+			}
 		})
 	}
 }
@@ -181,6 +192,7 @@ func TestRelayLeaseMergeDropsOldPodList(t *testing.T) {
 		Annotations: map[string]string{
 			relay.HeartbeatAnnotation: `{"cluster":"a","time":1790000000000}`, relay.HeartbeatSignatureAnnotation: "ed25519:old",
 			relay.PodListAnnotation: `{"cluster":"a","time":1790000000000,"pods":""}`, relay.PodListSignatureAnnotation: "ed25519:oldlist",
+			relay.PodUIDListAnnotation: `{"cluster":"a","time":1790000000000,"pods":""}`, relay.PodUIDListSignatureAnnotation: "ed25519:olduids",
 		}},
 		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: before}}}
 	v2 := `{"cluster":"a","time":1790000060000}`
@@ -198,6 +210,9 @@ func TestRelayLeaseMergeDropsOldPodList(t *testing.T) {
 	})
 	if p, s := l.Annotations[relay.PodListAnnotation], l.Annotations[relay.PodListSignatureAnnotation]; p != "" || s != "" {
 		t.Errorf("the Lease keeps the older list %q (%q) beside the new heartbeat", p, s)
+	}
+	if p, s := l.Annotations[relay.PodUIDListAnnotation], l.Annotations[relay.PodUIDListSignatureAnnotation]; p != "" || s != "" {
+		t.Errorf("the Lease keeps the older list by UID %q (%q) beside the new heartbeat", p, s)
 	}
 	if l.Spec.RenewTime == nil || !l.Spec.RenewTime.Time.Equal(before) {
 		t.Errorf("renewTime %v, want the one from before the restart, %v", l.Spec.RenewTime, before)

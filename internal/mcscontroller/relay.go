@@ -137,9 +137,10 @@ func (c *Controller) runLeases(ctx context.Context) {
 // contact of the controller before): its state is merge-patched, as an
 // apply without renewTime would drop it, and only a Lease that does not
 // exist yet is applied without one. The origin's heartbeat, when the hub
-// holds one, is copied as it is, with the Pod list written with it; the
-// merge patch keeps the one the Lease has when the hub holds none yet, and
-// removes the Lease's list when the heartbeat comes without one. extra are
+// holds one, is copied as it is, with the Pod lists written with it (by
+// name, by UID); the merge patch keeps the one the Lease has when the hub
+// holds none yet, and removes a list of the Lease when the heartbeat comes
+// without one. extra are
 // annotations beside those (the state, path and heartbeat win over an
 // extra of their name).
 func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseState, extra map[string]string) error {
@@ -169,16 +170,25 @@ func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseSta
 		l.Annotations[relay.PodListAnnotation] = st.beat.pods
 		l.Annotations[relay.PodListSignatureAnnotation] = st.beat.podsSig
 	}
+	if st.beat.value != "" && st.beat.uids != "" {
+		l.Annotations[relay.PodUIDListAnnotation] = st.beat.uids
+		l.Annotations[relay.PodUIDListSignatureAnnotation] = st.beat.uidsSig
+	}
 	leases := c.client.CoordinationV1().Leases(l.Namespace)
 	if st.contact.IsZero() {
 		ann := make(map[string]any, len(l.Annotations)+2)
 		for k, v := range l.Annotations {
 			ann[k] = v
 		}
-		if _, beat := l.Annotations[relay.HeartbeatAnnotation]; beat && l.Annotations[relay.PodListAnnotation] == "" {
-			// A heartbeat without its list: the list the Lease has is
+		if _, beat := l.Annotations[relay.HeartbeatAnnotation]; beat {
+			// A heartbeat without a list: the list the Lease has is
 			// older, and goes (null), as an apply would drop it.
-			ann[relay.PodListAnnotation], ann[relay.PodListSignatureAnnotation] = nil, nil
+			if l.Annotations[relay.PodListAnnotation] == "" {
+				ann[relay.PodListAnnotation], ann[relay.PodListSignatureAnnotation] = nil, nil
+			}
+			if l.Annotations[relay.PodUIDListAnnotation] == "" {
+				ann[relay.PodUIDListAnnotation], ann[relay.PodUIDListSignatureAnnotation] = nil, nil
+			}
 		}
 		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": l.Labels, "annotations": ann}, "spec": l.Spec})
 		if err != nil {

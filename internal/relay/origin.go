@@ -329,7 +329,7 @@ func (r *Relay) syncOrigin(name string, out *later) {
 		}
 		for _, s := range h.byOrigin[name] {
 			for _, e := range s.entries {
-				if list.unlisted(s.Namespace, e.rec.Name, e.seq) {
+				if list.unlisted(s.Namespace, e.rec.Name, e.uid, e.seq) {
 					continue
 				}
 				held[s.Namespace+"/"+e.rec.Name] = true
@@ -345,7 +345,7 @@ func (r *Relay) syncOrigin(name string, out *later) {
 		for _, s := range h.byOrigin[name] {
 			for _, e := range s.entries {
 				k := s.Namespace + "/" + e.rec.Name
-				if list.unlisted(s.Namespace, e.rec.Name, e.seq) {
+				if list.unlisted(s.Namespace, e.rec.Name, e.uid, e.seq) {
 					if drops == nil {
 						drops = map[string]uint64{}
 					}
@@ -520,11 +520,14 @@ func (r *Relay) leaseChanged(h *hub, old, l *slimLease) {
 
 // leaseLooked looks at h's Lease of origin o after it changed, and writes
 // o again; r.mu is held. The first Pod list of o that verifies changes every
-// hub's verdict on o (a Lease without one no longer counts: podlist.go), so
+// hub's verdict on o (a Lease without one no longer counts: podlist.go), as
+// does the first list by UID (a Lease without one no longer counts), so
 // each hub's Lease is looked at then.
 func (r *Relay) leaseLooked(h *hub, o string, now time.Time, out *later) {
 	if r.cfg.Keys != nil {
-		if st := r.origin(o); st.list == nil && r.newestList(o, st) != nil {
+		st := r.origin(o)
+		was := st.list
+		if l := r.newestList(o, st); l != nil && (was == nil || l.byUID() && !was.byUID()) {
 			for _, other := range r.hubs {
 				if other != h {
 					r.noteBeat(other, o, now, out)

@@ -35,6 +35,14 @@ import (
 // the reader has seen is kept in memory: after a restart, until it sees a
 // list again, a hub's Lease without one is taken as before lists, unless
 // Config.RequirePodLists says lists are required from the start.
+//
+// Lists by UID (annotation.PodUIDListAnnotation) name Pods by their UIDs
+// too, so that the old statement of a Pod made again under its name (a
+// StatefulSet's) is dropped once the origin lists the new Pod. A Lease's
+// list by UID is taken when it verifies, its list by name otherwise. Once a
+// list by UID of an origin was seen, only lists by UID are taken of it, and
+// a hub's Lease that carries none (an older hub, or one that strips it to
+// have the old statement kept) is taken as withholding lists.
 
 // Reasons of the Pod list rule.
 const (
@@ -60,11 +68,29 @@ type podList struct {
 	pods annotation.PodSet
 }
 
+// byUID tells whether p is a list by UID.
+func (p *podList) byUID() bool { return p != nil && p.pods.ByUID() }
+
 // unlisted reports whether the list drops the record of namespace/name
-// whose statement has seq (never for a list over the cap, which names
-// none).
-func (p *podList) unlisted(namespace, name string, seq uint64) bool {
-	return p != nil && !p.pods.Over() && seq < p.at && !p.pods.Has(namespace, name)
+// whose statement has seq and whose Pod has uid (annotation.PodUIDHash):
+// never for a list over the cap, which names none.
+func (p *podList) unlisted(namespace, name string, uid, seq uint64) bool {
+	if p == nil || p.pods.Over() || seq >= p.at {
+		return false
+	}
+	if p.byUID() {
+		return !p.pods.HasHash(uid)
+	}
+	return !p.pods.Has(namespace, name)
+}
+
+// newer tells whether list a is to be taken over b: a list by UID over one
+// by name, else the newer of the same kind.
+func (a *podList) newer(b *podList) bool {
+	if b == nil || a.byUID() != b.byUID() {
+		return b == nil || a.byUID()
+	}
+	return a.at > b.at
 }
 
 // seenList is, under verify, the newest Pod list of origin that verified,
@@ -86,7 +112,8 @@ func (r *Relay) listsRequired(origin string) bool {
 // withholds tells whether l, a Lease of an origin whose lists are required,
 // lacks a list that verifies as new as its heartbeat; r.mu is held.
 func (r *Relay) withholds(l *slimLease) bool {
-	return r.listsRequired(l.origin) && (l.list == nil || int64(l.list.at) < l.beat.UnixMilli())
+	return r.listsRequired(l.origin) && (l.list == nil || int64(l.list.at) < l.beat.UnixMilli() ||
+		!l.list.byUID() && r.seenList(l.origin).byUID())
 }
 
 // withheldWhy says what l lacks, when withholds(l).
@@ -98,22 +125,32 @@ func (r *Relay) withheldWhy(l *slimLease) string {
 		}
 		return fmt.Sprintf("no Pod list that verifies (%s), although one of %s was seen", l.listRefused.Detail, time.UnixMilli(int64(seen.at)).UTC().Format(time.RFC3339Nano))
 	}
+	if seen := r.seenList(l.origin); !l.list.byUID() && seen.byUID() {
+		return fmt.Sprintf("no Pod list by UID that verifies (%s), although one of %s was seen", l.listRefused.Detail, time.UnixMilli(int64(seen.at)).UTC().Format(time.RFC3339Nano))
+	}
 	return fmt.Sprintf("a Pod list of %s, older than the heartbeat", time.UnixMilli(int64(l.list.at)).UTC().Format(time.RFC3339Nano))
 }
 
-// checkList verifies, as a Lease arrives, the Pod list raw and its
-// signature sig with the key of the Lease's origin, into l.
-func (r *Relay) checkList(l *slimLease, raw, sig string) {
+// checkList verifies, as a Lease arrives, the Pod list by UID uraw and its
+// signature usig with the key of the Lease's origin, into l; when that does
+// not verify, the list by name raw and its signature sig.
+func (r *Relay) checkList(l *slimLease, raw, sig, uraw, usig string) {
 	key := r.cfg.Keys[l.origin]
 	if key == nil {
 		return // refused as a whole (leaseCounts)
 	}
-	pl, pods, rej, ok := annotation.VerifyPodList(key, sig, l.origin, raw)
+	pl, pods, urej, ok := annotation.VerifyPodUIDList(key, usig, l.origin, uraw)
 	if !ok {
-		l.listRefused = rej
-		return
+		var rej annotation.Rejection
+		pl, pods, rej, ok = annotation.VerifyPodList(key, sig, l.origin, raw)
+		l.listRefused = urej // why there is no list by UID (withheldWhy, once one was seen)
+		if !ok && uraw == "" && usig == "" {
+			l.listRefused = rej // no list by UID at all: why the list by name is not taken
+		}
 	}
-	l.list = &podList{at: uint64(pl.Time), pods: pods}
+	if ok {
+		l.list = &podList{at: uint64(pl.Time), pods: pods}
+	}
 }
 
 // newestList is the newest Pod list of origin o that verifies, among those
@@ -121,7 +158,7 @@ func (r *Relay) checkList(l *slimLease, raw, sig string) {
 // what it says after its Lease changes or goes); r.mu is held.
 func (r *Relay) newestList(name string, o *origin) *podList {
 	for _, h := range r.hubs {
-		if l := h.leases[name]; l != nil && l.list != nil && (o.list == nil || l.list.at > o.list.at) {
+		if l := h.leases[name]; l != nil && l.list != nil && l.list.newer(o.list) {
 			o.list = l.list
 		}
 	}

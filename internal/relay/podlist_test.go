@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcsannotations/mcsannotations/annotation"
@@ -27,9 +28,20 @@ func listing(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time, name
 // carrying returns l carrying its origin's Pod list of at of hashes hs,
 // signed with key.
 func carrying(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time, hs []uint64) *coordinationv1.Lease {
+	return carry(l, key, at, hs, false)
+}
+
+// carry returns l carrying its origin's Pod list (by UID with uids) of at
+// of hashes hs, signed with key.
+func carry(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time, hs []uint64, uids bool) *coordinationv1.Lease {
 	origin := l.Labels[OriginLabel]
 	pl, _ := annotation.NewPodList(origin, at.UnixMilli(), hs)
 	v := annotation.FormatPodList(pl)
+	if uids {
+		l.Annotations[PodUIDListAnnotation] = v
+		l.Annotations[PodUIDListSignatureAnnotation] = annotation.SignPodUIDList(key, origin, v)
+		return l
+	}
 	l.Annotations[PodListAnnotation] = v
 	l.Annotations[PodListSignatureAnnotation] = annotation.SignPodList(key, origin, v)
 	return l
@@ -82,20 +94,30 @@ func TestPodListDropsUnlisted(t *testing.T) {
 			if tc.verify {
 				keys = map[string]ed25519.PublicKey{"origin-a": pub}
 			}
-			var ref refusals
-			st := store.New()
-			r := start(t, st, Config{Keys: keys, Events: ref.events()}, newFakeHub(pods, tc.lease))
-			eventually(t, "synced and connected", func() bool {
-				o := r.Origins()
-				return synced(r) && len(o) == 1 && o[0].State == source.Connected
-			})
-			eventually(t, "the records", func() bool { return slices.Equal(records(st, "origin-a"), tc.want) })
-			time.Sleep(50 * time.Millisecond) // more syncs: no more reports
-			r.hubChanged()
-			if got := ref.list(); !slices.Equal(got, tc.refused) {
-				t.Errorf("refused %q, want %q", got, tc.refused)
-			}
+			checkOneHub(t, keys, newFakeHub(pods, tc.lease), tc.want, tc.refused)
 		})
+	}
+}
+
+// checkOneHub reads hub with keys until origin-a is connected, and checks
+// that its records come to be want, refused what is refused, and stay so.
+func checkOneHub(t *testing.T, keys map[string]ed25519.PublicKey, hub *fakeHub, want, refused []string) {
+	t.Helper()
+	var ref refusals
+	st := store.New()
+	r := start(t, st, Config{Keys: keys, Events: ref.events()}, hub)
+	eventually(t, "synced and connected", func() bool {
+		o := r.Origins()
+		return synced(r) && len(o) == 1 && o[0].State == source.Connected
+	})
+	eventually(t, "the records", func() bool { return slices.Equal(records(st, "origin-a"), want) })
+	time.Sleep(50 * time.Millisecond) // more syncs: no more reports
+	r.hubChanged()
+	if got := ref.list(); !slices.Equal(got, refused) {
+		t.Errorf("refused %q, want %q", got, refused)
+	}
+	if got := records(st, "origin-a"); !slices.Equal(got, want) {
+		t.Errorf("records %q, want %q", got, want)
 	}
 }
 
@@ -377,4 +399,141 @@ func TestRequirePodLists(t *testing.T) {
 		o := origin()
 		return o.State == source.Connected && o.LastContact.Equal(t1) && slices.Equal(records(st, "origin-a"), []string{rw})
 	})
+}
+
+// listingUIDs returns l carrying its origin's Pod list by UID of at naming
+// pods (name and UID) of namespace prod, signed with key.
+func listingUIDs(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time, pods ...[2]string) *coordinationv1.Lease {
+	var hs []uint64
+	for _, p := range pods {
+		hs = append(hs, annotation.PodUIDHash("prod", p[0], p[1]))
+	}
+	return carry(l, key, at, hs, true)
+}
+
+// A Pod deleted and made again under its name (a StatefulSet's), the hub
+// holding only the old Pod's statement, older than the origin's lists:
+// the list by name names the name, so the old statement is kept (what
+// lists by name cannot tell); the list by UID names the new Pod's UID, so
+// it is dropped (unlisted) whatever the list by name says. A statement of
+// the old Pod signed after the list is kept (the list says nothing of it).
+// A list by UID that does not verify leaves the list by name in force.
+func TestPodUIDList(t *testing.T) {
+	pub, priv := genKey(t)
+	_, other := genKey(t)
+	now := time.Now().Truncate(time.Millisecond)
+	at := uint64(now.UnixMilli())
+	beat := func() *coordinationv1.Lease {
+		return beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now)
+	}
+	web := func(name, uid, ip string, seq uint64) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: name, uid: uid, ip: ip, ready: true, seq: seq}.pod(priv)
+	}
+	old := slice("prod", "backend", "origin-a", nil, web("web-0", "uid-old", "10.0.0.1", at-5000), web("web-1", "uid-1", "10.0.0.2", at-5000))
+	later := slice("prod", "backend", "origin-a", nil, web("web-0", "uid-old", "10.0.0.1", at+1), web("web-1", "uid-1", "10.0.0.2", at-5000))
+	r0, r1 := rec("prod", "web-0", "10.0.0.1", true, "backend"), rec("prod", "web-1", "10.0.0.2", true, "backend")
+	made := [][2]string{{"web-0", "uid-new"}, {"web-1", "uid-1"}}
+	for _, tc := range []struct {
+		name    string
+		slice   *discoveryv1.EndpointSlice
+		lease   *coordinationv1.Lease
+		want    []string
+		refused []string
+	}{
+		{"by name only", old, listing(beat(), priv, now, "web-0", "web-1"), []string{r0, r1}, nil},
+		{"by name and by UID", old, listingUIDs(listing(beat(), priv, now, "web-0", "web-1"), priv, now, made...),
+			[]string{r1}, []string{"hub-0 origin-a prod/web-0 unlisted"}},
+		{"by UID naming the old Pod", old, listingUIDs(listing(beat(), priv, now, "web-0", "web-1"), priv, now, [2]string{"web-0", "uid-old"}, made[1]),
+			[]string{r0, r1}, nil},
+		{"by UID, statement after it", later, listingUIDs(listing(beat(), priv, now, "web-0", "web-1"), priv, now, made...), []string{r0, r1}, nil},
+		{"by UID of another key", old, listingUIDs(listing(beat(), priv, now, "web-0", "web-1"), other, now, made...), []string{r0, r1}, nil},
+		{"by UID signed as by name", old, func() *coordinationv1.Lease {
+			l := listingUIDs(listing(beat(), priv, now, "web-0", "web-1"), priv, now, made...)
+			l.Annotations[PodUIDListSignatureAnnotation] = annotation.SignPodList(priv, "origin-a", l.Annotations[PodUIDListAnnotation])
+			return l
+		}(), []string{r0, r1}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkOneHub(t, map[string]ed25519.PublicKey{"origin-a": pub}, newFakeHub(tc.slice, tc.lease), tc.want, tc.refused)
+		})
+	}
+}
+
+// Once a list by UID of an origin was seen, a hub's Lease that carries
+// only the list by name (an older hub, or one that strips the list by UID
+// to have an old statement kept) is taken as withholding lists: the origin
+// is not current through it (withheld_pod_list), its records kept as for a
+// hub cut off, and the list by name is not taken over the list by UID; the
+// hub counts again once its Lease carries the list by UID.
+func TestPodUIDListRequiredOnceSeen(t *testing.T) {
+	pub, priv := genKey(t)
+	keys := map[string]ed25519.PublicKey{"origin-a": pub}
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	s0 := uint64(t0.Add(-time.Minute).UnixMilli())
+	web := func(name, uid, ip string) Pod {
+		return stmt{origin: "origin-a", ns: "prod", name: name, uid: uid, ip: ip, ready: true, seq: s0}.pod(priv)
+	}
+	honestSlice := slice("prod", "backend", "origin-a", nil, web("web-1", "uid-1", "10.0.0.2"))
+	hostileSlice := slice("prod", "backend", "origin-a", nil, web("web-0", "uid-old", "10.0.0.1"), web("web-1", "uid-1", "10.0.0.2"))
+	r1 := rec("prod", "web-1", "10.0.0.2", true, "backend")
+	both := func(at time.Time) *coordinationv1.Lease {
+		l := listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, at), priv, at, "web-0", "web-1")
+		return listingUIDs(l, priv, at, [2]string{"web-0", "uid-new"}, [2]string{"web-1", "uid-1"})
+	}
+	byName := func(at time.Time) *coordinationv1.Lease {
+		return listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, time.Now()), priv, at), priv, at, "web-0", "web-1")
+	}
+	honest, hostile := newFakeHub(honestSlice, both(t0)), newFakeHub(hostileSlice, both(t0))
+	var ref refusals
+	st := store.New()
+	r := start(t, st, Config{Keys: keys, Events: ref.events()}, honest, hostile)
+	state := func() source.State {
+		if o := r.Origins(); len(o) == 1 {
+			return o[0].State
+		}
+		return source.Syncing
+	}
+	eventually(t, "connected, the old web-0 dropped", func() bool {
+		return synced(r) && state() == source.Connected && slices.Equal(records(st, "origin-a"), []string{r1})
+	})
+
+	// The hostile hub strips the list by UID, with a newer heartbeat and
+	// list by name: it is not current, and its list by name, newer, is
+	// not taken: web-0's old statement stays dropped.
+	t1 := t0.Add(time.Second)
+	if _, err := hostile.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), byName(t1), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the hostile hub's Lease refused", func() bool {
+		return slices.Contains(ref.list(), "hub-1 origin-a / withheld_pod_list")
+	})
+	time.Sleep(100 * time.Millisecond)
+	if got := records(st, "origin-a"); state() != source.Connected || !slices.Equal(got, []string{r1}) {
+		t.Errorf("with the list by UID stripped by one hub: %v, %q; want connected through the other, the old web-0 dropped", state(), got)
+	}
+
+	// The honest hub is cut off from the origin: no hub is current, every
+	// record any hub holds is kept, but for what the list by UID drops.
+	cut := both(t0)
+	cut.Annotations[OriginStateAnnotation] = source.Disconnected.String()
+	if _, err := honest.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), cut, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "disconnected", func() bool { return state() == source.Disconnected })
+	time.Sleep(100 * time.Millisecond)
+	if got := records(st, "origin-a"); !slices.Equal(got, []string{r1}) {
+		t.Errorf("disconnected: %q, want the old web-0 still dropped", got)
+	}
+
+	// The hostile hub carries the list by UID again: current.
+	if _, err := hostile.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), both(t1), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "connected through the hub again", func() bool { return state() == source.Connected })
+	if got := records(st, "origin-a"); !slices.Equal(got, []string{r1}) {
+		t.Errorf("connected again: %q", got)
+	}
+	if got := ref.list(); slices.Contains(got, "hub-0 origin-a / withheld_pod_list") {
+		t.Errorf("refused %q: the honest hub is not withholding", got)
+	}
 }

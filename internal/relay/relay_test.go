@@ -45,6 +45,7 @@ type stmt struct {
 	ready            bool
 	seq              uint64
 	export           string
+	uid              string // "": "uid-" and the name
 }
 
 // pod returns the relay entry of s, signed with key (nil: unsigned).
@@ -53,7 +54,10 @@ func (s stmt) pod(key ed25519.PrivateKey) Pod {
 		s.export = backend
 	}
 	ep := annotation.FormatEndpoint(annotation.Endpoint{IPs: []string{s.ip}, Ready: s.ready, Seq: s.seq})
-	p := Pod{Name: s.name, UID: "uid-" + s.name, Endpoint: ep}
+	if s.uid == "" {
+		s.uid = "uid-" + s.name
+	}
+	p := Pod{Name: s.name, UID: s.uid, Endpoint: ep}
 	if key != nil {
 		p.Signature = annotation.SignEndpoint(key, s.origin, s.ns, s.name, p.UID, s.export, ep)
 	}

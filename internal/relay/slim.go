@@ -69,6 +69,7 @@ type entry struct {
 	rec  *store.Pod
 	seq  uint64
 	hash uint64 // statementHash of the export annotation and the statement
+	uid  uint64 // under verify, annotation.PodUIDHash of the Pod (a list by UID names it so)
 }
 
 type refusal struct {
@@ -179,9 +180,14 @@ func (r *Relay) toSlim(es *discoveryv1.EndpointSlice) *slimSlice {
 		if r.cfg.KeepProof {
 			rec.Common = withProof(c.common, p, export, path)
 		}
+		var uid uint64
+		if key != nil {
+			uid = annotation.PodUIDHash(s.Namespace, p.Name, p.UID)
+		}
 		s.entries = append(s.entries, entry{
 			rec:  rec,
 			seq:  ep.Seq,
+			uid:  uid,
 			hash: statementHash(export, p.Endpoint), // stable: remembered across restarts
 		})
 	}
@@ -201,7 +207,8 @@ type slimLease struct {
 	beatRefused annotation.Rejection
 	beatHash    uint64
 	// Under verify (podlist.go): the origin's Pod list the Lease carries,
-	// nil when it carries none that verifies; listRefused says why not.
+	// by UID when that verifies, nil when it carries none that verifies;
+	// listRefused says why not (or why its list by UID did not verify).
 	list        *podList
 	listRefused annotation.Rejection
 	extra       map[string]string // kept only for a hub (leasecopy.go)
@@ -249,7 +256,8 @@ func (r *Relay) toLease(l *coordinationv1.Lease) *slimLease {
 	}
 	if s.origin != "" && r.cfg.Keys != nil {
 		r.checkBeat(s, l.Annotations[HeartbeatAnnotation], l.Annotations[HeartbeatSignatureAnnotation])
-		r.checkList(s, l.Annotations[PodListAnnotation], l.Annotations[PodListSignatureAnnotation])
+		r.checkList(s, l.Annotations[PodListAnnotation], l.Annotations[PodListSignatureAnnotation],
+			l.Annotations[PodUIDListAnnotation], l.Annotations[PodUIDListSignatureAnnotation])
 	}
 	return s
 }

@@ -67,6 +67,12 @@ const (
 	// it (ReasonUnlisted).
 	PodListAnnotation          = "multicluster.mcsannotations.io/heartbeat-pods"
 	PodListSignatureAnnotation = "multicluster.mcsannotations.io/heartbeat-pods-signature"
+	// PodUIDListAnnotation and PodUIDListSignatureAnnotation carry the
+	// origin's list by UID written with that heartbeat
+	// (annotation.PodUIDListAnnotation), the bytes unchanged. A reader
+	// that has seen one of the origin takes no list by name from then on.
+	PodUIDListAnnotation          = "multicluster.mcsannotations.io/heartbeat-pod-uids"
+	PodUIDListSignatureAnnotation = "multicluster.mcsannotations.io/heartbeat-pod-uids-signature"
 	// MaxPath is the most hubs a record crosses between its origin and any
 	// reader: a hub does not relay a record that crossed MaxPath hubs
 	// already (its own would be one more), and a reader refuses a record

@@ -214,7 +214,10 @@ func TestHeartbeatThroughHostileHub(t *testing.T) {
 // keeps copying the origin's fresh heartbeat and list into its Lease, so
 // that edge-o stays connected through it. The origin deletes backend-2: its
 // next list does not name it, and the edge stops answering it, unmarked
-// (the origin is still current), counting and logging the drop once. Last,
+// (the origin is still current), counting and logging the drop once. The
+// origin makes backend-2 again under its name: the hostile hub still holds
+// only the old Pod's statement, which the origin's lists by UID do not name,
+// so neither that edge nor one started since answers it. Last,
 // the hostile hub withholds the lists while it passes the fresh heartbeats:
 // having seen lists of edge-o, the edge no longer takes the hub's word that
 // edge-o is connected, and marks its answers stale.
@@ -276,9 +279,12 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 					l.Annotations[relay.HeartbeatSignatureAnnotation] = an[annotation.HeartbeatSignatureAnnotation]
 					l.Annotations[relay.PodListAnnotation] = an[annotation.PodListAnnotation]
 					l.Annotations[relay.PodListSignatureAnnotation] = an[annotation.PodListSignatureAnnotation]
+					l.Annotations[relay.PodUIDListAnnotation] = an[annotation.PodUIDListAnnotation]
+					l.Annotations[relay.PodUIDListSignatureAnnotation] = an[annotation.PodUIDListSignatureAnnotation]
 					if withhold.Load() {
-						delete(l.Annotations, relay.PodListAnnotation)
-						delete(l.Annotations, relay.PodListSignatureAnnotation)
+						for _, k := range []string{relay.PodListAnnotation, relay.PodListSignatureAnnotation, relay.PodUIDListAnnotation, relay.PodUIDListSignatureAnnotation} {
+							delete(l.Annotations, k)
+						}
 					}
 					l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
 					if _, err := leases.Update(cx, l, metav1.UpdateOptions{}); err != nil {
@@ -322,6 +328,34 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 		return nil
 	})
 	eventuallyRelayMetric(t, metrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="unlisted"}`, func(v float64) bool { return v == 1 })
+
+	// backend-2 is made again under its name (a StatefulSet's Pod), with
+	// another address; the hostile hub never relays it and keeps the old
+	// Pod's statement. The origin's lists name backend-2 again: by name
+	// they would name the old statement too; by UID they do not. An edge
+	// started now, that never saw a list without backend-2, does not
+	// answer the old Pod's address either.
+	plainPod(t, o, ns, "backend-2", "10.7.0.3", map[string]string{"app": "backend"})
+	again := waitSignedStatement(t, o, ns, "backend-2", keysO, func(e annotation.Endpoint) bool { return e.Ready })
+	harness.Eventually(t, relayPropagation, func() error {
+		an, err := originLease()
+		if err != nil {
+			return err
+		}
+		_, byName, _, ok := annotation.VerifyPodList(keysO.Public, an[annotation.PodListSignatureAnnotation], "edge-o", an[annotation.PodListAnnotation])
+		_, byUID, rej, uok := annotation.VerifyPodUIDList(keysO.Public, an[annotation.PodUIDListSignatureAnnotation], "edge-o", an[annotation.PodUIDListAnnotation])
+		if !ok || !uok || !byName.Has(ns, "backend-2") || !byUID.HasPod(ns, "backend-2", again.uid) {
+			return fmt.Errorf("origin's lists do not name the new backend-2 yet (%v)", rej)
+		}
+		return nil
+	})
+	later, laterMetrics := startBeatEdge(t, rs, timeout, "")
+	waitPeers(t, later, relayPropagation, q, marked(false, "edge-o", "10.7.0.1"))
+	for _, e := range []*harness.CoreDNS{d, later} {
+		consistentlyPeers(t, e, 3*interval, q, marked(false, "edge-o", "10.7.0.1"))
+	}
+	eventuallyRelayMetric(t, laterMetrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="unlisted"}`, func(v float64) bool { return v == 1 })
+	t.Logf("backend-2 made again (uid %s): the old Pod's statement the hostile hub keeps stays out of the answers, at an edge started since too", again.uid)
 
 	// The hostile hub withholds the lists, passing the heartbeats: edge-o
 	// is no longer current through it, its answers marked stale.
