@@ -57,6 +57,7 @@ type options struct {
 	heartbeat       time.Duration
 	hubTimeout      time.Duration
 	hubLists        bool
+	hubUIDLists     bool
 	mcsController   bool
 	peers           peerFlags
 	hubs            hubFlags
@@ -97,6 +98,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Var(&o.hubs, "hub", "a relay hub for the MCS controller, NAME=KUBECONFIG (repeatable; the same hubs as CoreDNS's hub words): the origins it relays are imported as peers are and, with --relay, relayed further (a hub of hubs)")
 	fs.DurationVar(&o.hubTimeout, "hub-heartbeat-timeout", relay.DefaultHeartbeatTimeout, "with --hub and --verify, how old an origin's signed heartbeat may be for a hub's word that the origin is connected to count (a few of the origins' --heartbeat-interval)")
 	fs.BoolVar(&o.hubLists, "hub-require-pod-lists", false, "with --hub and --verify, take a hub's word that an origin is connected only with the origin's signed Pod list as new as its heartbeat, from the start (as CoreDNS's hub_require_pod_lists): for fleets whose annotators and hubs all write Pod lists")
+	fs.BoolVar(&o.hubUIDLists, "hub-require-pod-uid-lists", false, "as --hub-require-pod-lists, and the origin's signed Pod list by UID, from the start (as CoreDNS's hub_require_pod_lists uids): for fleets whose annotators and hubs all write lists by UID (this release and later)")
 	fs.StringVar(&o.verify, "verify", "", "folder of the clusters' public keys (<cluster>.pub, as CoreDNS's verify word): the MCS controller then uses only export annotations signed with their cluster's key, as CoreDNS answers only those (give it wherever CoreDNS verifies)")
 	fs.DurationVar(&o.peerExpire, "peer-expire", 0, "drop a peer's share of the imports when its API server has not answered for this long (0: never; the local cluster never expires)")
 	fs.StringVar(&o.peerReader, "peer-reader", "kube-system/mcsannotations-peer-reader", "ServiceAccount NAMESPACE/NAME that peers read this cluster with: it gets a RoleBinding to read Pods in each namespace that exports, and the list of those namespaces is published (empty: neither)")

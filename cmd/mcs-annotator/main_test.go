@@ -85,22 +85,26 @@ func TestHubFlag(t *testing.T) {
 	}
 }
 
-// --hub-require-pod-lists needs hubs, and verify to check the lists.
+// --hub-require-pod-lists needs hubs, and verify to check the lists;
+// --hub-require-pod-uid-lists implies it.
 func TestHubRequirePodListsFlag(t *testing.T) {
 	keys := t.TempDir()
 	writePub(t, keys, "edge")
 	for _, tc := range []struct {
 		args []string
 		err  string
+		uids bool
 	}{
-		{[]string{"--mcs-controller", "--cluster", "edge", "--hub-require-pod-lists"}, "-hub-require-pod-lists needs -hub"},
-		{[]string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--hub-require-pod-lists"}, "-hub-require-pod-lists needs -verify"},
-		{[]string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--verify", keys, "--hub-require-pod-lists"}, ""},
+		{args: []string{"--mcs-controller", "--cluster", "edge", "--hub-require-pod-lists"}, err: "-hub-require-pod-lists needs -hub"},
+		{args: []string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--hub-require-pod-lists"}, err: "-hub-require-pod-lists needs -verify"},
+		{args: []string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--hub-require-pod-uid-lists"}, err: "-hub-require-pod-lists needs -verify"},
+		{args: []string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--verify", keys, "--hub-require-pod-lists"}},
+		{args: []string{"--mcs-controller", "--cluster", "edge", "--hub", "hub-1=/k", "--verify", keys, "--hub-require-pod-uid-lists"}, uids: true},
 	} {
 		o, err := parseFlags(tc.args)
 		if tc.err == "" {
-			if err != nil || !o.hubLists {
-				t.Errorf("%q: %v, require %v; want accepted, on", tc.args, err, o.hubLists)
+			if err != nil || !o.hubLists || o.hubUIDLists != tc.uids {
+				t.Errorf("%q: %v, require %v, by UID %v; want accepted, on, by UID %v", tc.args, err, o.hubLists, o.hubUIDLists, tc.uids)
 			}
 			continue
 		}

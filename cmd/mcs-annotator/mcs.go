@@ -74,6 +74,7 @@ func addNamed(list *[]peer, kind, v string) error {
 
 // checkMCS checks the MCS controller's flags.
 func checkMCS(o *options) error {
+	o.hubLists = o.hubLists || o.hubUIDLists
 	if o.hubLists && len(o.hubs) == 0 {
 		return errors.New("-hub-require-pod-lists needs -hub")
 	}
@@ -282,8 +283,9 @@ func readHubs(o options, reader ingest.Reader, records *store.Store, sm sourceMe
 		Keys:   o.keys,
 		// Under verify, a hub's word that an origin is connected counts
 		// only with the origin's recent heartbeat.
-		HeartbeatTimeout: o.hubTimeout,
-		RequirePodLists:  o.hubLists,
+		HeartbeatTimeout:   o.hubTimeout,
+		RequirePodLists:    o.hubLists,
+		RequirePodUIDLists: o.hubUIDLists,
 		// A hub reading hubs relays their origins too: their records keep
 		// the origin's bytes and the hubs they crossed.
 		KeepProof: o.relay,

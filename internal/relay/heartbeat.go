@@ -74,14 +74,15 @@ func (r *Relay) checkBeat(l *slimLease, raw, sig string) {
 // beatAt is the time of l's heartbeat that counts at now: zero when it has
 // none that verifies, or one too far ahead; for a Lease that withholds the
 // Pod list written with its heartbeat (podlist.go), the newest list seen
-// (zero for none): a heartbeat without its list proves the origin alive,
-// not that the hub's view of it is whole. r.mu is held.
+// (zero for none; of lists by UID only, when those are required): a
+// heartbeat without its list proves the origin alive, not that the hub's
+// view of it is whole. r.mu is held.
 func (r *Relay) beatAt(l *slimLease, now time.Time) time.Time {
 	switch {
 	case l.beat.After(now.Add(HeartbeatSkew)):
 		return time.Time{}
 	case r.withholds(l):
-		if seen := r.seenList(l.origin); seen != nil {
+		if seen := r.seenList(l.origin); seen != nil && (seen.byUID() || !r.cfg.RequirePodUIDLists) {
 			return time.UnixMilli(int64(seen.at))
 		}
 		return time.Time{} // lists required, none seen: the Lease proves no contact

@@ -42,7 +42,8 @@ import (
 // list by UID is taken when it verifies, its list by name otherwise. Once a
 // list by UID of an origin was seen, only lists by UID are taken of it, and
 // a hub's Lease that carries none (an older hub, or one that strips it to
-// have the old statement kept) is taken as withholding lists.
+// have the old statement kept) is taken as withholding lists; so from the
+// start with Config.RequirePodUIDLists.
 
 // Reasons of the Pod list rule.
 const (
@@ -106,14 +107,21 @@ func (r *Relay) seenList(origin string) *podList {
 // list: one of the origin was seen, or Config.RequirePodLists; r.mu is
 // held.
 func (r *Relay) listsRequired(origin string) bool {
-	return r.cfg.RequirePodLists || r.seenList(origin) != nil
+	return r.cfg.RequirePodLists || r.cfg.RequirePodUIDLists || r.seenList(origin) != nil
+}
+
+// uidListsRequired tells whether a hub's Lease of origin must carry a list
+// by UID: one of the origin was seen, or Config.RequirePodUIDLists; r.mu is
+// held.
+func (r *Relay) uidListsRequired(origin string) bool {
+	return r.cfg.RequirePodUIDLists || r.seenList(origin).byUID()
 }
 
 // withholds tells whether l, a Lease of an origin whose lists are required,
 // lacks a list that verifies as new as its heartbeat; r.mu is held.
 func (r *Relay) withholds(l *slimLease) bool {
 	return r.listsRequired(l.origin) && (l.list == nil || int64(l.list.at) < l.beat.UnixMilli() ||
-		!l.list.byUID() && r.seenList(l.origin).byUID())
+		!l.list.byUID() && r.uidListsRequired(l.origin))
 }
 
 // withheldWhy says what l lacks, when withholds(l).
@@ -125,7 +133,10 @@ func (r *Relay) withheldWhy(l *slimLease) string {
 		}
 		return fmt.Sprintf("no Pod list that verifies (%s), although one of %s was seen", l.listRefused.Detail, time.UnixMilli(int64(seen.at)).UTC().Format(time.RFC3339Nano))
 	}
-	if seen := r.seenList(l.origin); !l.list.byUID() && seen.byUID() {
+	if seen := r.seenList(l.origin); !l.list.byUID() && r.uidListsRequired(l.origin) {
+		if !seen.byUID() {
+			return fmt.Sprintf("no Pod list by UID that verifies (%s), and this reader requires them", l.listRefused.Detail)
+		}
 		return fmt.Sprintf("no Pod list by UID that verifies (%s), although one of %s was seen", l.listRefused.Detail, time.UnixMilli(int64(seen.at)).UTC().Format(time.RFC3339Nano))
 	}
 	return fmt.Sprintf("a Pod list of %s, older than the heartbeat", time.UnixMilli(int64(l.list.at)).UTC().Format(time.RFC3339Nano))

@@ -537,3 +537,43 @@ func TestPodUIDListRequiredOnceSeen(t *testing.T) {
 		t.Errorf("refused %q: the honest hub is not withholding", got)
 	}
 }
+
+// With RequirePodUIDLists, a hub's Lease with a list by name but none by
+// UID is withheld from the reader's first start (no list by UID ever
+// seen): the origin is not connected through it, its records kept; a list
+// by UID as new as the heartbeat makes it connected, and drops the old
+// statement of a Pod made again under its name.
+func TestRequirePodUIDLists(t *testing.T) {
+	pub, priv := genKey(t)
+	now := time.Now().Truncate(time.Millisecond)
+	p := stmt{origin: "origin-a", ns: "prod", name: "web-0", uid: "uid-old", ip: "10.0.0.1", ready: true, seq: 1}.pod(priv)
+	hub := newFakeHub(slice("prod", "backend", "origin-a", nil, p),
+		listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, now), priv, now), priv, now, "web-0"))
+	var ref refusals
+	st := store.New()
+	r := start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}, RequirePodUIDLists: true, Events: ref.events()}, hub)
+	rw := rec("prod", "web-0", "10.0.0.1", true, "backend")
+	state := func() source.State {
+		if o := r.Origins(); len(o) == 1 {
+			return o[0].State
+		}
+		return source.Syncing
+	}
+	eventually(t, "disconnected with a list by name only, the record kept", func() bool {
+		return synced(r) && state() == source.Disconnected && slices.Equal(records(st, "origin-a"), []string{rw})
+	})
+	if o := r.Origins(); len(o) != 1 || !o[0].LastContact.IsZero() {
+		t.Errorf("origins %v: want no last contact through a Lease without the required list by UID (its list by name is not one)", o)
+	}
+	if got, want := ref.list(), []string{"hub-0 origin-a / withheld_pod_list"}; !slices.Equal(got, want) {
+		t.Errorf("refused %q, want %q", got, want)
+	}
+	t1 := now.Add(time.Millisecond)
+	l := listingUIDs(listing(beating(lease(DefaultNamespace, "origin-a", source.Connected, t1), priv, t1), priv, t1, "web-0"), priv, t1, [2]string{"web-0", "uid-new"})
+	if _, err := hub.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "connected with the list by UID, the old web-0 dropped", func() bool {
+		return state() == source.Connected && len(records(st, "origin-a")) == 0
+	})
+}

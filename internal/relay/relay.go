@@ -102,6 +102,12 @@ type Config struct {
 	// closes the gap of a hub that withholds them from a reader's first
 	// start, or after its restart.
 	RequirePodLists bool
+	// RequirePodUIDLists, under verify, requires lists by UID from the
+	// start, as if one of every origin had been seen (it implies
+	// RequirePodLists): for fleets whose origins and hubs all write them,
+	// so that no hub keeps the old statement of a Pod made again under its
+	// name by stripping them from a reader's first start.
+	RequirePodUIDLists bool
 	// Namespaces, when not empty, limits what the reader takes from every
 	// hub to the relay slices of these namespaces: one watch per namespace
 	// on each hub, so that the hub's API server filters and the slices of

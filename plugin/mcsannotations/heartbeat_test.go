@@ -14,7 +14,7 @@ import (
 // hub_heartbeat sets, under verify, how old an origin's heartbeat may be
 // for a hub's word that the origin is connected to count, and
 // hub_require_pod_lists makes that word need the origin's Pod list from the
-// start.
+// start (its list by UID with uids).
 func TestParseHubHeartbeat(t *testing.T) {
 	keys := t.TempDir()
 	writeKey(t, keys, "edge-a")
@@ -24,6 +24,7 @@ func TestParseHubHeartbeat(t *testing.T) {
 		err   string // substring of the error; "" for success
 		want  time.Duration
 		lists bool
+		uids  bool
 	}{
 		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n verify " + keys + "\n}", want: 0},
 		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n verify " + keys + "\n hub_heartbeat 90s\n}", want: 90 * time.Second},
@@ -38,15 +39,19 @@ func TestParseHubHeartbeat(t *testing.T) {
 		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n hub_heartbeat 5m\n}", err: "hub_heartbeat without verify: only a reader that verifies checks the origins' heartbeats"},
 		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n verify " + keys + "\n hub_require_pod_lists\n}", lists: true},
 		{input: "mcsannotations {\n hub_require_pod_lists\n cluster edge-a\n verify " + keys + "\n hub hub-1 /h1.yaml\n}", lists: true},
-		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n verify " + keys + "\n hub_require_pod_lists yes\n}", err: ":5 - Error during parsing: hub_require_pod_lists takes no arguments, got 1"},
+		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n verify " + keys + "\n hub_require_pod_lists uids\n}", lists: true, uids: true},
+		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n verify " + keys + "\n hub_require_pod_lists yes\n}", err: `:5 - Error during parsing: hub_require_pod_lists takes no argument or uids, got "yes"`},
+		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n verify " + keys + "\n hub_require_pod_lists uids uids\n}", err: `hub_require_pod_lists takes no argument or uids, got "uids uids"`},
+		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n verify " + keys + "\n hub_require_pod_lists\n hub_require_pod_lists uids\n}", err: ":6 - Error during parsing: hub_require_pod_lists is given twice"},
+		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n hub_require_pod_lists uids\n}", err: "hub_require_pod_lists without verify"},
 		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n verify " + keys + "\n hub_require_pod_lists\n hub_require_pod_lists\n}", err: ":6 - Error during parsing: hub_require_pod_lists is given twice"},
 		{input: "mcsannotations {\n cluster edge-a\n verify " + keys + "\n hub_require_pod_lists\n}", err: "hub_require_pod_lists without a hub"},
 		{input: "mcsannotations {\n cluster edge-a\n hub hub-1 /h1.yaml\n hub_require_pod_lists\n}", err: "hub_require_pod_lists without verify: only a reader that verifies checks the origins' Pod lists"},
 	} {
 		t.Run(tc.input, func(t *testing.T) {
 			cfg, ok := parseCase(t, tc.input, tc.err)
-			if ok && (cfg.hubBeat != tc.want || cfg.hubLists != tc.lists) {
-				t.Errorf("hub_heartbeat %v, hub_require_pod_lists %v; want %v, %v", cfg.hubBeat, cfg.hubLists, tc.want, tc.lists)
+			if ok && (cfg.hubBeat != tc.want || cfg.hubLists != tc.lists || cfg.hubUIDLists != tc.uids) {
+				t.Errorf("hub_heartbeat %v, hub_require_pod_lists %v (uids %v); want %v, %v (%v)", cfg.hubBeat, cfg.hubLists, cfg.hubUIDLists, tc.want, tc.lists, tc.uids)
 			}
 		})
 	}

@@ -160,8 +160,9 @@ func (m *MCS) newRelay(cfg config, local string) error {
 		Namespaces: cfg.hubNS,
 		// Under verify, a hub's word that an origin is connected counts
 		// only with the origin's recent heartbeat.
-		HeartbeatTimeout: cfg.hubBeat,
-		RequirePodLists:  cfg.hubLists,
+		HeartbeatTimeout:   cfg.hubBeat,
+		RequirePodLists:    cfg.hubLists,
+		RequirePodUIDLists: cfg.hubUIDLists,
 		Events: relay.Events{
 			Refused:     logRelayRefused,
 			HubState:    m.hubStateChanged,

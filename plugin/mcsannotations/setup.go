@@ -93,6 +93,7 @@ type config struct {
 	hubNS       []string      // hub_namespaces: what is read of every hub; nil: every namespace
 	hubBeat     time.Duration // hub_heartbeat: under verify, how old an origin's heartbeat may be; 0: relay.DefaultHeartbeatTimeout
 	hubLists    bool          // hub_require_pod_lists: under verify, a hub's word needs the origin's Pod list from the start
+	hubUIDLists bool          // hub_require_pod_lists uids: its list by UID
 	expire      time.Duration // 0: never
 	enforce     bool          // imports enforce
 	allow       []netip.Prefix
@@ -234,13 +235,14 @@ func parse(c *caddy.Controller) (config, error) {
 				}
 				cfg.hubBeat = d
 			case "hub_require_pod_lists":
-				if a := c.RemainingArgs(); len(a) > 0 {
-					return cfg, c.Errf("hub_require_pod_lists takes no arguments, got %d", len(a))
-				}
-				if cfg.hubLists {
+				a := c.RemainingArgs()
+				switch {
+				case len(a) > 1 || len(a) == 1 && a[0] != "uids":
+					return cfg, c.Errf("hub_require_pod_lists takes no argument or uids, got %q", strings.Join(a, " "))
+				case cfg.hubLists:
 					return cfg, c.Errf("hub_require_pod_lists is given twice")
 				}
-				cfg.hubLists = true
+				cfg.hubLists, cfg.hubUIDLists = true, len(a) == 1
 			case "expire":
 				v, err := oneArg(c)
 				if err != nil {

@@ -267,7 +267,7 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 	hubCtl.Stop(t)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	var withhold atomic.Bool
+	var withhold, stripUIDs atomic.Bool
 	wg.Go(func() {
 		for {
 			if an, err := originLease(); err == nil {
@@ -282,9 +282,12 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 					l.Annotations[relay.PodUIDListAnnotation] = an[annotation.PodUIDListAnnotation]
 					l.Annotations[relay.PodUIDListSignatureAnnotation] = an[annotation.PodUIDListSignatureAnnotation]
 					if withhold.Load() {
-						for _, k := range []string{relay.PodListAnnotation, relay.PodListSignatureAnnotation, relay.PodUIDListAnnotation, relay.PodUIDListSignatureAnnotation} {
-							delete(l.Annotations, k)
-						}
+						delete(l.Annotations, relay.PodListAnnotation)
+						delete(l.Annotations, relay.PodListSignatureAnnotation)
+					}
+					if withhold.Load() || stripUIDs.Load() {
+						delete(l.Annotations, relay.PodUIDListAnnotation)
+						delete(l.Annotations, relay.PodUIDListSignatureAnnotation)
 					}
 					l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
 					if _, err := leases.Update(cx, l, metav1.UpdateOptions{}); err != nil {
@@ -383,4 +386,20 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 	eventuallyRelayMetric(t, reqMetrics, `coredns_mcsannotations_source_state{cluster="edge-o",state="disconnected"}`, func(v float64) bool { return v == 1 })
 	eventuallyRelayMetric(t, reqMetrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="withheld_pod_list"}`, func(v float64) bool { return v == 1 })
 	eventuallyRelayMetric(t, reqMetrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="no_pod_list"}`, func(v float64) bool { return v == 0 })
+
+	// The hostile hub passes the lists by name and strips those by UID.
+	// An edge started now takes the list by name, which names backend-2:
+	// the old Pod's address is answered, unmarked (the gap lists by UID
+	// close once seen). One with hub_require_pod_lists uids takes edge-o
+	// as not current through the hub: answers marked stale.
+	withhold.Store(false)
+	stripUIDs.Store(true)
+	time.Sleep(2 * interval)
+	byName, _ := startBeatEdge(t, rs, timeout, "")
+	waitPeers(t, byName, relayPropagation, q, marked(false, "edge-o", "10.7.0.1", "10.7.0.2"))
+	uidReq, uidReqMetrics := startBeatEdge(t, rs, timeout, "hub_require_pod_lists uids")
+	start = time.Now()
+	waitPeers(t, uidReq, relayPropagation+staleMark, q, marked(true, "edge-o", "10.7.0.1", "10.7.0.2"))
+	t.Logf("an edge requiring Pod lists by UID, started while the hub strips them: edge-o marked stale after %s", time.Since(start).Round(time.Millisecond))
+	eventuallyRelayMetric(t, uidReqMetrics, `coredns_mcsannotations_relay_refused_total{hub="hub-1",reason="withheld_pod_list"}`, func(v float64) bool { return v == 1 })
 }
