@@ -126,7 +126,8 @@ func RestoreSnapshot(st *snapshot.Store, rs *store.Store, srcs []Source, m *Metr
 // refused. Entries that do not decode, and a failed load, are logged and
 // counted. Journal the memory's changes with relay.JournalSnapshot.
 func SeedReplay(st *snapshot.Store, hubs *relay.Relay, m *Metrics) {
-	bad, err := hubs.SeedSnapshot(st, func(format string, args ...any) { klog.Infof("mcs-controller: "+format, args...) })
+	bad, err := hubs.SeedSnapshot(st, func(format string, args ...any) { klog.Infof("mcs-controller: "+format, args...) },
+		func(format string, args ...any) { klog.V(2).Infof("mcs-controller: "+format, args...) })
 	if bad > 0 {
 		m.SnapshotErrors.WithLabelValues("bad_record").Add(float64(bad))
 		klog.Warningf("mcs-controller: snapshot %s: replay memory: skipped %d entries that do not decode", st.Path(), bad)

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcsannotations/mcsannotations/internal/ingest"
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
 	"github.com/mcsannotations/mcsannotations/internal/store"
 )
 
@@ -205,5 +207,44 @@ func TestSeedMemoryBounded(t *testing.T) {
 	got := r.Memory("origin-a")
 	if got[0].Seq != 3 || got[0].Hash != 1 || got[1].Seq != 4 || got[1].Gone.After(time.Now()) {
 		t.Errorf("after a second seed: %+v", got)
+	}
+}
+
+// SeedSnapshot says what it took of a snapshot's replay memory in one line
+// however many origins it holds, and each origin's part with debug: an
+// origin without a key is forgotten, an expired tombstone too.
+func TestSeedSnapshotLogsOneLine(t *testing.T) {
+	pub, _ := genKey(t)
+	path := filepath.Join(t.TempDir(), "table.db")
+	st, _, err := snapshot.Open(path, snapshot.Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, o := range []string{"origin-a", "origin-b"} {
+		st.PutReplay(o, snapshot.Replay{Pod: "prod/web-0", Seq: 20, Hash: 1})
+		st.PutReplay(o, snapshot.Replay{Pod: "prod/old", Seq: 5, Gone: time.Now().Add(-TombstoneTTL - time.Hour)})
+	}
+	st.PutReplay("origin-x", snapshot.Replay{Pod: "prod/p", Seq: 5})
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r := New(store.New(), Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub, "origin-b": pub}})
+	var info, debug []string
+	logTo := func(lines *[]string) func(string, ...any) {
+		return func(format string, args ...any) { *lines = append(*lines, fmt.Sprintf(format, args...)) }
+	}
+	if bad, err := r.SeedSnapshot(st, logTo(&info), logTo(&debug)); bad != 0 || err != nil {
+		t.Fatalf("SeedSnapshot: %d bad, %v", bad, err)
+	}
+	want := "snapshot: remembering 2 relayed statements of 2 origins (replay memory), 2 forgotten; forgetting the replay memory of 1 origins (not relayed under verify, or nothing left to remember)"
+	if len(info) != 1 || info[0] != want {
+		t.Errorf("info lines %q, want one: %q", info, want)
+	}
+	if len(debug) != 3 {
+		t.Errorf("debug lines %q, want one per origin", debug)
+	}
+	if len(r.Memory("origin-a")) != 1 || len(r.Memory("origin-x")) != 0 {
+		t.Errorf("memory of origin-a %v, of origin-x %v: want web-0, and none", r.Memory("origin-a"), r.Memory("origin-x"))
 	}
 }

@@ -1,6 +1,10 @@
 package relay
 
-import "github.com/mcsannotations/mcsannotations/internal/snapshot"
+import (
+	"fmt"
+
+	"github.com/mcsannotations/mcsannotations/internal/snapshot"
+)
 
 // The replay memory in a snapshot file (internal/snapshot's replay
 // bucket): CoreDNS's snapshot and the MCS controller's keep it alike, so
@@ -11,26 +15,40 @@ import "github.com/mcsannotations/mcsannotations/internal/snapshot"
 // SeedSnapshot seeds the replay memory from st, before the Relay starts
 // (SeedMemory). What it does not take (no verify, no key for the origin,
 // relayed records of the origin ignored, expired tombstones, past the
-// bound) is forgotten from the file, and logf says, per origin, what is
-// remembered and what forgotten. It returns how many entries did not
-// decode (skipped) and an error of the load.
-func (r *Relay) SeedSnapshot(st *snapshot.Store, logf func(format string, args ...any)) (bad int, err error) {
-	return st.LoadReplay(func(origin string, mem []snapshot.Replay) {
+// bound) is forgotten from the file. debugf says, per origin, what is
+// remembered and what forgotten, and logf the sum in one line (a thousand
+// origins would be a thousand lines at every start). It returns how many
+// entries did not decode (skipped) and an error of the load.
+func (r *Relay) SeedSnapshot(st *snapshot.Store, logf, debugf func(format string, args ...any)) (bad int, err error) {
+	var origins, kept, forgot, dropped int
+	bad, err = st.LoadReplay(func(origin string, mem []snapshot.Replay) {
 		rs := make([]Remembered, len(mem))
 		for i, m := range mem {
 			rs[i] = Remembered(m)
 		}
-		dropped := r.SeedMemory(origin, rs)
-		if len(dropped) == len(mem) {
-			logf("snapshot: forgetting the replay memory of origin %s (not relayed under verify, or nothing left to remember)", origin)
+		gone := r.SeedMemory(origin, rs)
+		if len(gone) == len(mem) {
+			debugf("snapshot: forgetting the replay memory of origin %s (not relayed under verify, or nothing left to remember)", origin)
 			st.DropReplay(origin)
+			dropped++
 			return
 		}
-		for _, pod := range dropped {
+		for _, pod := range gone {
 			st.DeleteReplay(origin, pod)
 		}
-		logf("snapshot: origin %s: remembering %d relayed statements (replay memory), %d forgotten", origin, len(mem)-len(dropped), len(dropped))
+		origins++
+		kept += len(mem) - len(gone)
+		forgot += len(gone)
+		debugf("snapshot: origin %s: remembering %d relayed statements (replay memory), %d forgotten", origin, len(mem)-len(gone), len(gone))
 	})
+	if origins+dropped > 0 {
+		line := fmt.Sprintf("snapshot: remembering %d relayed statements of %d origins (replay memory), %d forgotten", kept, origins, forgot)
+		if dropped > 0 {
+			line += fmt.Sprintf("; forgetting the replay memory of %d origins (not relayed under verify, or nothing left to remember)", dropped)
+		}
+		logf("%s", line)
+	}
+	return bad, err
 }
 
 // JournalSnapshot returns an Events.Remembered hook that queues each change

@@ -258,7 +258,7 @@ func (m *MCS) loadReplay(st *snapshot.Store) {
 	if m.relay == nil {
 		bad, err = st.LoadReplay(func(origin string, _ []snapshot.Replay) { st.DropReplay(origin) })
 	} else {
-		bad, err = m.relay.SeedSnapshot(st, log.Infof)
+		bad, err = m.relay.SeedSnapshot(st, log.Infof, log.Debugf)
 	}
 	if bad > 0 {
 		snapshotErrors.WithLabelValues("bad_record").Add(float64(bad))
