@@ -61,25 +61,23 @@ func toBeat(cluster string) func(*coordinationv1.Lease) (runtime.Object, error) 
 			return b, nil
 		}
 		b.beat = beat{value: v, sig: s}
-		var ok bool
-		if b.pods, b.podsSig, ok = boundedList(cluster, "Pod list", l, annotation.PodListAnnotation, annotation.PodListSignatureAnnotation); ok {
-			b.uids, b.uidsSig, _ = boundedList(cluster, "Pod list by UID", l, annotation.PodUIDListAnnotation, annotation.PodUIDListSignatureAnnotation)
-		}
+		b.pods, b.podsSig = boundedList(cluster, "Pod list", l, annotation.PodListAnnotation, annotation.PodListSignatureAnnotation)
+		b.uids, b.uidsSig = boundedList(cluster, "Pod list by UID", l, annotation.PodUIDListAnnotation, annotation.PodUIDListSignatureAnnotation)
 		return b, nil
 	}
 }
 
-// boundedList is the list of annotation list of l and its signature of
-// annotation sig, none when either is over its bound (logged: what names
-// it).
-func boundedList(cluster, what string, l *coordinationv1.Lease, list, sig string) (string, string, bool) {
+// boundedList returns the value of l's annotation list and of its
+// signature annotation sig, both empty when either is over its bound
+// (logged, what naming the list).
+func boundedList(cluster, what string, l *coordinationv1.Lease, list, sig string) (string, string) {
 	v, s := l.Annotations[list], l.Annotations[sig]
 	if len(v) > annotation.MaxPodListBytes || len(s) > maxBeatSignatureBytes {
 		klog.Warningf("mcs-controller: cluster %s: %s of %d bytes, signature of %d: over %d and %d, not relayed",
 			cluster, what, len(v), len(s), annotation.MaxPodListBytes, maxBeatSignatureBytes)
-		return "", "", false
+		return "", ""
 	}
-	return v, s, true
+	return v, s
 }
 
 // DefaultHeartbeatWait is Config.HeartbeatWait's default: how long a

@@ -140,9 +140,8 @@ func (c *Controller) runLeases(ctx context.Context) {
 // holds one, is copied as it is, with the Pod lists written with it (by
 // name, by UID); the merge patch keeps the one the Lease has when the hub
 // holds none yet, and removes a list of the Lease when the heartbeat comes
-// without one. extra are
-// annotations beside those (the state, path and heartbeat win over an
-// extra of their name).
+// without one. extra are annotations beside those (the state, path and
+// heartbeat win over an extra of their name).
 func (c *Controller) applyLease(ctx context.Context, cluster string, st leaseState, extra map[string]string) error {
 	annotations := maps.Clone(extra)
 	if annotations == nil {
