@@ -138,20 +138,11 @@ type PodSet struct {
 	uids   bool // of a list by UID (VerifyPodUIDList)
 }
 
-// Has tells whether the set names the Pod namespace/name. For a set of a
-// list by UID, HasPod says.
+// Has tells whether the set, of a list by name, names the Pod
+// namespace/name. A set of a list by UID is asked with HasHash of the
+// Pod's PodUIDHash.
 func (s PodSet) Has(namespace, name string) bool {
-	_, ok := slices.BinarySearch(s.hashes, PodHash(namespace, name))
-	return ok
-}
-
-// HasPod tells whether the set names the Pod namespace/name of uid: by its
-// UID too in a set of a list by UID, by namespace and name otherwise.
-func (s PodSet) HasPod(namespace, name, uid string) bool {
-	if !s.uids {
-		return s.Has(namespace, name)
-	}
-	return s.HasHash(PodUIDHash(namespace, name, uid))
+	return s.HasHash(PodHash(namespace, name))
 }
 
 // HasHash tells whether the set names the Pod of hash (PodHash, or
@@ -261,7 +252,7 @@ func VerifyPodList(key ed25519.PublicKey, sig, cluster, list string) (PodList, P
 }
 
 // VerifyPodUIDList checks a list by UID as VerifyPodList does a list by
-// name; the set it returns is by UID (PodSet.HasPod).
+// name; the set it returns is by UID (PodSet.ByUID).
 func VerifyPodUIDList(key ed25519.PublicKey, sig, cluster, list string) (PodList, PodSet, Rejection, bool) {
 	return verifyPodList(key, sig, cluster, list, true)
 }

@@ -126,20 +126,25 @@ func TestRelayLeaseWaitsForHeartbeat(t *testing.T) {
 
 // A hub copies the Pod lists written with a heartbeat (by name, by UID),
 // and their signatures, the bytes unchanged, beside the heartbeat; an
-// oversized list is not copied, the heartbeat still is.
+// oversized list is not copied, the other list and the heartbeat still
+// are.
 func TestRelayCopiesPodList(t *testing.T) {
 	uids := func(pods string) string { return strings.Replace(pods, `"pods"`, ` "pods"`, 1) } // the list by UID: other bytes
-	withList := func(beat, pods, podsSig string) *coordinationv1.Lease {
+	big := `"pods":"` + strings.Repeat("A", annotation.MaxPodListBytes) + `"`
+	withList := func(beat, pods, podsSig string, bigUIDs bool) *coordinationv1.Lease {
 		l := heartbeatLease(beat, "ed25519:beat")
 		l.Annotations[annotation.PodListAnnotation] = pods
 		l.Annotations[annotation.PodListSignatureAnnotation] = podsSig
 		l.Annotations[annotation.PodUIDListAnnotation] = uids(pods)
+		if bigUIDs {
+			l.Annotations[annotation.PodUIDListAnnotation] = strings.Replace(pods, `"pods":""`, big, 1)
+		}
 		l.Annotations[annotation.PodUIDListSignatureAnnotation] = podsSig + "u"
 		return l
 	}
 	v1 := `{"cluster":"a","time":1790000000000}`
 	p1 := `{ "pods":"","cluster":"a","time":1790000000000}` // bytes a re-encoding would change
-	origin := fake.NewClientset(withList(v1, p1, "ed25519:list"))
+	origin := fake.NewClientset(withList(v1, p1, "ed25519:list", false))
 	a := newSource("a", true, time.Now())
 	e := newEnv(t, Config{Relay: true, RelayNamespace: hubNS, StatePoll: 5 * time.Millisecond,
 		Heartbeats: map[string]kubernetes.Interface{"a": origin}}, []*fakeSource{a})
@@ -153,16 +158,20 @@ func TestRelayCopiesPodList(t *testing.T) {
 	e.start(true)
 	for _, tc := range []struct {
 		name, beat, pods, podsSig string
+		bigUIDs                   bool
 		wantPods, wantSig         string
+		noUIDs                    bool // the list by UID is not copied, the list by name is
 	}{
 		{name: "copied", beat: v1, pods: p1, podsSig: "ed25519:list", wantPods: p1, wantSig: "ed25519:list"},
 		{name: "a new one", beat: `{"cluster":"a","time":1790000060000}`, pods: `{"cluster":"a","time":1790000060000,"pods":"AAAAAAAAAAE="}`, podsSig: "ed25519:list2",
 			wantPods: `{"cluster":"a","time":1790000060000,"pods":"AAAAAAAAAAE="}`, wantSig: "ed25519:list2"},
 		{name: "oversized list", beat: `{"cluster":"a","time":1790000120000}`, pods: `{"cluster":"a","time":1790000120000,"pods":"` + strings.Repeat("A", annotation.MaxPodListBytes) + `"}`, podsSig: "ed25519:list3"},
 		{name: "oversized signature", beat: `{"cluster":"a","time":1790000180000}`, pods: p1, podsSig: "ed25519:" + strings.Repeat("A", maxBeatSignatureBytes)},
+		{name: "oversized list by UID", beat: `{"cluster":"a","time":1790000240000}`, pods: `{"cluster":"a","time":1790000240000,"pods":""}`, podsSig: "ed25519:list4", bigUIDs: true,
+			wantPods: `{"cluster":"a","time":1790000240000,"pods":""}`, wantSig: "ed25519:list4", noUIDs: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := origin.CoordinationV1().Leases(annotation.HeartbeatLeaseNamespace).Update(e.ctx, withList(tc.beat, tc.pods, tc.podsSig), metav1.UpdateOptions{}); err != nil {
+			if _, err := origin.CoordinationV1().Leases(annotation.HeartbeatLeaseNamespace).Update(e.ctx, withList(tc.beat, tc.pods, tc.podsSig, tc.bigUIDs), metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			e.poll("the heartbeat on the hub's Lease", func() bool { return hubLease()[relay.HeartbeatAnnotation] == tc.beat })
@@ -172,7 +181,7 @@ func TestRelayCopiesPodList(t *testing.T) {
 					an[relay.PodListAnnotation], an[relay.PodListSignatureAnnotation], tc.wantPods, tc.wantSig)
 			}
 			wantUIDs, wantUIDsSig := "", ""
-			if tc.wantPods != "" {
+			if tc.wantPods != "" && !tc.noUIDs {
 				wantUIDs, wantUIDsSig = uids(tc.wantPods), tc.wantSig+"u"
 			}
 			if an[relay.PodUIDListAnnotation] != wantUIDs || an[relay.PodUIDListSignatureAnnotation] != wantUIDsSig {

@@ -199,6 +199,14 @@ func TestPodListTwoHubs(t *testing.T) {
 	}
 }
 
+// originState is the state of r's one origin (syncing until it has one).
+func originState(r *Relay) source.State {
+	if o := r.Origins(); len(o) == 1 {
+		return o[0].State
+	}
+	return source.Syncing
+}
+
 // listingOver returns l carrying its origin's Pod list of at for an origin
 // over annotation.MaxPodListPods: it names none.
 func listingOver(l *coordinationv1.Lease, key ed25519.PrivateKey, at time.Time) *coordinationv1.Lease {
@@ -316,12 +324,7 @@ func TestPodListSeen(t *testing.T) {
 	var ref refusals
 	st := store.New()
 	r := start(t, st, Config{Keys: keys, Events: ref.events()}, hub)
-	state := func() source.State {
-		if o := r.Origins(); len(o) == 1 {
-			return o[0].State
-		}
-		return source.Syncing
-	}
+	state := func() source.State { return originState(r) }
 	update := func(l *coordinationv1.Lease) {
 		t.Helper()
 		if _, err := hub.CoordinationV1().Leases(DefaultNamespace).Update(t.Context(), l, metav1.UpdateOptions{}); err != nil {
@@ -487,12 +490,7 @@ func TestPodUIDListRequiredOnceSeen(t *testing.T) {
 	var ref refusals
 	st := store.New()
 	r := start(t, st, Config{Keys: keys, Events: ref.events()}, honest, hostile)
-	state := func() source.State {
-		if o := r.Origins(); len(o) == 1 {
-			return o[0].State
-		}
-		return source.Syncing
-	}
+	state := func() source.State { return originState(r) }
 	eventually(t, "connected, the old web-0 dropped", func() bool {
 		return synced(r) && state() == source.Connected && slices.Equal(records(st, "origin-a"), []string{r1})
 	})
@@ -553,12 +551,7 @@ func TestRequirePodUIDLists(t *testing.T) {
 	st := store.New()
 	r := start(t, st, Config{Keys: map[string]ed25519.PublicKey{"origin-a": pub}, RequirePodUIDLists: true, Events: ref.events()}, hub)
 	rw := rec("prod", "web-0", "10.0.0.1", true, "backend")
-	state := func() source.State {
-		if o := r.Origins(); len(o) == 1 {
-			return o[0].State
-		}
-		return source.Syncing
-	}
+	state := func() source.State { return originState(r) }
 	eventually(t, "disconnected with a list by name only, the record kept", func() bool {
 		return synced(r) && state() == source.Disconnected && slices.Equal(records(st, "origin-a"), []string{rw})
 	})

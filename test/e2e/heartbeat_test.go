@@ -347,7 +347,7 @@ func TestDeletedPodThroughHostileHub(t *testing.T) {
 		}
 		_, byName, _, ok := annotation.VerifyPodList(keysO.Public, an[annotation.PodListSignatureAnnotation], "edge-o", an[annotation.PodListAnnotation])
 		_, byUID, rej, uok := annotation.VerifyPodUIDList(keysO.Public, an[annotation.PodUIDListSignatureAnnotation], "edge-o", an[annotation.PodUIDListAnnotation])
-		if !ok || !uok || !byName.Has(ns, "backend-2") || !byUID.HasPod(ns, "backend-2", again.uid) {
+		if !ok || !uok || !byName.Has(ns, "backend-2") || !byUID.HasHash(annotation.PodUIDHash(ns, "backend-2", again.uid)) {
 			return fmt.Errorf("origin's lists do not name the new backend-2 yet (%v)", rej)
 		}
 		return nil
