@@ -2,11 +2,14 @@ package mcscontroller
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
+	"strconv"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,14 +79,30 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 		sl    *discoveryv1.EndpointSlice
 		taken string
 		wrote bool
+		rv    string
 		err   error
 	}
 	var jobs []*job
+	// What every share's slices are built from besides its own entry and
+	// records (memo): a change to one cluster's share of a relay hub's
+	// service of a thousand origins builds and compares that cluster's
+	// slices, not every cluster's.
+	imBytes, _ := json.Marshal(im)
+	common := memoSum(0, imBytes, []byte(derived), []byte(owner.APIVersion), []byte(owner.Kind), []byte(owner.Name), []byte(owner.UID))
+	memo := make(map[string]*sliceMemo, len(cur))
 	for cl, s := range cur {
 		entry, _ := json.Marshal(s.entry)
+		relays := c.cfg.Relay && c.relays(cl)
+		sum := memoSum(common, entry, []byte(strconv.FormatBool(relays)))
+		if m := out.memo[cl]; m != nil && m.sum == sum && slices.Equal(m.recs, s.recs) && c.memoWritten(m) {
+			memo[cl] = m
+			for _, ms := range m.slices {
+				out.slices = append(out.slices, ms.key)
+			}
+			continue
+		}
 		var limit clusterset.SliceLimit
 		var byAddr map[string][]*store.Pod
-		relays := c.cfg.Relay && c.relays(cl)
 		if relays {
 			byAddr = s.byAddress()
 			limit = relaySlices(byAddr, c.cfg.LocalCluster)
@@ -95,6 +114,7 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 			}
 			jobs = append(jobs, &job{cl: cl, sl: sl})
 		}
+		memo[cl] = &sliceMemo{sum: sum, recs: s.recs}
 	}
 	sem := make(chan struct{}, sliceWriters)
 	var wg sync.WaitGroup
@@ -103,24 +123,59 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			j.taken, j.wrote, j.err = c.applySlice(ctx, j.sl)
+			j.taken, j.wrote, j.rv, j.err = c.applySlice(ctx, j.sl)
 		}()
 	}
 	wg.Wait()
 	var errs []error
 	for _, j := range jobs {
 		out.wrote = out.wrote || j.wrote
+		key := j.sl.Namespace + "/" + j.sl.Name
+		if j.taken != "" || j.err != nil || j.rv == "" {
+			// Not known to be written as built: built again next time.
+			delete(memo, j.cl)
+		} else if m := memo[j.cl]; m != nil {
+			m.slices = append(m.slices, memoSlice{key: key, rv: j.rv})
+		}
 		if j.taken != "" {
 			out.notes.add("slice/"+j.sl.Name, ReasonNameTaken, "cluster %s: EndpointSlice %s not written: %s", j.cl, j.sl.Name, j.taken)
 			c.metrics.Foreign.Inc()
 			continue
 		}
-		out.addSlice(j.sl)
+		out.slices = append(out.slices, key)
 		if j.err != nil {
 			errs = append(errs, j.err)
 		}
 	}
+	out.memo = memo
 	return errors.Join(errs...)
+}
+
+// memoSum hashes what a share's slices are built from besides its own
+// records (sliceMemo), after seed.
+func memoSum(seed uint64, parts ...[]byte) uint64 {
+	h := fnv.New64a()
+	h.Write(binary.LittleEndian.AppendUint64(nil, seed))
+	for _, b := range parts {
+		h.Write(binary.LittleEndian.AppendUint64(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	return h.Sum64()
+}
+
+// memoWritten says whether every slice of m is in the informer's cache at
+// the resourceVersion m found it or wrote it at.
+func (c *Controller) memoWritten(m *sliceMemo) bool {
+	if len(m.slices) == 0 {
+		return len(m.recs) == 0 // a share of no endpoint has no slice; one of endpoints always has
+	}
+	for _, ms := range m.slices {
+		obj, ok, _ := c.slices.GetByKey(ms.key)
+		if s, isSlice := obj.(*discoveryv1.EndpointSlice); !ok || !isSlice || s.ResourceVersion != ms.rv {
+			return false
+		}
+	}
+	return true
 }
 
 // applied returns the hash of obj, and whether the stored object's
@@ -253,37 +308,40 @@ const sliceWriters = 16
 // (wrote: it was written). A slice of its name that is not this service's
 // and cluster's (not made by this controller, or for another service or
 // cluster) is left alone: taken says why. Safe to call concurrently.
-func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointSlice) (taken string, wrote bool, err error) {
+func (c *Controller) applySlice(ctx context.Context, want *discoveryv1.EndpointSlice) (taken string, wrote bool, rv string, err error) {
 	var cur *discoveryv1.EndpointSlice
 	if obj, ok, _ := c.slices.GetByKey(want.Namespace + "/" + want.Name); ok {
 		cur, _ = obj.(*discoveryv1.EndpointSlice)
 	} else if s, err := c.client.DiscoveryV1().EndpointSlices(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{}); err == nil {
 		cur = s
 	} else if !apierrors.IsNotFound(err) {
-		return "", false, err
+		return "", false, "", err
 	}
 	var stored map[string]string
 	if cur != nil {
 		for _, l := range []string{discoveryv1.LabelManagedBy, mcsv1beta1.LabelServiceName, mcsv1beta1.LabelSourceCluster} {
 			if cur.Labels[l] != want.Labels[l] {
-				return fmt.Sprintf("a slice of that name exists that this controller did not make for this service and cluster (%s=%q)", l, cur.Labels[l]), false, nil
+				return fmt.Sprintf("a slice of that name exists that this controller did not make for this service and cluster (%s=%q)", l, cur.Labels[l]), false, "", nil
 			}
 		}
 		stored = cur.Annotations
 	}
 	sum, same := applied(stored, want)
 	if same && sameContent(cur, want) {
-		return "", false, nil
+		return "", false, cur.ResourceVersion, nil
 	}
 	want.Annotations[AnnotationApplied] = sum
 	body, err := json.Marshal(want)
 	if err != nil {
-		return "", false, err
+		return "", false, "", err
 	}
-	_, err = c.client.DiscoveryV1().EndpointSlices(want.Namespace).Patch(ctx, want.Name, types.ApplyPatchType, body,
+	got, err := c.client.DiscoveryV1().EndpointSlices(want.Namespace).Patch(ctx, want.Name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTrue()})
 	c.metrics.write("endpointslice", err)
-	return "", true, err
+	if err != nil || got == nil {
+		return "", true, "", err
+	}
+	return "", true, got.ResourceVersion, nil
 }
 
 // sameContent says whether a stored slice holds the address type,

@@ -23,11 +23,21 @@ import (
 var (
 	benchEndpoints = flag.Int("mcs.endpoints", 100000, "endpoints of BenchmarkControllerMemory")
 	benchServices  = flag.Int("mcs.services", 10000, "exported services of BenchmarkControllerMemory")
+	benchClusters  = flag.Int("mcs.clusters", 3, "clusters the endpoints of BenchmarkControllerMemory are spread over (a relay hub's origins: -mcs.clusters 1000 -mcs.services 10 -mcs.endpoints 30000 is make bench-relay's shape)")
 )
+
+// benchCluster names cluster j of the benchmark: a, b, c (a is the local
+// cluster) when there are at most 26, oNNNN beyond.
+func benchCluster(j int) string {
+	if *benchClusters <= 26 {
+		return string(rune('a' + j))
+	}
+	return fmt.Sprintf("o%04d", j)
+}
 
 // benchPods are the exporter Pods of the benchmark: endpoints Pods over
 // services services (in namespace ns), endpoint j of a service in cluster
-// a, b or c by j mod 3, every service ClusterSetIP. With proofs, each
+// benchCluster(j mod -mcs.clusters), every service ClusterSetIP. With proofs, each
 // carries a proof as a relay hub's sources keep it (a Common of its own, a
 // signed statement, the export annotation shared by its service).
 func benchPods(services, endpoints int, proofs ...bool) []*store.Pod {
@@ -35,7 +45,7 @@ func benchPods(services, endpoints int, proofs ...bool) []*store.Pod {
 	var out []*store.Pod
 	for n := 0; n < endpoints; n++ {
 		i, j := n%services, n/services
-		cl := string(rune('a' + j%3))
+		cl := benchCluster(j % *benchClusters)
 		name := fmt.Sprintf("svc-%05d", i)
 		c := commons[cl+"/"+name]
 		if c == nil {
@@ -92,9 +102,17 @@ func BenchmarkHubMemory(b *testing.B) { controllerMemory(b, true) }
 func controllerMemory(b *testing.B, hub bool) {
 	services, endpoints := *benchServices, *benchEndpoints
 	cfg := Config{MaxImportsPerNamespace: -1, MaxImportsPerCluster: -1, Relay: hub, RelayNamespace: hubNS}
+	clusters := make([]string, *benchClusters)
+	for j := range clusters {
+		clusters[j] = benchCluster(j)
+	}
 	srcs := func() []*fakeSource {
 		now := time.Now()
-		return []*fakeSource{newSource("a", true, now), newSource("b", true, now), newSource("c", true, now)}
+		out := make([]*fakeSource, 0, len(clusters))
+		for _, cl := range clusters {
+			out = append(out, newSource(cl, true, now))
+		}
+		return out
 	}
 	// The objects, as a controller writes them.
 	first := newEnv(b, cfg, srcs())
@@ -105,7 +123,7 @@ func controllerMemory(b *testing.B, hub bool) {
 	first.client.PrependWatchReactor("*", quiet)
 	first.dyn.PrependWatchReactor("*", quiet)
 	pods := benchPods(services, endpoints, hub)
-	for _, cl := range []string{"a", "b", "c"} {
+	for _, cl := range clusters {
 		first.table.ReplaceCluster(cl, pods)
 	}
 	first.start(false)
@@ -137,7 +155,7 @@ func controllerMemory(b *testing.B, hub bool) {
 	objs = nil
 	before := heapInUse()
 	pods = benchPods(services, endpoints, hub)
-	for _, cl := range []string{"a", "b", "c"} {
+	for _, cl := range clusters {
 		e.table.ReplaceCluster(cl, pods)
 	}
 	pods = nil

@@ -148,6 +148,9 @@ type Controller struct {
 	cfg     Config
 	records records
 	sources []Source
+	// directs are the sources' clusters (direct): a hub's service of a
+	// thousand origins asks for each.
+	directs map[string]bool
 	client  kubernetes.Interface
 	dyn     dynamic.Interface
 	disco   discovery.DiscoveryInterface
@@ -228,7 +231,25 @@ type outcome struct {
 	notes notes
 	// importUID is the UID of the ServiceImport the sync wrote (its Events' object).
 	importUID types.UID
+	// memo is, per source cluster, what the last sync found written of its
+	// share (syncService): the next sync builds no slice of a share whose
+	// records and inputs are the same and whose slices are as found then.
+	memo map[string]*sliceMemo
 }
+
+// sliceMemo is what a sync found written of one cluster's share of a
+// service: the inputs it built the slices from (sum: a hash of all but the
+// records; recs: the share's records, each a pointer the records' store
+// replaces on any change) and each slice's name and the resourceVersion it
+// had once it was checked or written. A slice changed by anyone since has
+// another resourceVersion.
+type sliceMemo struct {
+	sum    uint64
+	recs   []*store.Pod
+	slices []memoSlice
+}
+
+type memoSlice struct{ key, rv string }
 
 func (o *outcome) addSlice(s *discoveryv1.EndpointSlice) {
 	o.slices = append(o.slices, s.Namespace+"/"+s.Name)
@@ -304,6 +325,10 @@ func New(rs records, sources []Source, client kubernetes.Interface, dyn dynamic.
 		headless: map[clusterset.Key]time.Time{}, refusedNS: map[string]bool{},
 		retry: workqueue.NewTypedItemExponentialFailureRateLimiter[clusterset.Key](cfg.Interval, cfg.RetryMax)}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(c.retry, workqueue.TypedRateLimitingQueueConfig[clusterset.Key]{Name: "mcs-controller"})
+	c.directs = make(map[string]bool, len(sources))
+	for _, s := range sources {
+		c.directs[s.Cluster()] = true
+	}
 	c.queue.Add(keyAll) // the first sync looks at every service
 	for _, ns := range cfg.RefusedNamespaces {
 		c.refusedNS[ns] = true

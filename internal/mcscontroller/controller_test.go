@@ -3,6 +3,7 @@ package mcscontroller
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -409,6 +410,84 @@ func TestReconcileWritesOnlyWhatChanged(t *testing.T) {
 
 	e.ctl.queue.Add(keyAll)
 	step("a full reconcile")
+}
+
+// A change to one cluster's share of a service builds and checks that
+// cluster's slices only: the slices of a share whose records are the same
+// are left as the last sync found them, as long as they still have the
+// resourceVersion it found or wrote (a relay hub's service has a thousand
+// origins' shares). Any change to such a slice (an API server gives it a
+// new resourceVersion) has it checked, and written again.
+func TestReconcileChecksOnlyChangedShares(t *testing.T) {
+	now := time.Now()
+	e := newEnv(t, Config{}, []*fakeSource{newSource("a", true, now), newSource("b", true, now)})
+	e.table.Upsert(exporter("a", "web", "10.0.0.1", annotation.TypeClusterSetIP))
+	e.table.Upsert(exporter("b", "web", "10.0.0.2", annotation.TypeClusterSetIP))
+	e.start(false)
+	e.waitSynced()
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	gvr := discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+	// held waits for the informer to hold b's slice with addr (the edits
+	// and writes here keep its annotations, which env.reconcile waits for).
+	held := func(addr string) {
+		t.Helper()
+		e.poll("the informer to hold b's slice with "+addr, func() bool {
+			for _, o := range e.ctl.slices.List() {
+				if s := o.(*discoveryv1.EndpointSlice); s.Labels[mcsv1beta1.LabelSourceCluster] == "b" {
+					return s.Endpoints[0].Addresses[0] == addr
+				}
+			}
+			return false
+		})
+	}
+	// edit sets b's slice's address in the fake API server, with rv as its
+	// resourceVersion ("": the one it has).
+	edit := func(addr, rv string) {
+		t.Helper()
+		for _, s := range e.slices() {
+			if s.Labels[mcsv1beta1.LabelSourceCluster] != "b" {
+				continue
+			}
+			s.Endpoints[0].Addresses = []string{addr}
+			if rv != "" {
+				s.ResourceVersion = rv
+			}
+			if err := e.client.Tracker().Update(gvr, &s, s.Namespace); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held(addr)
+	}
+	step := func(what string, want map[string][]string, writes ...string) {
+		t.Helper()
+		before := e.mark()
+		if err := e.reconcile(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := e.writesSince(before); !slices.Equal(got, writes) {
+			t.Errorf("%s: writes %q, want %q", what, got, writes)
+		}
+		if got := e.slicesBy("web"); !maps.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("%s: slices %v, want %v", what, got, want)
+		}
+	}
+
+	// An edit that keeps the resourceVersion (no API server makes one)
+	// shows what is not looked at: b's share did not change.
+	edit("10.9.9.9", "")
+	web := exporter("a", "web", "10.0.0.1", annotation.TypeClusterSetIP)
+	web.Ready = false
+	e.table.Upsert(web)
+	step("a's Pod not ready", map[string][]string{"a": {"10.0.0.1"}, "b": {"10.9.9.9"}}, "patch endpointslices ")
+
+	edit("10.9.9.8", "edited")
+	step("b's slice edited", map[string][]string{"a": {"10.0.0.1"}, "b": {"10.0.0.2"}}, "patch endpointslices ")
+	held("10.0.0.2")
+
+	e.ctl.queue.Add(keyAll)
+	step("a full reconcile", map[string][]string{"a": {"10.0.0.1"}, "b": {"10.0.0.2"}})
 }
 
 // The first reconcile waits for every cluster's first list (at most

@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"maps"
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -199,6 +200,7 @@ func applyReactor(tr clienttesting.ObjectTracker) clienttesting.ReactionFunc {
 // benchmark's tens of thousands.)
 func typedApplyReactor(tr clienttesting.ObjectTracker) clienttesting.ReactionFunc {
 	var allocated atomic.Int32
+	var version atomic.Int64 // each write's resourceVersion, as an API server sets it
 	return func(a clienttesting.Action) (bool, runtime.Object, error) {
 		pa, ok := a.(clienttesting.PatchAction)
 		if !ok || pa.GetPatchType() != types.ApplyPatchType {
@@ -221,6 +223,7 @@ func typedApplyReactor(tr clienttesting.ObjectTracker) clienttesting.ReactionFun
 		}
 		m := obj.(metav1.Object)
 		m.SetNamespace(ns)
+		m.SetResourceVersion(strconv.FormatInt(version.Add(1), 10))
 		cur, err := tr.Get(gvr, ns, name)
 		if apierrors.IsNotFound(err) {
 			m.SetUID(types.UID("uid-" + ns + "-" + name))

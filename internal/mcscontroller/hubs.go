@@ -99,14 +99,7 @@ func (c *Controller) relays(cluster string) bool {
 }
 
 // direct says whether cluster is one the controller reads itself.
-func (c *Controller) direct(cluster string) bool {
-	for _, s := range c.sources {
-		if s.Cluster() == cluster {
-			return true
-		}
-	}
-	return false
-}
+func (c *Controller) direct(cluster string) bool { return c.directs[cluster] }
 
 var (
 	hubStateDesc = prometheus.NewDesc("mcs_controller_hub_state",

@@ -101,12 +101,22 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 		k := cd.k
 		var n notes
 		out := &outcome{}
+		if cd.old != nil {
+			out.memo = cd.old.memo
+		}
 		existing := cd.old != nil || cd.stored != nil
+		// Asked only under a cluster cap; the stored import's clusters are
+		// read once (a hub's import names a thousand).
+		var storedClusters []string
+		storedRead := false
 		hadShare := func(cl string) bool {
 			if cd.old != nil {
 				return slices.Contains(cd.old.clusters, cl)
 			}
-			return cd.stored != nil && slices.Contains(statusClusters(cd.stored), cl)
+			if !storedRead && cd.stored != nil {
+				storedClusters, storedRead = statusClusters(cd.stored), true
+			}
+			return slices.Contains(storedClusters, cl)
 		}
 		if !existing && len(cd.cur) > 0 && capped(c.cfg.MaxImportsPerNamespace, c.perNS[k.Namespace]) {
 			n.add("cap", ReasonNamespaceCap, "not imported: namespace %s has %d imports, its cap (the ones imported first are kept)",
@@ -140,7 +150,7 @@ func (c *Controller) plan(dirty map[clusterset.Key]bool, groups map[clusterset.K
 			if stale(cl, &cd.cur[cl].entry) {
 				continue
 			}
-			if !hadShare(cl) && capped(c.cfg.MaxImportsPerCluster, c.perCluster[cl]) {
+			if capped(c.cfg.MaxImportsPerCluster, c.perCluster[cl]) && !hadShare(cl) {
 				over = append(over, cl)
 				continue
 			}
