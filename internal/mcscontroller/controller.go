@@ -145,8 +145,10 @@ type Config struct {
 
 // Controller keeps the MCS objects of the local cluster.
 type Controller struct {
-	cfg     Config
-	records records
+	cfg Config
+	// index is the records by service, from the record store's change
+	// feed (indexRecords).
+	index   *recordIndex
 	sources []Source
 	// directs are the sources' clusters (direct): a hub's service of a
 	// thousand origins asks for each.
@@ -186,12 +188,7 @@ type Controller struct {
 	// What the last reconcile saw and did; only Reconcile touches these,
 	// holding reconciling (one reconcile at a time).
 	reconciling sync.Mutex
-	// lastPods are the current clusters' records (the table keeps the
-	// pointer of a record that did not change, and holding them keeps a
-	// pointer from being reused), lastCount their number per service.
-	lastPods  map[*store.Pod]struct{}
-	lastCount map[clusterset.Key]int
-	done      map[clusterset.Key]*outcome
+	done        map[clusterset.Key]*outcome
 	// nslices and nconflicts total the slices and the conflicts of done,
 	// kept as done changes so that the metrics need no walk over it;
 	// perNS and perCluster count the services of done by namespace and by
@@ -318,7 +315,7 @@ func New(rs records, sources []Source, client kubernetes.Interface, dyn dynamic.
 	if cfg.RetryMax <= 0 {
 		cfg.RetryMax = time.Minute
 	}
-	c := &Controller{cfg: cfg, records: rs, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
+	c := &Controller{cfg: cfg, sources: sources, client: client, dyn: dyn, disco: disco, metrics: m,
 		ready: make(chan struct{}),
 		done:  map[clusterset.Key]*outcome{}, perNS: map[string]int{}, perCluster: map[string]int{}, refused: map[clusterset.Key]bool{},
 		said: map[clusterset.Key]notes{}, damp: map[clusterset.Key]*damping{}, notBefore: map[clusterset.Key]time.Time{},
@@ -333,7 +330,7 @@ func New(rs records, sources []Source, client kubernetes.Interface, dyn dynamic.
 	for _, ns := range cfg.RefusedNamespaces {
 		c.refusedNS[ns] = true
 	}
-	onRecordChange(rs, func() { c.queue.Add(keyRecords) })
+	c.index = indexRecords(rs, func() { c.queue.Add(keyRecords) })
 	all := c.allSources
 	m.sources.Store(&all)
 	if cfg.Hubs != nil {

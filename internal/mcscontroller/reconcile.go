@@ -21,12 +21,12 @@ func (c *Controller) Reconcile(ctx context.Context) error { return c.reconcile(c
 // reconcile takes every key queued by now (with first, taken already) and
 // syncs the services they name together: those queued themselves (their
 // local objects changed), every service of a namespace queued, those whose
-// records changed since the last sync (their records are not all the same
-// pointers as then), and every service when keyAll was queued or the
-// clusters' states changed. Each service is decided by plan (the caps
-// admit new ones in order of age, over the whole batch) and written by its
-// own sync, up to Workers at once; a service that waits (damping, the
-// backoff of a failed write) goes back to the queue until it is due.
+// records changed since the last sync (as the record index says), and
+// every service when keyAll was queued or the clusters' states changed.
+// Each service is decided by plan (the caps admit new ones in order of
+// age, over the whole batch) and written by its own sync, up to Workers at
+// once; a service that waits (damping, the backoff of a failed write) goes
+// back to the queue until it is due.
 func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) error {
 	batch := first
 	defer func() {
@@ -52,7 +52,7 @@ func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) err
 		switch {
 		case k == keyAll:
 			all = true
-		case k == keyRecords: // the records are compared below
+		case k == keyRecords: // the index says which, below
 		case k.Name == "":
 			dirtyNS[k.Namespace] = true
 		default:
@@ -68,51 +68,15 @@ func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) err
 		all = true
 	}
 
-	// The current clusters' records by service; a service whose records
-	// are not all the same pointers as last time is dirty.
-	pods := c.records.Pods("")
-	seen := make(map[*store.Pod]struct{}, len(pods))
-	groups := map[clusterset.Key][]*store.Pod{}
-	for _, p := range pods {
-		if !current(p.Cluster) {
-			continue
-		}
-		seen[p] = struct{}{}
-		for _, e := range p.Exports {
-			k := clusterset.Key{Namespace: e.Namespace, Name: e.Name}
-			groups[k] = append(groups[k], p)
-		}
+	// The services whose records changed since the last reconcile are
+	// dirty; only the dirty services' records are read (all of them when
+	// every service is synced), those of current clusters.
+	for k := range c.index.takeChanged() {
+		dirty[k] = true
 	}
-	for k, g := range groups {
-		if dirty[k] || len(g) != c.lastCount[k] {
-			dirty[k] = true
-			continue
-		}
-		for _, p := range g {
-			if _, ok := c.lastPods[p]; !ok {
-				dirty[k] = true
-				break
-			}
-		}
-	}
-	for k := range c.lastCount {
-		if _, ok := groups[k]; !ok {
-			dirty[k] = true
-		}
-	}
-	if len(dirtyNS) > 0 && !all {
-		for k := range groups {
-			if dirtyNS[k.Namespace] {
-				dirty[k] = true
-			}
-		}
-		for k := range c.done {
-			if dirtyNS[k.Namespace] {
-				dirty[k] = true
-			}
-		}
-	}
+	var groups map[clusterset.Key][]*store.Pod
 	if all {
+		groups = c.index.groups(nil, current)
 		for k := range groups {
 			dirty[k] = true
 		}
@@ -120,6 +84,16 @@ func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) err
 			dirty[k] = true
 		}
 		c.ownedKeys(dirty)
+	} else {
+		for ns := range dirtyNS {
+			c.index.keysIn(ns, dirty)
+		}
+		for k := range c.done {
+			if dirtyNS[k.Namespace] {
+				dirty[k] = true
+			}
+		}
+		groups = c.index.groups(dirty, current)
 	}
 
 	// The slices of the clusters whose share is not known (not heard from
@@ -220,12 +194,7 @@ func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) err
 		c.queue.Forget(k)
 	}
 
-	c.lastPods = seen
 	c.seenState.Store(&state)
-	c.lastCount = make(map[clusterset.Key]int, len(groups))
-	for k, g := range groups {
-		c.lastCount[k] = len(g)
-	}
 	c.logCaps()
 	c.metrics.observe(len(c.done), c.nslices, c.nconflicts, len(c.refused), time.Since(start))
 	return errors.Join(errs...)

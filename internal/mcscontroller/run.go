@@ -155,8 +155,8 @@ func (c *Controller) RunLoop(ctx context.Context) {
 }
 
 // The keys of the queue that are not one service: every service, the
-// services whose records changed (found by comparing the records with
-// those of the last sync), every service of a namespace (namespaceKey).
+// services whose records changed (the record index holds which,
+// recordIndex), every service of a namespace (namespaceKey).
 // A service's key always has a namespace and a name.
 var (
 	keyAll     = clusterset.Key{}
