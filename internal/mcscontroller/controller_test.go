@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -488,6 +489,76 @@ func TestReconcileChecksOnlyChangedShares(t *testing.T) {
 
 	e.ctl.queue.Add(keyAll)
 	step("a full reconcile", map[string][]string{"a": {"10.0.0.1"}, "b": {"10.0.0.2"}})
+}
+
+// A share of two slices (one per address family) whose write of one slice
+// fails keeps no memo: the next reconcile builds the share again and writes
+// that slice, though the other one is as written.
+func TestReconcileRetriesAFailedSliceOfAMemoizedShare(t *testing.T) {
+	e := newEnv(t, Config{}, []*fakeSource{newSource("a", true, time.Now())})
+	web := exporter("a", "web", "10.0.0.1", annotation.TypeClusterSetIP)
+	web.IPs = append(web.IPs, netip.MustParseAddr("fd00::1"))
+	e.table.Upsert(web)
+	var failV6 atomic.Bool
+	e.client.PrependReactor("patch", "endpointslices", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if pa, ok := a.(clienttesting.PatchAction); ok && failV6.Load() && strings.Contains(string(pa.GetPatch()), `"addressType":"IPv6"`) {
+			return true, nil, fmt.Errorf("slice refused")
+		}
+		return false, nil, nil
+	})
+	e.start(false)
+	e.waitSynced()
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	addrs := func() []string {
+		var out []string
+		for _, s := range e.slices() {
+			for _, ep := range s.Endpoints {
+				out = append(out, ep.Addresses...)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := addrs(); !slices.Equal(got, []string{"10.0.0.1", "fd00::1"}) {
+		t.Fatalf("slices hold %v", got)
+	}
+	// Both slices edited by someone else (new resourceVersions); the
+	// write-back of the IPv6 one fails once.
+	gvr := discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
+	for _, s := range e.slices() {
+		if s.AddressType == discoveryv1.AddressTypeIPv4 {
+			s.Endpoints[0].Addresses = []string{"10.9.9.9"}
+		} else {
+			s.Endpoints[0].Addresses = []string{"fd00::9"}
+		}
+		s.ResourceVersion = "edited-" + string(s.AddressType)
+		if err := e.client.Tracker().Update(gvr, &s, s.Namespace); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.poll("the informer to see the edits", func() bool {
+		n := 0
+		for _, o := range e.ctl.slices.List() {
+			if strings.HasPrefix(o.(*discoveryv1.EndpointSlice).ResourceVersion, "edited-") {
+				n++
+			}
+		}
+		return n == 2
+	})
+	failV6.Store(true)
+	e.ctl.queue.Add(keyAll)
+	if err := e.ctl.Reconcile(e.ctx); err == nil {
+		t.Fatal("the reconcile whose IPv6 slice write failed returned no error")
+	}
+	failV6.Store(false)
+	// The service waits out its backoff: reconciles until it is synced.
+	e.poll("the IPv6 slice written back", func() bool {
+		e.ctl.queue.Add(keyAll)
+		_ = e.ctl.Reconcile(e.ctx)
+		return slices.Equal(addrs(), []string{"10.0.0.1", "fd00::1"})
+	})
 }
 
 // The first reconcile waits for every cluster's first list (at most
