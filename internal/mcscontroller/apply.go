@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -90,6 +91,7 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	imBytes, _ := json.Marshal(im)
 	common := memoSum(0, imBytes, []byte(derived), []byte(owner.APIVersion), []byte(owner.Kind), []byte(owner.Name), []byte(owner.UID))
 	memo := make(map[string]*sliceMemo, len(cur))
+	now := time.Now()
 	for cl, s := range cur {
 		entry, _ := json.Marshal(s.entry)
 		relays := c.cfg.Relay && c.relays(cl)
@@ -98,6 +100,18 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 			memo[cl] = m
 			for _, ms := range m.slices {
 				out.slices = append(out.slices, ms.key)
+			}
+			continue
+		}
+		// A share written again soon after its last write waits (its own
+		// damping, not the service's): its slices stay as stored until
+		// then, and the other clusters' shares do not wait for it. When
+		// this sync wrote the ServiceImport or derived Service (ports,
+		// type: paced by the service's own damping), every share follows.
+		if t, ok := c.shareNotBefore[shareKey{k, cl}]; ok && now.Before(t) && !out.wrote {
+			out.slices = append(out.slices, c.storedShare(k, cl)...)
+			if out.due.IsZero() || t.Before(out.due) {
+				out.due = t
 			}
 			continue
 		}
@@ -129,7 +143,9 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	wg.Wait()
 	var errs []error
 	for _, j := range jobs {
-		out.wrote = out.wrote || j.wrote
+		if j.wrote && !slices.Contains(out.wroteShares, j.cl) {
+			out.wroteShares = append(out.wroteShares, j.cl)
+		}
 		key := j.sl.Namespace + "/" + j.sl.Name
 		if j.taken != "" || j.err != nil || j.rv == "" {
 			// Not known to be written as built: built again next time.
@@ -149,6 +165,19 @@ func (c *Controller) syncService(ctx context.Context, k clusterset.Key, im *clus
 	}
 	out.memo = memo
 	return errors.Join(errs...)
+}
+
+// storedShare are the keys of the slices the informer holds of cluster
+// cl's share of service k.
+func (c *Controller) storedShare(k clusterset.Key, cl string) []string {
+	var keys []string
+	objs, _ := c.slices.ByIndex(indexService, k.String())
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels[mcsv1beta1.LabelSourceCluster] == cl {
+			keys = append(keys, s.Namespace+"/"+s.Name)
+		}
+	}
+	return keys
 }
 
 // memoSum hashes what a share's slices are built from besides its own

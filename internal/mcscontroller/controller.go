@@ -202,12 +202,17 @@ type Controller struct {
 	loggedRefused int
 	// said are the notes last reported per service (report).
 	said map[clusterset.Key]notes
-	// damp and notBefore pace each service's writes: a service queued
-	// before its time waits in the queue until then. headless is when a
-	// ClusterSetIP service whose derived Service is kept turned Headless.
-	damp      map[clusterset.Key]*damping
-	notBefore map[clusterset.Key]time.Time
-	headless  map[clusterset.Key]time.Time
+	// damp and notBefore pace each service's writes of its ServiceImport,
+	// derived Service and deletes, shareDamp and shareNotBefore each
+	// cluster's share's slices: a service queued before its time waits in
+	// the queue until then, a share's slices stay as they are (the other
+	// shares are written). headless is when a ClusterSetIP service whose
+	// derived Service is kept turned Headless.
+	damp           map[clusterset.Key]*damping
+	notBefore      map[clusterset.Key]time.Time
+	shareDamp      map[shareKey]*damping
+	shareNotBefore map[shareKey]time.Time
+	headless       map[clusterset.Key]time.Time
 	// refusedNS are the namespaces no import is written to.
 	refusedNS map[string]bool
 }
@@ -222,8 +227,13 @@ type outcome struct {
 	failed bool
 	// clusters are the source clusters whose shares it holds (the caps).
 	clusters []string
-	// wrote: the sync wrote something (the damping counts it).
-	wrote bool
+	// wrote: the sync wrote the ServiceImport or the derived Service (the
+	// service's damping counts it); wroteShares: the clusters whose slices
+	// it wrote (each share's damping); due: when the earliest share it
+	// left as stored for its damping is due (zero: none).
+	wrote       bool
+	wroteShares []string
+	due         time.Time
 	// notes are what the sync left out, reported after it.
 	notes notes
 	// importUID is the UID of the ServiceImport the sync wrote (its Events' object).
@@ -319,6 +329,7 @@ func New(rs records, sources []Source, client kubernetes.Interface, dyn dynamic.
 		ready: make(chan struct{}),
 		done:  map[clusterset.Key]*outcome{}, perNS: map[string]int{}, perCluster: map[string]int{}, refused: map[clusterset.Key]bool{},
 		said: map[clusterset.Key]notes{}, damp: map[clusterset.Key]*damping{}, notBefore: map[clusterset.Key]time.Time{},
+		shareDamp: map[shareKey]*damping{}, shareNotBefore: map[shareKey]time.Time{},
 		headless: map[clusterset.Key]time.Time{}, refusedNS: map[string]bool{},
 		retry: workqueue.NewTypedItemExponentialFailureRateLimiter[clusterset.Key](cfg.Interval, cfg.RetryMax)}
 	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(c.retry, workqueue.TypedRateLimitingQueueConfig[clusterset.Key]{Name: "mcs-controller"})

@@ -3,7 +3,6 @@ package mcscontroller
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -463,16 +462,7 @@ func TestReconcileChecksOnlyChangedShares(t *testing.T) {
 	}
 	step := func(what string, want map[string][]string, writes ...string) {
 		t.Helper()
-		before := e.mark()
-		if err := e.reconcile(); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if got := e.writesSince(before); !slices.Equal(got, writes) {
-			t.Errorf("%s: writes %q, want %q", what, got, writes)
-		}
-		if got := e.slicesBy("web"); !maps.EqualFunc(got, want, slices.Equal) {
-			t.Errorf("%s: slices %v, want %v", what, got, want)
-		}
+		e.step(what, "web", want, writes...)
 	}
 
 	// An edit that keeps the resourceVersion (no API server makes one)

@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -408,6 +409,22 @@ func (e *env) derivedServices() []corev1.Service {
 		}
 	}
 	return out
+}
+
+// step reconciles and checks the writes it made (each "verb resource
+// subresource") and the addresses of service's slices by cluster.
+func (e *env) step(what, service string, want map[string][]string, writes ...string) {
+	e.t.Helper()
+	before := e.mark()
+	if err := e.reconcile(); err != nil {
+		e.t.Fatalf("%s: %v", what, err)
+	}
+	if got := e.writesSince(before); !slices.Equal(got, writes) {
+		e.t.Errorf("%s: writes %q, want %q", what, got, writes)
+	}
+	if got := e.slicesBy(service); !maps.EqualFunc(got, want, slices.Equal) {
+		e.t.Errorf("%s: slices %v, want %v", what, got, want)
+	}
 }
 
 // slicesBy returns the endpoint addresses of service name's slices by source cluster.

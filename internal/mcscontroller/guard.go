@@ -268,11 +268,15 @@ func derivedProblem(svc *corev1.Service) string {
 	return ""
 }
 
-// damping is how often one service is written: after a write, the next
-// waits interval (Damp). A service written again within twice its interval
-// more than dampStrikes times in a row waits twice as long each time (up
-// to DampMax); one quiet for longer starts again from Damp. A few changes
-// in a row (an operator's edits one after the other) wait Damp at most.
+// damping is how often one service (its ServiceImport, derived Service and
+// deletes) or one cluster's share of it (its slices) is written: after a
+// write, the next waits interval (Damp). One written again within twice
+// its interval more than dampStrikes times in a row waits twice as long
+// each time (up to DampMax); one quiet for longer starts again from Damp.
+// A few changes in a row (an operator's edits one after the other) wait
+// Damp at most. A flapping cluster's share waits alone: the other clusters'
+// shares of the service are written as they change (a relay hub's service
+// of a thousand origins is not held back by one).
 type damping struct {
 	last     time.Time
 	interval time.Duration
@@ -281,40 +285,64 @@ type damping struct {
 
 const dampStrikes = 3
 
-// wrote notes a write of k at now and returns when k may be written next.
+// shareKey is one cluster's share of a service.
+type shareKey struct {
+	k  clusterset.Key
+	cl string
+}
+
+// wrote notes a write of k's ServiceImport or derived Service (or a delete)
+// at now and returns when k may be written next.
 func (c *Controller) wrote(k clusterset.Key, now time.Time) time.Time {
-	if c.cfg.Damp <= 0 {
+	return pace(c.cfg, c.damp, k, now)
+}
+
+// wroteShare notes a write of cluster cl's slices of k at now and returns
+// when they may be written next.
+func (c *Controller) wroteShare(k clusterset.Key, cl string, now time.Time) time.Time {
+	return pace(c.cfg, c.shareDamp, shareKey{k, cl}, now)
+}
+
+func pace[K comparable](cfg Config, damp map[K]*damping, key K, now time.Time) time.Time {
+	if cfg.Damp <= 0 {
 		return now
 	}
-	d := c.damp[k]
+	d := damp[key]
 	switch {
 	case d == nil:
-		d = &damping{interval: c.cfg.Damp}
-		c.damp[k] = d
+		d = &damping{interval: cfg.Damp}
+		damp[key] = d
 	case now.Sub(d.last) > 2*d.interval:
-		d.interval, d.strikes = c.cfg.Damp, 0
+		d.interval, d.strikes = cfg.Damp, 0
 	default:
 		if d.strikes++; d.strikes > dampStrikes {
-			d.interval = min(2*d.interval, c.cfg.DampMax)
+			d.interval = min(2*d.interval, cfg.DampMax)
 		}
 	}
 	d.last = now
 	return now.Add(d.interval)
 }
 
+// forget drops the pacing of keys not written for long, and the due times
+// passed.
+func forget[K comparable](damp map[K]*damping, notBefore map[K]time.Time, now time.Time, dampMax time.Duration) {
+	for k, d := range damp {
+		if now.Sub(d.last) > 2*max(d.interval, dampMax) {
+			delete(damp, k)
+		}
+	}
+	for k, t := range notBefore {
+		if now.After(t) {
+			delete(notBefore, k)
+		}
+	}
+}
+
 // pruneDamping forgets the pacing of the services not written for long,
 // and when services gone long ago turned Headless.
 func (c *Controller) pruneDamping(now time.Time) {
-	for k, d := range c.damp {
-		if now.Sub(d.last) > 2*max(d.interval, c.cfg.DampMax) {
-			delete(c.damp, k)
-		}
-	}
-	for k, t := range c.notBefore {
-		if now.After(t) {
-			delete(c.notBefore, k)
-		}
-	}
+	forget(c.damp, c.notBefore, now, c.cfg.DampMax)
+	forget(c.shareDamp, c.shareNotBefore, now, c.cfg.DampMax)
 	for k, t := range c.headless {
 		if now.Sub(t) > 2*c.cfg.DampMax {
 			delete(c.headless, k)

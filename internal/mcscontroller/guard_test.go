@@ -2,6 +2,7 @@ package mcscontroller
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -458,6 +459,84 @@ func TestDampingAndClusterSetIPKept(t *testing.T) {
 		if strings.HasPrefix(w, "delete services") {
 			t.Errorf("the derived Service was deleted")
 		}
+	}
+}
+
+// Each cluster's share of a service is paced on its own: a share written
+// within Damp waits (its slice stays as stored, and the service is queued
+// again for when it is due), while another cluster's share of the same
+// service is written as it changes. Paced as a whole, one flapping cluster
+// held back every other cluster's changes to the service (a relay hub's
+// service of a thousand origins) for up to DampMax.
+func TestDampingIsPerShare(t *testing.T) {
+	now := time.Now()
+	e := newEnv(t, Config{Damp: time.Hour, DampMax: time.Hour}, []*fakeSource{newSource("a", true, now), newSource("b", true, now)})
+	k := clusterset.Key{Namespace: "ns", Name: "web"}
+	e.table.Upsert(exporter("a", "web", "10.0.0.1", annotation.TypeClusterSetIP))
+	e.table.Upsert(exporter("b", "web", "10.0.0.2", annotation.TypeClusterSetIP))
+	e.start(false)
+	e.waitSynced()
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	step := func(what string, a, b string, deferred float64, writes ...string) {
+		t.Helper()
+		e.step(what, "web", map[string][]string{"a": {a}, "b": {b}}, writes...)
+		if v := testutil.ToFloat64(e.metrics.Deferred); v != deferred {
+			t.Errorf("%s: deferred %v, want %v", what, v, deferred)
+		}
+	}
+	// The first sync paced the service and both shares; the service's and
+	// b's waits have passed, a's has not.
+	delete(e.ctl.notBefore, k)
+	delete(e.ctl.shareNotBefore, shareKey{k, "b"})
+	e.table.Upsert(exporter("a", "web", "10.0.0.11", annotation.TypeClusterSetIP))
+	e.table.Upsert(exporter("b", "web", "10.0.0.12", annotation.TypeClusterSetIP))
+	step("a and b changed", "10.0.0.1", "10.0.0.12", 1, "patch endpointslices ")
+	if _, ok := e.ctl.notBefore[k]; ok {
+		t.Errorf("a slice's write paced the whole service")
+	}
+
+	// a keeps changing; b changes once its own wait has passed.
+	for i := range 3 {
+		e.table.Upsert(exporter("a", "web", fmt.Sprintf("10.0.1.%d", i), annotation.TypeClusterSetIP))
+		delete(e.ctl.shareNotBefore, shareKey{k, "b"})
+		e.table.Upsert(exporter("b", "web", fmt.Sprintf("10.0.2.%d", i), annotation.TypeClusterSetIP))
+		step(fmt.Sprintf("a flapping, b changed (%d)", i), "10.0.0.1", fmt.Sprintf("10.0.2.%d", i), float64(2+i), "patch endpointslices ")
+	}
+
+	// a's due: its share is written as it is now.
+	e.ctl.shareNotBefore[shareKey{k, "a"}] = time.Now().Add(-time.Second)
+	e.ctl.queue.Add(k)
+	step("a due", "10.0.1.2", "10.0.2.2", 4, "patch endpointslices ")
+
+	// A change of the ServiceImport (a port), once the service is due,
+	// takes every share with it, a's too, though a's own wait has not
+	// passed: the slices' ports follow the import's.
+	port := func(cl, ip string) *store.Pod {
+		p := exporter(cl, "web", ip, annotation.TypeClusterSetIP)
+		p.Exports[0].Ports[0].Port = 81
+		return p
+	}
+	delete(e.ctl.notBefore, k)
+	e.table.Upsert(port("a", "10.0.3.1"))
+	e.table.Upsert(port("b", "10.0.3.2"))
+	before := e.mark()
+	if err := e.reconcile(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, w := range e.writesSince(before) {
+		if w == "patch endpointslices " {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("port changed: %d slice writes, want 2 (%q)", n, e.writesSince(before))
+	}
+	want := map[string][]string{"a": {"10.0.3.1"}, "b": {"10.0.3.2"}}
+	if got := e.slicesBy("web"); !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("port changed: slices %v, want %v", got, want)
 	}
 }
 

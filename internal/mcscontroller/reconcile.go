@@ -182,6 +182,19 @@ func (c *Controller) reconcile(ctx context.Context, first ...clusterset.Key) err
 				c.notBefore[k] = t
 			}
 		}
+		if j.out != nil && j.im != nil {
+			for _, cl := range j.out.wroteShares {
+				sk := shareKey{k, cl}
+				if t := c.wroteShare(k, cl, now); t.After(c.shareNotBefore[sk]) {
+					c.shareNotBefore[sk] = t
+				}
+			}
+			if !j.out.due.IsZero() {
+				// Shares left as stored for their damping: again when due.
+				c.queue.AddAfter(k, j.out.due.Sub(now))
+				c.metrics.Deferred.Inc()
+			}
+		}
 		if err := results[i].err; err != nil {
 			errs = append(errs, fmt.Errorf("service %s: %w", k, err))
 			d := c.retry.When(k)
