@@ -303,6 +303,8 @@ func (c *Controller) wroteShare(k clusterset.Key, cl string, now time.Time) time
 	return pace(c.cfg, c.shareDamp, shareKey{k, cl}, now)
 }
 
+// pace notes a write of key at now in damp (the rule of damping) and returns
+// when key may be written next.
 func pace[K comparable](cfg Config, damp map[K]*damping, key K, now time.Time) time.Time {
 	if cfg.Damp <= 0 {
 		return now
